@@ -1,0 +1,295 @@
+-- mcp/server.lua - JSON-RPC dispatch and the MCP lifecycle (protocol 2025-11-25).
+--
+-- C calls three globals defined here: handle_line(line) for every incoming message (each in its
+-- own coroutine, so a handler may yield in mb.wait while an execution runs), handle_oversize(n)
+-- for a discarded over-long line, and on_notify(job, kind, payload) for mcp.log / mcp.progress
+-- from running sandbox code. Dispatch keeps no hidden per-connection state beyond the negotiated
+-- log level, so a stateless protocol revision can be served from the same tables later.
+-- Tools live in mcp/tools.lua; this file only knows the protocol.
+
+local mb = mb
+local null = mb.null
+local tools = require("mcp.tools")
+
+local LATEST = "2025-11-25"
+local SUPPORTED = { ["2025-11-25"] = true, ["2025-06-18"] = true, ["2025-03-26"] = true }
+
+local LEVELS = { debug = 0, info = 1, notice = 2, warning = 3, error = 4, critical = 5,
+                 alert = 6, emergency = 7 }
+
+local PARSE_ERROR, INVALID_REQUEST, METHOD_NOT_FOUND, INVALID_PARAMS, INTERNAL_ERROR =
+  -32700, -32600, -32601, -32602, -32603
+
+local INSTRUCTIONS = [[
+moonbox runs Lua 5.4 code for you in a fresh, restricted sandbox (execute_code) so that data can be
+filtered, joined and summarised next to where it is, and only the small answer comes back.
+Workflow: write one short Lua program per step; `return` the value you need (tables become JSON);
+use print() for notes. Inside the sandbox you have the Lua standard library (string, table, math,
+utf8, coroutine, os.time/clock/date), json.encode/json.decode, re.* (PCRE2 regex), mcp.log and
+mcp.progress, and data helpers: filter_by_field, summarize_list, aggregate_stats, format_output,
+group_by, sort_by, pluck, count_by, unique, take. Pass inputs with context_vars (they become
+globals). Limits (time, memory, instructions) are per call; errors name the limit that stopped you.]]
+
+-- Per connection: the client's chosen log level and the requests in flight.
+local state = {
+  log_level = "info",
+  initialized = false,
+  inflight = {},      -- request key -> { job = id?, cancelled = bool, progress_token = any }
+  by_job = {},        -- job id -> inflight entry
+}
+
+local function id_key(id)
+  return (math.type(id) == "integer" and "i:" or "s:") .. tostring(id)
+end
+
+local function send_result(id, result)
+  mb.send({ jsonrpc = "2.0", id = id, result = result })
+end
+
+local function send_error(id, code, message, data)
+  local err = { code = code, message = message }
+  if data ~= nil then err.data = data end
+  mb.send({ jsonrpc = "2.0", id = id == nil and null or id, error = err })
+end
+
+local function notify(method, params)
+  mb.send({ jsonrpc = "2.0", method = method, params = params })
+end
+
+-- A JSON-RPC error raised from inside a handler: error(rpc_error(code, msg)).
+local rpc_error_mt = {}
+local function rpc_error(code, message, data)
+  return setmetatable({ code = code, message = message, data = data }, rpc_error_mt)
+end
+
+local function is_object(v)
+  return type(v) == "table" and getmetatable(v) ~= "json.array"
+end
+
+---------------------------------------------------------------------------------------------
+-- methods
+
+local methods = {}
+
+function methods.initialize(params)
+  local requested = params.protocolVersion
+  if type(requested) ~= "string" then
+    error(rpc_error(INVALID_PARAMS, "initialize: params.protocolVersion must be a string"))
+  end
+  local version = SUPPORTED[requested] and requested or LATEST
+  state.initialized = true
+  return {
+    protocolVersion = version,
+    capabilities = { tools = { listChanged = false }, logging = {} },
+    serverInfo = {
+      name = "moonbox", title = "moonbox", version = mb.version,
+      description = "Code-execution MCP server: Lua 5.4 in a hardened sandbox",
+    },
+    instructions = INSTRUCTIONS,
+  }
+end
+
+function methods.ping()
+  return {}
+end
+
+methods["logging/setLevel"] = function(params)
+  local level = params.level
+  if type(level) ~= "string" or LEVELS[level] == nil then
+    error(rpc_error(INVALID_PARAMS,
+      "logging/setLevel: level must be one of debug, info, notice, warning, error, critical, alert, emergency",
+      { level = level == nil and null or level }))
+  end
+  state.log_level = level
+  return {}
+end
+
+methods["tools/list"] = function(params)
+  local page = mb.config.tools_page_size
+  local offset = 0
+  if params.cursor ~= nil then
+    local n = type(params.cursor) == "string" and params.cursor:match("^mbc1%.(%d+)$")
+    offset = n and tonumber(n)
+    if not offset or offset >= #tools.list then
+      error(rpc_error(INVALID_PARAMS, "tools/list: invalid cursor", { cursor = params.cursor }))
+    end
+  end
+  local out = {}
+  for i = offset + 1, math.min(offset + page, #tools.list) do
+    out[#out + 1] = tools.list[i].definition
+  end
+  local result = { tools = mb.array(out) }
+  if offset + page < #tools.list then
+    result.nextCursor = "mbc1." .. tostring(offset + page)
+  end
+  return result
+end
+
+methods["tools/call"] = function(params, request)
+  local name = params.name
+  if type(name) ~= "string" then
+    error(rpc_error(INVALID_PARAMS, "tools/call: params.name must be a string"))
+  end
+  local tool = tools.by_name[name]
+  if not tool then
+    local names = {}
+    for _, t in ipairs(tools.list) do names[#names + 1] = t.definition.name end
+    error(rpc_error(INVALID_PARAMS, "Unknown tool: " .. name, { available = mb.array(names) }))
+  end
+  local args = params.arguments
+  if args == nil or args == null then
+    args = {}
+  elseif not is_object(args) then
+    error(rpc_error(INVALID_PARAMS, "tools/call: params.arguments must be an object"))
+  end
+  return tool.handler(args, request)
+end
+
+---------------------------------------------------------------------------------------------
+-- notifications from the client
+
+local notifications = {}
+
+notifications["notifications/initialized"] = function() state.initialized = true end
+
+notifications["notifications/cancelled"] = function(params)
+  local rid = params.requestId
+  if rid == nil or (type(rid) ~= "string" and math.type(rid) ~= "integer") then return end
+  local entry = state.inflight[id_key(rid)]
+  if not entry or entry.method == "initialize" then return end
+  entry.cancelled = true
+  if entry.job then mb.cancel(entry.job) end
+end
+
+---------------------------------------------------------------------------------------------
+-- the request context handed to tool handlers
+
+local request_mt = {}
+request_mt.__index = request_mt
+
+-- Starts an execution and waits for it; returns the result table, or nil when cancelled.
+function request_mt:execute(spec)
+  if self.entry.cancelled then return nil end
+  local job, err = mb.submit(spec)
+  if not job then return nil, err end
+  self.entry.job = job
+  state.by_job[job] = self.entry
+  local res = mb.wait(job)
+  state.by_job[job] = nil
+  self.entry.job = nil
+  if self.entry.cancelled then return nil end
+  return res
+end
+
+function request_mt:log(level, data, logger)
+  if LEVELS[level] and LEVELS[level] >= LEVELS[state.log_level] then
+    notify("notifications/message", { level = level, logger = logger, data = data })
+  end
+end
+
+function request_mt:progress(progress, total, message)
+  local token = self.entry.progress_token
+  if token == nil then return end
+  notify("notifications/progress",
+    { progressToken = token, progress = progress, total = total, message = message })
+end
+
+function on_notify(job, kind, payload)
+  local entry = state.by_job[job]
+  if not entry or entry.cancelled then return end
+  local p = mb.json_decode(payload)
+  if not p then return end
+  if kind == "progress" then
+    entry.request:progress(p.progress, p.total, p.message)
+  elseif kind == "log" then
+    entry.request:log(p.level, p.data, "execute_code")
+  end
+end
+
+---------------------------------------------------------------------------------------------
+-- dispatch
+
+local function valid_id(id)
+  return type(id) == "string" or math.type(id) == "integer"
+end
+
+local function dispatch(msg)
+  if type(msg) ~= "table" then
+    return send_error(nil, INVALID_REQUEST, "Invalid Request: a message must be a JSON object")
+  end
+  if getmetatable(msg) == "json.array" then
+    return send_error(nil, INVALID_REQUEST, "Invalid Request: JSON-RPC batches are not supported")
+  end
+  local id, method = msg.id, msg.method
+  local has_id = id ~= nil
+  if has_id and not valid_id(id) then
+    return send_error(nil, INVALID_REQUEST, "Invalid Request: id must be a string or an integer")
+  end
+  if msg.jsonrpc ~= "2.0" then
+    return send_error(has_id and id or nil, INVALID_REQUEST, 'Invalid Request: jsonrpc must be "2.0"')
+  end
+  if method == nil then
+    if msg.result ~= nil or msg.error ~= nil then return end -- a response to us: we send no requests
+    return send_error(has_id and id or nil, INVALID_REQUEST, "Invalid Request: method is missing")
+  end
+  if type(method) ~= "string" then
+    return send_error(has_id and id or nil, INVALID_REQUEST, "Invalid Request: method must be a string")
+  end
+  local params = msg.params
+  if params == nil or params == null then
+    params = {}
+  elseif not is_object(params) then
+    if not has_id then return end
+    return send_error(id, INVALID_PARAMS, "Invalid params: params must be an object")
+  end
+
+  if not has_id then
+    local h = notifications[method]
+    if h then
+      local ok, err = pcall(h, params)
+      if not ok then mb.log("error", "notification " .. method .. ": " .. tostring(err)) end
+    end
+    return
+  end
+
+  local handler = methods[method]
+  if not handler then
+    return send_error(id, METHOD_NOT_FOUND, "Method not found: " .. method)
+  end
+  local key = id_key(id)
+  if state.inflight[key] then
+    return send_error(id, INVALID_REQUEST, "Invalid Request: id " .. tostring(id) .. " is already in use")
+  end
+  local meta = params._meta
+  local entry = { method = method, cancelled = false,
+                  progress_token = is_object(meta) and valid_id(meta.progressToken) and meta.progressToken or nil }
+  local request = setmetatable({ id = id, entry = entry }, request_mt)
+  entry.request = request
+  state.inflight[key] = entry
+  local ok, result = pcall(handler, params, request)
+  state.inflight[key] = nil
+  if entry.cancelled then return end -- the client asked us not to answer
+  if ok then
+    if result == nil then result = {} end
+    return send_result(id, result)
+  end
+  if getmetatable(result) == rpc_error_mt then
+    return send_error(id, result.code, result.message, result.data)
+  end
+  mb.log("error", "internal error in " .. method .. ": " .. tostring(result))
+  return send_error(id, INTERNAL_ERROR, "Internal error: " .. tostring(result))
+end
+
+function handle_line(line)
+  local msg, err = mb.json_decode(line)
+  if msg == nil then
+    return send_error(nil, PARSE_ERROR, "Parse error: " .. tostring(err))
+  end
+  return dispatch(msg)
+end
+
+function handle_oversize(bytes)
+  send_error(nil, INVALID_REQUEST, string.format(
+    "Invalid Request: message of %d bytes exceeds max_message_bytes=%d and was discarded",
+    bytes, mb.config.max_message_bytes))
+end

@@ -1,0 +1,244 @@
+-- mcp/tools.lua - the tool registry: each tool is a definition (name, schemas, annotations) and a
+-- handler(args, request). Handlers validate their arguments and report problems as tool errors
+-- (isError), so the model can correct itself; only protocol faults are JSON-RPC errors.
+-- execute_code turns its arguments into a plain-data request for the sandbox engine (src/), waits
+-- for the result and shapes it as structuredContent plus the same JSON as a text block.
+
+local mb = mb
+local null = mb.null
+local cfg = mb.config
+
+local M = { list = {}, by_name = {} }
+
+local function register(definition, handler)
+  local t = { definition = definition, handler = handler }
+  M.list[#M.list + 1] = t
+  M.by_name[definition.name] = t
+end
+
+-- A tool-level error result: isError with a text block, and structuredContent when given.
+local function tool_error(message, structured)
+  return {
+    content = { { type = "text", text = message } },
+    structuredContent = structured,
+    isError = true,
+  }
+end
+
+local function structured_result(sc, is_error)
+  return {
+    content = { { type = "text", text = mb.json_encode(sc) } },
+    structuredContent = sc,
+    isError = is_error or false,
+  }
+end
+
+local function is_object(v)
+  return type(v) == "table" and getmetatable(v) ~= "json.array"
+end
+
+-- Reads an optional integer argument within [1, max]; returns value or nil, message.
+local function int_arg(args, name, default, max, unit)
+  local v = args[name]
+  if v == nil or v == null then return default end
+  if type(v) ~= "number" or v ~= v or v ~= math.floor(v) then
+    return nil, string.format("invalid arguments: %s must be an integer%s", name, unit or "")
+  end
+  v = math.tointeger(v)
+  if not v or v < 1 then
+    return nil, string.format("invalid arguments: %s must be at least 1", name)
+  end
+  if v > max then
+    return nil, string.format("invalid arguments: %s=%d exceeds the configured maximum %s=%d",
+      name, v, "max_" .. name, max)
+  end
+  return v
+end
+
+---------------------------------------------------------------------------------------------
+-- execute_code
+
+local ERROR_TYPES = mb.array({ "syntax", "runtime", "timeout", "memory", "instructions",
+                               "cancelled", "result", "busy" })
+
+local EXECUTE_ARGS = { code = true, context_vars = true, timeout_ms = true, memory_mb = true,
+                       instruction_limit = true }
+
+local stats = { executions = 0, succeeded = 0, failed = 0, by_error_type = {},
+                total_ms = 0, max_ms = 0, recent = {}, recent_pos = 0 }
+M.stats = stats
+
+local function record(res)
+  stats.executions = stats.executions + 1
+  if res.success then
+    stats.succeeded = stats.succeeded + 1
+  else
+    stats.failed = stats.failed + 1
+    local t = res.error_type or "runtime"
+    stats.by_error_type[t] = (stats.by_error_type[t] or 0) + 1
+  end
+  local ms = res.execution_time_ms or 0
+  stats.total_ms = stats.total_ms + ms
+  if ms > stats.max_ms then stats.max_ms = ms end
+  stats.recent_pos = stats.recent_pos % 1000 + 1
+  stats.recent[stats.recent_pos] = ms
+end
+
+register({
+  name = "execute_code",
+  title = "Execute Lua code",
+  description = "Run Lua 5.4 code in a fresh sandbox and get back only what it returns. "
+    .. "The chunk's return value (or the global `result`) is the result; print() output is "
+    .. "captured. Available: string, table, math, utf8, coroutine, os.time/clock/date, json, re "
+    .. "(PCRE2), mcp.log/mcp.progress, and data helpers (filter_by_field, summarize_list, "
+    .. "aggregate_stats, format_output, group_by, sort_by, pluck, count_by, unique, take). "
+    .. string.format("Limits per call: timeout_ms (default %d, max %d), memory_mb (default %d, max %d), "
+      .. "instruction_limit (default %d, max %d).",
+      cfg.default_timeout_ms, cfg.max_timeout_ms, cfg.default_memory_mb, cfg.max_memory_mb,
+      cfg.default_instruction_limit, cfg.max_instruction_limit),
+  inputSchema = {
+    type = "object",
+    properties = {
+      code = { type = "string", description = "Lua 5.4 source code" },
+      context_vars = { type = "object", description = "Values that become global variables" },
+      timeout_ms = { type = "integer", minimum = 1, maximum = cfg.max_timeout_ms,
+                     description = "Wall-clock limit in milliseconds" },
+      memory_mb = { type = "integer", minimum = 1, maximum = cfg.max_memory_mb,
+                    description = "Memory limit in MiB" },
+      instruction_limit = { type = "integer", minimum = 1, maximum = cfg.max_instruction_limit,
+                            description = "Lua VM instruction budget" },
+    },
+    required = mb.array({ "code" }),
+    additionalProperties = false,
+  },
+  outputSchema = {
+    type = "object",
+    properties = {
+      success = { type = "boolean" },
+      result = { description = "The returned value (any JSON value; null when nothing was returned)" },
+      output = { type = "string", description = "Captured print() output" },
+      error = { type = "string" },
+      error_type = { type = "string", enum = ERROR_TYPES },
+      traceback = { type = "string" },
+      execution_time_ms = { type = "number" },
+      instructions = { type = "integer" },
+      memory_peak_bytes = { type = "integer" },
+    },
+    required = mb.array({ "success", "result", "output", "execution_time_ms", "instructions",
+                          "memory_peak_bytes" }),
+  },
+  annotations = { title = "Execute Lua code", readOnlyHint = false, destructiveHint = false,
+                  idempotentHint = false, openWorldHint = false },
+}, function(args, request)
+  for k in pairs(args) do
+    if not EXECUTE_ARGS[k] then
+      return tool_error(string.format("invalid arguments: unknown argument %q (expected code, "
+        .. "context_vars, timeout_ms, memory_mb, instruction_limit)", tostring(k)))
+    end
+  end
+  local code = args.code
+  if type(code) ~= "string" then
+    return tool_error(code == nil and "invalid arguments: code is required (a string of Lua source)"
+      or "invalid arguments: code must be a string, got " .. (code == null and "null" or type(code)))
+  end
+  local context = args.context_vars
+  local context_json
+  if context ~= nil and context ~= null then
+    if not is_object(context) then
+      return tool_error("invalid arguments: context_vars must be an object")
+    end
+    context_json = mb.json_encode(context)
+  end
+  local timeout_ms, e1 = int_arg(args, "timeout_ms", cfg.default_timeout_ms, cfg.max_timeout_ms)
+  if not timeout_ms then return tool_error(e1) end
+  local memory_mb, e2 = int_arg(args, "memory_mb", cfg.default_memory_mb, cfg.max_memory_mb)
+  if not memory_mb then return tool_error(e2) end
+  local instruction_limit, e3 = int_arg(args, "instruction_limit", cfg.default_instruction_limit,
+    cfg.max_instruction_limit)
+  if not instruction_limit then return tool_error(e3) end
+
+  local res, err = request:execute({
+    code = code, context_json = context_json, timeout_ms = timeout_ms,
+    memory_bytes = memory_mb * 1048576, instruction_limit = instruction_limit,
+  })
+  if not res then
+    if err then
+      record({ success = false, error_type = "busy" })
+      return tool_error(err, { success = false, result = null, output = "", error = err,
+        error_type = "busy", execution_time_ms = 0, instructions = 0, memory_peak_bytes = 0 })
+    end
+    return nil -- cancelled: no response
+  end
+  record(res)
+  local sc = {
+    success = res.success,
+    result = null,
+    output = res.output or "",
+    execution_time_ms = res.execution_time_ms,
+    instructions = res.instructions,
+    memory_peak_bytes = res.memory_peak_bytes,
+  }
+  if res.success then
+    local value, derr = mb.json_decode(res.result_json or "null")
+    if derr then
+      sc.success = false
+      sc.error, sc.error_type = "result could not be decoded: " .. derr, "result"
+    else
+      sc.result = value
+    end
+  else
+    sc.error = res.error or "error"
+    sc.error_type = res.error_type or "runtime"
+    sc.traceback = res.traceback
+  end
+  return structured_result(sc, not sc.success)
+end)
+
+---------------------------------------------------------------------------------------------
+-- get_execution_stats
+
+local function percentile(sorted, p)
+  if #sorted == 0 then return 0 end
+  local i = math.max(1, math.ceil(p * #sorted))
+  return sorted[i]
+end
+
+register({
+  name = "get_execution_stats",
+  title = "Execution statistics",
+  description = "Counters of this moonbox server: executions by outcome, timing percentiles of the "
+    .. "last 1000 executions, the worker pool, and the configured limits.",
+  inputSchema = { type = "object", additionalProperties = false },
+  annotations = { title = "Execution statistics", readOnlyHint = true, openWorldHint = false },
+}, function(args)
+  if next(args) ~= nil then
+    return tool_error("invalid arguments: get_execution_stats takes no arguments")
+  end
+  local sorted = {}
+  for i = 1, #stats.recent do sorted[i] = stats.recent[i] end
+  table.sort(sorted)
+  local by_type = {}
+  for k, v in pairs(stats.by_error_type) do by_type[k] = v end
+  local sc = {
+    executions = stats.executions,
+    succeeded = stats.succeeded,
+    failed = stats.failed,
+    failed_by_type = by_type,
+    execution_ms = {
+      mean = stats.executions > 0 and stats.total_ms / stats.executions or 0,
+      p50 = percentile(sorted, 0.5), p95 = percentile(sorted, 0.95), max = stats.max_ms,
+    },
+    pool = mb.pool_stats(),
+    limits = {
+      default_timeout_ms = cfg.default_timeout_ms, max_timeout_ms = cfg.max_timeout_ms,
+      default_memory_mb = cfg.default_memory_mb, max_memory_mb = cfg.max_memory_mb,
+      default_instruction_limit = cfg.default_instruction_limit,
+      max_instruction_limit = cfg.max_instruction_limit, max_output_bytes = cfg.max_output_bytes,
+      max_result_bytes = cfg.max_result_bytes, max_code_bytes = cfg.max_code_bytes,
+    },
+    version = mb.version,
+  }
+  return structured_result(sc)
+end)
+
+return M

@@ -1,0 +1,339 @@
+/* config.c - options from defaults, the config file, the environment and the command line.
+ *
+ * One table (`options` below) lists every option with its type, default and allowed range; the
+ * four layers are applied in order (defaults, file, environment, flags), so a flag beats an
+ * environment variable, which beats the file. Everything invalid is refused at start with a
+ * message naming the option and the value: unknown flags, unknown file keys, non-numbers,
+ * out-of-range values. docs/configuration.md mirrors this table.
+ */
+#include "config.h"
+
+#include <ctype.h>
+#include <errno.h>
+#include <jansson.h>
+#include <lua.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#ifndef MB_VERSION
+#define MB_VERSION "0.1.0"
+#endif
+
+typedef enum { OPT_INT, OPT_STR } opt_type;
+
+typedef struct {
+	const char *name;   /* snake_case; flag is --name-with-dashes, env MOONBOX_NAME */
+	opt_type type;
+	size_t offset;
+	int64_t def, min, max;
+	const char *sdef;
+	size_t cap;         /* for strings */
+	const char *help;
+} option;
+
+#define I(n, d, lo, hi, h) { #n, OPT_INT, offsetof(mb_config, n), d, lo, hi, NULL, 0, h }
+#define S(n, d, h) { #n, OPT_STR, offsetof(mb_config, n), 0, 0, 0, d, sizeof(((mb_config *)0)->n), h }
+
+static const option options[] = {
+	S(data_dir, "", "data directory (default $XDG_DATA_HOME/moonbox or ~/.local/share/moonbox)"),
+	S(config_file, "", "JSON config file (default DATA_DIR/config.json when present); flag --config"),
+	S(log_level, "info", "stderr log level: debug info notice warning error critical alert emergency"),
+	I(default_timeout_ms, 5000, 1, 3600000, "execute_code wall-clock limit when the call gives none"),
+	I(max_timeout_ms, 60000, 1, 3600000, "largest timeout_ms a call may ask for"),
+	I(default_memory_mb, 64, 1, 65536, "execute_code memory cap when the call gives none"),
+	I(max_memory_mb, 512, 1, 65536, "largest memory_mb a call may ask for"),
+	I(default_instruction_limit, 100000000, 1000, INT64_MAX / 2, "VM instruction budget when the call gives none"),
+	I(max_instruction_limit, 10000000000, 1000, INT64_MAX / 2, "largest instruction_limit a call may ask for"),
+	I(max_output_bytes, 65536, 256, 1 << 30, "captured print output per execution (head and tail kept)"),
+	I(max_code_bytes, 1048576, 64, 1 << 30, "size of code and of each load() chunk"),
+	I(max_result_bytes, 16777216, 1024, 1 << 30, "JSON size of an execution's result"),
+	I(max_notifications, 1000, 0, 1000000, "mcp.log / mcp.progress calls per execution"),
+	I(workers, 0, 0, 256, "concurrent executions, each on its own thread (0 = number of CPUs)"),
+	I(max_queue, 1024, 0, 1000000, "executions waiting for a worker; more are refused"),
+	I(timeout_grace_ms, 50, 1, 100, "answer a stuck execution this long after its deadline"),
+	I(max_abandoned, 4, 0, 64, "stuck worker threads tolerated before new executions are refused"),
+	I(max_message_bytes, 16777216, 1024, 1 << 30, "largest JSON-RPC message (one stdio line)"),
+	I(json_max_depth, 128, 8, 10000, "nesting depth of JSON in messages and in the sandbox"),
+	I(tools_page_size, 50, 1, 10000, "tools per tools/list page"),
+	I(regex_match_limit, 100000, 100, 100000000, "PCRE2 match limit per re.* call"),
+	I(regex_heap_limit_kb, 8192, 64, 4194304, "PCRE2 backtracking heap per match, KiB"),
+	I(regex_max_pattern_bytes, 4096, 16, 1048576, "longest re.* pattern"),
+	I(regex_max_subject_bytes, 16777216, 1024, 1 << 30, "longest re.* subject"),
+};
+#define NOPTS (sizeof options / sizeof options[0])
+
+static const char *levels[] = { "debug", "info", "notice", "warning", "error", "critical",
+				"alert", "emergency", NULL };
+
+static void usage(FILE *f)
+{
+	fprintf(f,
+		"moonbox %s - a code-execution MCP server: runs Lua 5.4 in a restricted sandbox.\n\n"
+		"usage: moonbox [--data-dir DIR] [--config FILE] [--log-level L] [--OPTION VALUE]...\n"
+		"       moonbox --help | --version\n\n"
+		"Serves MCP (2025-11-25) on stdin/stdout. Options (flag, MOONBOX_* variable, or key in\n"
+		"the JSON config file; flags win over the environment, which wins over the file):\n\n",
+		MB_VERSION);
+	for (size_t i = 0; i < NOPTS; i++) {
+		const option *o = &options[i];
+		char flag[64];
+		snprintf(flag, sizeof flag, "--%s", strcmp(o->name, "config_file") == 0 ? "config" : o->name);
+		for (char *p = flag + 2; *p; p++)
+			if (*p == '_')
+				*p = '-';
+		if (o->type == OPT_INT)
+			fprintf(f, "  %-28s %s (default %lld)\n", flag, o->help, (long long)o->def);
+		else
+			fprintf(f, "  %-28s %s\n", flag, o->help);
+	}
+}
+
+static const option *find_option(const char *name)
+{
+	for (size_t i = 0; i < NOPTS; i++)
+		if (strcmp(options[i].name, name) == 0)
+			return &options[i];
+	return NULL;
+}
+
+static int set_value(mb_config *cfg, const option *o, const char *value, const char *source)
+{
+	if (o->type == OPT_STR) {
+		size_t n = strlen(value);
+		if (n >= o->cap) {
+			fprintf(stderr, "moonbox: %s: value for %s is too long (%zu bytes, at most %zu)\n",
+				source, o->name, n, o->cap - 1);
+			return -1;
+		}
+		if (strcmp(o->name, "log_level") == 0) {
+			int ok = 0;
+			for (int i = 0; levels[i]; i++)
+				ok |= strcmp(levels[i], value) == 0;
+			if (!ok) {
+				fprintf(stderr, "moonbox: %s: log_level \"%s\" is not one of debug, info, notice, "
+					"warning, error, critical, alert, emergency\n", source, value);
+				return -1;
+			}
+		}
+		memcpy((char *)cfg + o->offset, value, n + 1);
+		return 0;
+	}
+	char *end;
+	errno = 0;
+	long long v = strtoll(value, &end, 10);
+	if (errno || end == value || *end) {
+		fprintf(stderr, "moonbox: %s: %s must be an integer, got \"%s\"\n", source, o->name, value);
+		return -1;
+	}
+	if (v < o->min || v > o->max) {
+		fprintf(stderr, "moonbox: %s: %s=%lld is out of range [%lld, %lld]\n", source, o->name, v,
+			(long long)o->min, (long long)o->max);
+		return -1;
+	}
+	*(int64_t *)((char *)cfg + o->offset) = v;
+	return 0;
+}
+
+static int load_file(mb_config *cfg, const char *path, int required)
+{
+	json_error_t jerr;
+	if (access(path, F_OK) != 0) {
+		if (!required)
+			return 0;
+		fprintf(stderr, "moonbox: config file %s: %s\n", path, strerror(errno));
+		return -1;
+	}
+	json_t *root = json_load_file(path, JSON_REJECT_DUPLICATES, &jerr);
+	if (!root) {
+		fprintf(stderr, "moonbox: config file %s:%d:%d: %s\n", path, jerr.line, jerr.column, jerr.text);
+		return -1;
+	}
+	int rc = 0;
+	if (!json_is_object(root)) {
+		fprintf(stderr, "moonbox: config file %s: the top level must be a JSON object\n", path);
+		rc = -1;
+		goto done;
+	}
+	const char *key;
+	json_t *val;
+	json_object_foreach(root, key, val) {
+		const option *o = find_option(key);
+		char source[4200];
+		snprintf(source, sizeof source, "config file %s", path);
+		if (!o || strcmp(key, "config_file") == 0) {
+			fprintf(stderr, "moonbox: %s: unknown option \"%s\" (see moonbox --help)\n", source, key);
+			rc = -1;
+			continue;
+		}
+		char buf[64];
+		if (json_is_integer(val)) {
+			snprintf(buf, sizeof buf, "%lld", (long long)json_integer_value(val));
+			rc |= set_value(cfg, o, buf, source);
+		} else if (json_is_string(val)) {
+			rc |= set_value(cfg, o, json_string_value(val), source);
+		} else {
+			fprintf(stderr, "moonbox: %s: %s must be %s\n", source, key,
+				o->type == OPT_INT ? "an integer" : "a string");
+			rc = -1;
+		}
+	}
+done:
+	json_decref(root);
+	return rc ? -1 : 0;
+}
+
+/* Maps a flag like "--max-timeout-ms" to its option; "--config" is config_file. */
+static const option *flag_option(const char *flag)
+{
+	char name[64];
+	if (strncmp(flag, "--", 2) != 0 || strlen(flag) >= sizeof name + 2)
+		return NULL;
+	snprintf(name, sizeof name, "%s", flag + 2);
+	char *eq = strchr(name, '=');
+	if (eq)
+		*eq = 0;
+	for (char *p = name; *p; p++)
+		if (*p == '-')
+			*p = '_';
+	if (strcmp(name, "config") == 0)
+		return find_option("config_file");
+	if (strcmp(name, "config_file") == 0)
+		return NULL;
+	return find_option(name);
+}
+
+int mb_config_load(mb_config *cfg, int argc, char **argv)
+{
+	memset(cfg, 0, sizeof *cfg);
+	for (size_t i = 0; i < NOPTS; i++) {
+		const option *o = &options[i];
+		if (o->type == OPT_INT)
+			*(int64_t *)((char *)cfg + o->offset) = o->def;
+		else
+			snprintf((char *)cfg + o->offset, o->cap, "%s", o->sdef);
+	}
+
+	/* First pass over argv: --help, --version, and validate every flag. */
+	for (int i = 1; i < argc; i++) {
+		const char *a = argv[i];
+		if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
+			usage(stdout);
+			return 1;
+		}
+		if (strcmp(a, "--version") == 0) {
+			printf("moonbox %s (%s)\n", MB_VERSION, LUA_RELEASE);
+			return 1;
+		}
+		const option *o = flag_option(a);
+		if (!o) {
+			fprintf(stderr, "moonbox: unknown option \"%s\" (see moonbox --help)\n", a);
+			return -1;
+		}
+		if (!strchr(a, '=')) {
+			if (i + 1 >= argc) {
+				fprintf(stderr, "moonbox: option %s needs a value\n", a);
+				return -1;
+			}
+			i++;
+		}
+	}
+
+	/* Environment and flags can name the data dir and config file, so resolve those first. */
+	char envname[96];
+	const char *v;
+	for (int pass = 0; pass < 2; pass++) {
+		const char *name = pass == 0 ? "data_dir" : "config_file";
+		snprintf(envname, sizeof envname, "MOONBOX_%s", pass == 0 ? "DATA_DIR" : "CONFIG");
+		if ((v = getenv(envname)) && *v && set_value(cfg, find_option(name), v, envname))
+			return -1;
+	}
+	for (int i = 1; i < argc; i++) {
+		const option *o = flag_option(argv[i]);
+		const char *eq = strchr(argv[i], '=');
+		const char *val = eq ? eq + 1 : argv[++i];
+		if ((strcmp(o->name, "data_dir") == 0 || strcmp(o->name, "config_file") == 0) &&
+		    set_value(cfg, o, val, argv[eq ? i : i - 1]))
+			return -1;
+	}
+	if (!cfg->data_dir[0]) {
+		const char *xdg = getenv("XDG_DATA_HOME"), *home = getenv("HOME");
+		int n;
+		if (xdg && *xdg)
+			n = snprintf(cfg->data_dir, sizeof cfg->data_dir, "%s/moonbox", xdg);
+		else
+			n = snprintf(cfg->data_dir, sizeof cfg->data_dir, "%s/.local/share/moonbox",
+				     home && *home ? home : ".");
+		if (n >= (int)sizeof cfg->data_dir) {
+			fprintf(stderr, "moonbox: data directory path is too long\n");
+			return -1;
+		}
+	}
+	if (cfg->config_file[0]) {
+		if (load_file(cfg, cfg->config_file, 1))
+			return -1;
+	} else {
+		char path[4200];
+		snprintf(path, sizeof path, "%s/config.json", cfg->data_dir);
+		if (load_file(cfg, path, 0))
+			return -1;
+	}
+
+	/* Environment: MOONBOX_<NAME> for every option. */
+	for (size_t i = 0; i < NOPTS; i++) {
+		const option *o = &options[i];
+		if (strcmp(o->name, "data_dir") == 0 || strcmp(o->name, "config_file") == 0)
+			continue;
+		int n = snprintf(envname, sizeof envname, "MOONBOX_");
+		for (const char *p = o->name; *p && n < (int)sizeof envname - 1; p++)
+			envname[n++] = (char)toupper((unsigned char)*p);
+		envname[n] = 0;
+		if ((v = getenv(envname)) && set_value(cfg, o, v, envname))
+			return -1;
+	}
+	/* Flags win. */
+	for (int i = 1; i < argc; i++) {
+		const option *o = flag_option(argv[i]);
+		const char *flag = argv[i];
+		const char *eq = strchr(argv[i], '=');
+		const char *val = eq ? eq + 1 : argv[++i];
+		if (set_value(cfg, o, val, flag))
+			return -1;
+	}
+
+	/* Cross-checks. */
+	if (cfg->default_timeout_ms > cfg->max_timeout_ms) {
+		fprintf(stderr, "moonbox: default_timeout_ms=%lld is above max_timeout_ms=%lld\n",
+			(long long)cfg->default_timeout_ms, (long long)cfg->max_timeout_ms);
+		return -1;
+	}
+	if (cfg->default_memory_mb > cfg->max_memory_mb) {
+		fprintf(stderr, "moonbox: default_memory_mb=%lld is above max_memory_mb=%lld\n",
+			(long long)cfg->default_memory_mb, (long long)cfg->max_memory_mb);
+		return -1;
+	}
+	if (cfg->default_instruction_limit > cfg->max_instruction_limit) {
+		fprintf(stderr, "moonbox: default_instruction_limit=%lld is above max_instruction_limit=%lld\n",
+			(long long)cfg->default_instruction_limit, (long long)cfg->max_instruction_limit);
+		return -1;
+	}
+	if (cfg->workers == 0) {
+		long n = sysconf(_SC_NPROCESSORS_ONLN);
+		cfg->workers = n > 0 ? n : 2;
+	}
+	return 0;
+}
+
+void mb_config_dump(const mb_config *cfg, void *file)
+{
+	FILE *f = file;
+	for (size_t i = 0; i < NOPTS; i++) {
+		const option *o = &options[i];
+		if (o->type == OPT_INT)
+			fprintf(f, "moonbox: config %s = %lld\n", o->name,
+				(long long)*(const int64_t *)((const char *)cfg + o->offset));
+		else
+			fprintf(f, "moonbox: config %s = %s\n", o->name, (const char *)cfg + o->offset);
+	}
+}

@@ -1,0 +1,60 @@
+/* config.h - every option and limit of moonbox, with its default.
+ *
+ * Options come from four layers, later ones winning: built-in defaults, the config file (JSON,
+ * `--config FILE`, default DATA_DIR/config.json when it exists), the environment (`MOONBOX_<NAME>`
+ * with the option name upper-cased), and command-line flags (`--<name-with-dashes> VALUE`).
+ * The table in config.c is the single list of options; docs/configuration.md mirrors it.
+ *
+ * Ownership: an mb_config is filled once at start and then read-only; threads may read it freely.
+ */
+#ifndef MB_CONFIG_H
+#define MB_CONFIG_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+typedef struct mb_config {
+	/* paths */
+	char data_dir[4096];
+	char config_file[4096];
+	/* logging: debug, info, notice, warning, error, critical, alert, emergency */
+	char log_level[16];
+
+	/* execute_code limits: the default used when the call does not say, and the maximum a
+	 * call may ask for */
+	int64_t default_timeout_ms, max_timeout_ms;
+	int64_t default_memory_mb, max_memory_mb;
+	int64_t default_instruction_limit, max_instruction_limit;
+	int64_t max_output_bytes;   /* captured print output; head and tail kept */
+	int64_t max_code_bytes;     /* source size of code and of each load() */
+	int64_t max_result_bytes;   /* JSON size of the returned result */
+	int64_t max_notifications;  /* mcp.log / mcp.progress per execution */
+
+	/* execution pool */
+	int64_t workers;            /* concurrent executions (0 = number of CPUs) */
+	int64_t max_queue;          /* queued executions beyond that; more are refused */
+	int64_t timeout_grace_ms;   /* answer a stuck execution this long after its deadline */
+	int64_t max_abandoned;      /* stuck worker threads tolerated before refusing work */
+
+	/* protocol */
+	int64_t max_message_bytes;  /* one JSON-RPC line on stdio */
+	int64_t json_max_depth;     /* nesting of JSON in and out, protocol and sandbox */
+	int64_t tools_page_size;    /* tools/list page size */
+
+	/* re.* (PCRE2) */
+	int64_t regex_match_limit;
+	int64_t regex_heap_limit_kb;
+	int64_t regex_max_pattern_bytes;
+	int64_t regex_max_subject_bytes;
+} mb_config;
+
+/* Fills cfg from defaults, config file, environment and argv. Returns 0, 1 when the program
+ * should exit successfully (--help, --version, text already printed), or -1 after printing an
+ * error that names the bad option or value to stderr. */
+int mb_config_load(mb_config *cfg, int argc, char **argv);
+
+/* Writes the effective configuration as JSON-ish "name = value" lines to a FILE* (for --log-level
+ * debug start-up logs). */
+void mb_config_dump(const mb_config *cfg, void *file);
+
+#endif

@@ -1,0 +1,19 @@
+/* embedded.h - the trusted Lua modules compiled into the binary (generated from lua/ by
+ * tools/embed.c). Module names use dots: lua/mcp/server.lua is "mcp.server". */
+#ifndef MB_EMBEDDED_H
+#define MB_EMBEDDED_H
+#include <stddef.h>
+
+typedef struct {
+	const char *name;
+	const char *data;
+	size_t len;
+} mb_embedded_file;
+
+/* Terminated by an entry whose name is NULL. */
+extern const mb_embedded_file mb_embedded_lua[];
+
+/* Finds a module by name; returns NULL when absent. */
+const mb_embedded_file *mb_embedded_find(const char *name);
+
+#endif

@@ -1,0 +1,425 @@
+/* host.c - the trusted host Lua state: one coroutine per request, and the C<->Lua bridge.
+ *
+ * The host state runs the embedded lua/mcp modules with the full standard library (this
+ * code is ours, not the agent's). Each incoming line starts a coroutine running the Lua function
+ * `handle_line`; when a handler calls mb.wait(job) the coroutine yields and is parked in the
+ * registry table `waiting[job]` until the pool reports the job done, then resumed with the result.
+ * Notifications from a running job go to the Lua function `on_notify`. Messages leave through
+ * mb.send, which encodes with the shared JSON codec and hands the line to the transport.
+ */
+#include "host.h"
+
+#include <lauxlib.h>
+#include <lualib.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "embedded.h"
+#include "json.h"
+#include "log.h"
+
+#ifndef MB_VERSION
+#define MB_VERSION "0.1.0"
+#endif
+
+struct mb_host {
+	lua_State *L;
+	const mb_config *cfg;
+	mb_host_io io;
+	mb_pool *pool;
+	mb_json_limits jl;
+	int ref_handle_line, ref_handle_oversize, ref_on_notify, ref_waiting;
+	size_t inflight;
+	uint64_t start_ns;
+};
+
+static mb_host *host_of(lua_State *L)
+{
+	return lua_touserdata(L, lua_upvalueindex(1));
+}
+
+const mb_embedded_file *mb_embedded_find(const char *name)
+{
+	for (const mb_embedded_file *f = mb_embedded_lua; f->name; f++)
+		if (strcmp(f->name, name) == 0)
+			return f;
+	return NULL;
+}
+
+/* package.searchers entry for the embedded modules. */
+static int embedded_searcher(lua_State *L)
+{
+	const char *name = luaL_checkstring(L, 1);
+	const mb_embedded_file *f = mb_embedded_find(name);
+	if (!f) {
+		lua_pushfstring(L, "no embedded module '%s'", name);
+		return 1;
+	}
+	char chunk[256];
+	snprintf(chunk, sizeof chunk, "@lua/%s.lua", name);
+	for (char *p = chunk + 5; *p; p++)
+		if (*p == '.' && strcmp(p, ".lua") != 0)
+			*p = '/';
+	if (luaL_loadbufferx(L, f->data, f->len, chunk, "t") != LUA_OK)
+		return lua_error(L);
+	lua_pushstring(L, name);
+	return 2;
+}
+
+static void send_value(mb_host *h, lua_State *L, int idx)
+{
+	char err[200];
+	size_t len;
+	char *j = mb_json_encode(L, idx, &h->jl, MB_JSON_LENIENT, &len, err, sizeof err);
+	if (!j) {
+		mb_log(MB_LOG_ERROR, "host: cannot encode a message: %s", err);
+		return;
+	}
+	char *line = realloc(j, len + 2);
+	if (!line) {
+		free(j);
+		return;
+	}
+	line[len] = '\n';
+	line[len + 1] = 0;
+	h->io.send(h->io.ud, line, len + 1);
+}
+
+static int l_send(lua_State *L)
+{
+	luaL_checkany(L, 1);
+	send_value(host_of(L), L, 1);
+	return 0;
+}
+
+static int l_json_encode(lua_State *L)
+{
+	mb_host *h = host_of(L);
+	char err[200];
+	size_t len;
+	char *j = mb_json_encode(L, 1, &h->jl, MB_JSON_LENIENT, &len, err, sizeof err);
+	if (!j)
+		return luaL_error(L, "json encode: %s", err);
+	lua_pushlstring(L, j, len);
+	free(j);
+	return 1;
+}
+
+static int l_json_decode(lua_State *L)
+{
+	mb_host *h = host_of(L);
+	size_t len;
+	const char *s = luaL_checklstring(L, 1, &len);
+	char err[300];
+	if (mb_json_decode(L, s, len, &h->jl, err, sizeof err) != 0) {
+		lua_pushnil(L);
+		lua_pushstring(L, err);
+		return 2;
+	}
+	return 1;
+}
+
+static uint64_t get_u64(lua_State *L, int t, const char *k, uint64_t def)
+{
+	lua_getfield(L, t, k);
+	uint64_t v = lua_isinteger(L, -1) ? (uint64_t)lua_tointeger(L, -1) : def;
+	lua_pop(L, 1);
+	return v;
+}
+
+/* mb.submit{code=, context_json=, timeout_ms=, memory_bytes=, instruction_limit=} -> id | nil, err */
+static int l_submit(lua_State *L)
+{
+	mb_host *h = host_of(L);
+	luaL_checktype(L, 1, LUA_TTABLE);
+	mb_exec_request req;
+	memset(&req, 0, sizeof req);
+	lua_getfield(L, 1, "code");
+	req.code = luaL_checklstring(L, -1, &req.code_len);
+	lua_getfield(L, 1, "context_json");
+	if (lua_isstring(L, -1))
+		req.context_json = lua_tolstring(L, -1, &req.context_len);
+	req.timeout_ms = get_u64(L, 1, "timeout_ms", (uint64_t)h->cfg->default_timeout_ms);
+	req.memory_bytes = get_u64(L, 1, "memory_bytes", (uint64_t)h->cfg->default_memory_mb << 20);
+	req.instruction_limit = get_u64(L, 1, "instruction_limit", (uint64_t)h->cfg->default_instruction_limit);
+	req.cfg = h->cfg;
+	uint64_t id;
+	char err[256];
+	if (mb_pool_submit(h->pool, &req, &id, err, sizeof err) != 0) {
+		lua_pushnil(L);
+		lua_pushstring(L, err);
+		return 2;
+	}
+	lua_pushinteger(L, (lua_Integer)id);
+	return 1;
+}
+
+static int l_wait(lua_State *L)
+{
+	mb_host *h = host_of(L);
+	lua_Integer id = luaL_checkinteger(L, 1);
+	if (!lua_isyieldable(L))
+		return luaL_error(L, "mb.wait must be called from a request coroutine");
+	lua_rawgeti(L, LUA_REGISTRYINDEX, h->ref_waiting);
+	lua_pushthread(L);
+	lua_rawseti(L, -2, id);
+	lua_pop(L, 1);
+	h->inflight++;
+	return lua_yield(L, 0);
+}
+
+static int l_cancel(lua_State *L)
+{
+	mb_host *h = host_of(L);
+	lua_pushboolean(L, mb_pool_cancel(h->pool, (uint64_t)luaL_checkinteger(L, 1)) == 0);
+	return 1;
+}
+
+static int l_log(lua_State *L)
+{
+	int level = mb_log_level_from_name(luaL_checkstring(L, 1));
+	mb_log(level < 0 ? MB_LOG_INFO : (mb_log_level)level, "%s", luaL_checkstring(L, 2));
+	return 0;
+}
+
+static int l_now_ms(lua_State *L)
+{
+	lua_pushnumber(L, (lua_Number)mb_now_ns() / 1e6);
+	return 1;
+}
+
+static int l_pool_stats(lua_State *L)
+{
+	mb_host *h = host_of(L);
+	mb_pool_stats s;
+	mb_pool_get_stats(h->pool, &s);
+	lua_createtable(L, 0, 7);
+	lua_pushinteger(L, (lua_Integer)s.workers);
+	lua_setfield(L, -2, "workers");
+	lua_pushinteger(L, (lua_Integer)s.busy);
+	lua_setfield(L, -2, "busy");
+	lua_pushinteger(L, (lua_Integer)s.queued);
+	lua_setfield(L, -2, "queued");
+	lua_pushinteger(L, (lua_Integer)s.abandoned);
+	lua_setfield(L, -2, "stuck_threads");
+	lua_pushinteger(L, (lua_Integer)s.submitted);
+	lua_setfield(L, -2, "submitted");
+	lua_pushinteger(L, (lua_Integer)s.completed);
+	lua_setfield(L, -2, "completed");
+	lua_pushinteger(L, (lua_Integer)s.refused);
+	lua_setfield(L, -2, "refused");
+	lua_pushnumber(L, (lua_Number)(mb_now_ns() - h->start_ns) / 1e9);
+	lua_setfield(L, -2, "uptime_s");
+	return 1;
+}
+
+static void push_config(lua_State *L, const mb_config *c)
+{
+	lua_createtable(L, 0, 24);
+#define CI(f) (lua_pushinteger(L, (lua_Integer)c->f), lua_setfield(L, -2, #f))
+	CI(default_timeout_ms); CI(max_timeout_ms); CI(default_memory_mb); CI(max_memory_mb);
+	CI(default_instruction_limit); CI(max_instruction_limit); CI(max_output_bytes);
+	CI(max_code_bytes); CI(max_result_bytes); CI(max_notifications); CI(workers);
+	CI(max_queue); CI(timeout_grace_ms); CI(max_message_bytes); CI(json_max_depth);
+	CI(tools_page_size); CI(regex_match_limit); CI(regex_heap_limit_kb);
+	CI(regex_max_pattern_bytes); CI(regex_max_subject_bytes);
+#undef CI
+	lua_pushstring(L, c->log_level);
+	lua_setfield(L, -2, "log_level");
+	lua_pushstring(L, c->data_dir);
+	lua_setfield(L, -2, "data_dir");
+}
+
+/* Starts or resumes a request coroutine and reports a crash of our own Lua as a log line. */
+static void run_coroutine(mb_host *h, lua_State *co, int nargs)
+{
+	int nres;
+	int status = lua_resume(co, h->L, nargs, &nres);
+	if (status == LUA_YIELD) {
+		lua_pop(co, nres);
+		return;
+	}
+	if (status != LUA_OK) {
+		const char *msg = lua_tostring(co, -1);
+		luaL_traceback(h->L, co, msg, 0);
+		mb_log(MB_LOG_ERROR, "host: %s", lua_tostring(h->L, -1));
+		lua_pop(h->L, 1);
+	}
+}
+
+void mb_host_handle_line(mb_host *h, const char *line, size_t len)
+{
+	lua_State *co = lua_newthread(h->L);
+	lua_rawgeti(co, LUA_REGISTRYINDEX, h->ref_handle_line);
+	lua_pushlstring(co, line, len);
+	run_coroutine(h, co, 1);
+	lua_pop(h->L, 1);
+}
+
+void mb_host_handle_oversize(mb_host *h, size_t bytes)
+{
+	lua_State *co = lua_newthread(h->L);
+	lua_rawgeti(co, LUA_REGISTRYINDEX, h->ref_handle_oversize);
+	lua_pushinteger(co, (lua_Integer)bytes);
+	run_coroutine(h, co, 1);
+	lua_pop(h->L, 1);
+}
+
+void mb_host_job_notify(mb_host *h, uint64_t job, mb_notify_kind kind, const char *json, size_t len)
+{
+	lua_State *L = h->L;
+	lua_rawgeti(L, LUA_REGISTRYINDEX, h->ref_on_notify);
+	lua_pushinteger(L, (lua_Integer)job);
+	lua_pushstring(L, kind == MB_NOTIFY_PROGRESS ? "progress" : "log");
+	lua_pushlstring(L, json, len);
+	if (lua_pcall(L, 3, 0, 0) != LUA_OK) {
+		mb_log(MB_LOG_ERROR, "host: on_notify: %s", lua_tostring(L, -1));
+		lua_pop(L, 1);
+	}
+}
+
+static void push_result(lua_State *L, const mb_exec_result *r)
+{
+	lua_createtable(L, 0, 10);
+	lua_pushboolean(L, r->success);
+	lua_setfield(L, -2, "success");
+	if (r->result_json) {
+		lua_pushlstring(L, r->result_json, r->result_len);
+		lua_setfield(L, -2, "result_json");
+	}
+	lua_pushlstring(L, r->output ? r->output : "", r->output ? r->output_len : 0);
+	lua_setfield(L, -2, "output");
+	if (r->error) {
+		lua_pushstring(L, r->error);
+		lua_setfield(L, -2, "error");
+	}
+	if (r->error_type) {
+		lua_pushstring(L, r->error_type);
+		lua_setfield(L, -2, "error_type");
+	}
+	if (r->traceback) {
+		lua_pushstring(L, r->traceback);
+		lua_setfield(L, -2, "traceback");
+	}
+	lua_pushnumber(L, r->execution_time_ms);
+	lua_setfield(L, -2, "execution_time_ms");
+	lua_pushinteger(L, (lua_Integer)r->instructions);
+	lua_setfield(L, -2, "instructions");
+	lua_pushinteger(L, (lua_Integer)r->memory_peak_bytes);
+	lua_setfield(L, -2, "memory_peak_bytes");
+}
+
+void mb_host_job_done(mb_host *h, uint64_t job, const mb_exec_result *res)
+{
+	lua_State *L = h->L;
+	lua_rawgeti(L, LUA_REGISTRYINDEX, h->ref_waiting);
+	lua_rawgeti(L, -1, (lua_Integer)job);
+	lua_State *co = lua_tothread(L, -1);
+	if (!co) {
+		lua_pop(L, 2);
+		return;
+	}
+	lua_pushnil(L);
+	lua_rawseti(L, -3, (lua_Integer)job);
+	h->inflight--;
+	push_result(co, res);
+	run_coroutine(h, co, 1);
+	lua_pop(L, 2);
+}
+
+size_t mb_host_inflight(mb_host *h)
+{
+	return h->inflight;
+}
+
+void mb_host_set_pool(mb_host *h, mb_pool *pool)
+{
+	h->pool = pool;
+}
+
+static int ref_global(lua_State *L, const char *name)
+{
+	lua_getglobal(L, name);
+	if (!lua_isfunction(L, -1)) {
+		mb_log(MB_LOG_CRIT, "host: lua/mcp/server.lua does not define %s", name);
+		lua_pop(L, 1);
+		return LUA_NOREF;
+	}
+	return luaL_ref(L, LUA_REGISTRYINDEX);
+}
+
+mb_host *mb_host_new(const mb_config *cfg, const mb_host_io *io)
+{
+	mb_host *h = calloc(1, sizeof *h);
+	if (!h)
+		return NULL;
+	h->cfg = cfg;
+	h->io = *io;
+	h->start_ns = mb_now_ns();
+	h->jl.max_depth = (int)cfg->json_max_depth;
+	h->jl.max_input_bytes = (size_t)cfg->max_message_bytes;
+	h->jl.max_output_bytes = (size_t)cfg->max_result_bytes * 3 + ((size_t)1 << 20);
+	lua_State *L = h->L = luaL_newstate();
+	if (!L)
+		goto fail;
+	*(mb_budget **)lua_getextraspace(L) = NULL;
+	luaL_openlibs(L);
+
+	/* embedded modules via require */
+	lua_getglobal(L, "package");
+	lua_getfield(L, -1, "searchers");
+	lua_pushcfunction(L, embedded_searcher);
+	lua_rawseti(L, -2, 2); /* before the file searchers: ours win */
+	lua_pop(L, 2);
+
+	lua_createtable(L, 0, 16);
+	static const luaL_Reg fns[] = {
+		{ "send", l_send }, { "json_encode", l_json_encode }, { "json_decode", l_json_decode },
+		{ "submit", l_submit }, { "wait", l_wait }, { "cancel", l_cancel }, { "log", l_log },
+		{ "now_ms", l_now_ms }, { "pool_stats", l_pool_stats }, { NULL, NULL },
+	};
+	lua_pushlightuserdata(L, h);
+	luaL_setfuncs(L, fns, 1);
+	mb_json_push_null(L);
+	lua_setfield(L, -2, "null");
+	mb_json_open(L, &h->jl);
+	lua_getfield(L, -1, "array");
+	lua_setfield(L, -3, "array");
+	lua_pop(L, 1);
+	push_config(L, cfg);
+	lua_setfield(L, -2, "config");
+	lua_pushstring(L, MB_VERSION);
+	lua_setfield(L, -2, "version");
+	lua_setglobal(L, "mb");
+
+	lua_newtable(L);
+	h->ref_waiting = luaL_ref(L, LUA_REGISTRYINDEX);
+
+	lua_getglobal(L, "require");
+	lua_pushstring(L, "mcp.server");
+	if (lua_pcall(L, 1, 0, 0) != LUA_OK) {
+		mb_log(MB_LOG_CRIT, "host: loading lua/mcp/server.lua: %s", lua_tostring(L, -1));
+		goto fail;
+	}
+	h->ref_handle_line = ref_global(L, "handle_line");
+	h->ref_handle_oversize = ref_global(L, "handle_oversize");
+	h->ref_on_notify = ref_global(L, "on_notify");
+	if (h->ref_handle_line == LUA_NOREF || h->ref_handle_oversize == LUA_NOREF ||
+	    h->ref_on_notify == LUA_NOREF)
+		goto fail;
+	return h;
+fail:
+	if (h->L)
+		lua_close(h->L);
+	free(h);
+	return NULL;
+}
+
+void mb_host_free(mb_host *h)
+{
+	if (!h)
+		return;
+	lua_close(h->L);
+	free(h);
+}

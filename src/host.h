@@ -1,0 +1,49 @@
+/* host.h - the trusted host Lua state that owns protocol policy.
+ *
+ * C hands every incoming line to lua/mcp/server.lua, each in its own coroutine; a handler that
+ * starts an execution yields until the pool reports it done. The host state only ever runs on the
+ * loop thread. The `mb` table it sees is the bridge: send, submit, wait, cancel, JSON, logging,
+ * configuration and stats.
+ */
+#ifndef MB_HOST_H
+#define MB_HOST_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "config.h"
+#include "pool.h"
+#include "sandbox.h"
+
+typedef struct mb_host mb_host;
+
+typedef struct mb_host_io {
+	/* writes one message; takes ownership of the malloc'd buffer (which ends with '\n') */
+	void (*send)(void *ud, char *data, size_t len);
+	void *ud;
+} mb_host_io;
+
+/// Creates the host state and loads lua/mcp/server.lua from the embedded modules.
+/// @returns the host or NULL (message logged)
+mb_host *mb_host_new(const mb_config *cfg, const mb_host_io *io);
+
+/// Gives the host the pool it submits executions to.
+void mb_host_set_pool(mb_host *h, mb_pool *pool);
+
+/// Handles one incoming line (a JSON-RPC message, or garbage that gets an error).
+void mb_host_handle_line(mb_host *h, const char *line, size_t len);
+
+/// Reports a discarded over-long line to the client.
+void mb_host_handle_oversize(mb_host *h, size_t bytes);
+
+/// Pool callbacks (loop thread).
+void mb_host_job_notify(mb_host *h, uint64_t job, mb_notify_kind kind, const char *json, size_t len);
+void mb_host_job_done(mb_host *h, uint64_t job, const mb_exec_result *res);
+
+/// Requests still being handled (suspended coroutines).
+size_t mb_host_inflight(mb_host *h);
+
+/// Closes the host state.
+void mb_host_free(mb_host *h);
+
+#endif

@@ -1,0 +1,99 @@
+/* json.h - the one JSON codec of moonbox (jansson underneath).
+ *
+ * Used by the trusted host Lua state for every JSON-RPC message and, as the global `json`, by
+ * sandbox code. Lua integers map to JSON integers exactly (int64), Lua floats to JSON reals;
+ * JSON null is the lightuserdata(NULL) sentinel `json.null`; decoded arrays carry a shared,
+ * protected metatable (`__metatable = "json.array"`) so that an empty decoded array re-encodes as
+ * `[]`. Encoding never invokes metamethods. Depth, output size and input size are bounded, and
+ * strings must be valid UTF-8.
+ *
+ * Budgets: when the lua_State has a budget (mb_budget_of(L), sandbox states) that budget is used,
+ * otherwise mb_budget_current(). Every allocation jansson makes is charged to it and conversion
+ * loops poll it, so a hostile value stops with the budget's memory or timeout error. Nothing
+ * charged outlives a call. Host states (no budget anywhere) are unaccounted and have no deadline.
+ *
+ * Thread rules: mb_json_global_init() once before threads start; after that every function may
+ * be called from any thread on a lua_State that thread owns.
+ */
+#ifndef MB_JSON_H
+#define MB_JSON_H
+
+#include <stddef.h>
+
+#include <lua.h>
+
+/* Limits of one codec. Zero fields take defaults: max_depth 0 = 128 (values above 1000 are
+ * clamped to 1000 to bound C recursion); max_output_bytes / max_input_bytes 0 = unlimited. */
+typedef struct {
+	int max_depth;            /* nesting of arrays/objects, in and out */
+	size_t max_output_bytes;  /* encoded size */
+	size_t max_input_bytes;   /* size of a string given to decode */
+	const char *root_name;    /* name of the value in error paths ("result"); static string;
+	                           * NULL = "value" */
+} mb_json_limits;
+
+enum {
+	/* Encoding flag: NaN/inf and values JSON cannot hold (functions, userdata, threads) become
+	 * null, object keys of other types than string/number are skipped, and invalid UTF-8 bytes
+	 * become U+FFFD. Without it each of those is an error naming the path. */
+	MB_JSON_LENIENT = 1,
+};
+
+#define MB_JSON_DEFAULT_DEPTH 128
+#define MB_JSON_MAX_DEPTH 1000
+
+/// Sets jansson's allocator to the budget-aware one (mb_budget_malloc/mb_budget_free) and seeds
+/// its hash function. Call once at start, before any thread.
+void mb_json_global_init(void);
+
+/// Pushes a new table {encode=, decode=, null=, array=} whose functions use these limits
+/// (copied; root_name must be a static string). encode(v) is strict and returns the JSON text;
+/// decode(s) returns the value; null is json.null; array(t) marks t as a JSON array and returns
+/// it (an error if t already has another metatable). Errors are raised as Lua errors; a tripped
+/// budget raises its sticky limit error.
+/// @param L   the state to push on (host or sandbox)
+/// @param lim limits, or NULL for the defaults
+/// @returns 1 (the number of values pushed)
+int mb_json_open(lua_State *L, const mb_json_limits *lim);
+
+/// Pushes json.null (lightuserdata NULL).
+/// @param L the state
+void mb_json_push_null(lua_State *L);
+
+/// Registers the shared array metatable on a table.
+/// @param L   the state
+/// @param idx stack index of a table
+/// @returns 0, or -1 when the table already has a different metatable (nothing changed)
+int mb_json_mark_array(lua_State *L, int idx);
+
+/// Encodes the value at idx into a malloc'd NUL-terminated string (free it with free()). The
+/// output is compact and never contains a raw newline. Allocations are charged to the budget
+/// (see the top of this file) while building; the returned buffer is not. Does not raise Lua
+/// errors and never invokes metamethods; the Lua stack is left as it was.
+/// @param L      the state holding the value
+/// @param idx    stack index of the value
+/// @param lim    limits, or NULL for the defaults
+/// @param flags  0 (strict) or MB_JSON_LENIENT
+/// @param len    set to the length of the text (without the NUL)
+/// @param err    receives the error message on failure, e.g. "cannot encode function at
+///               result.items[3]" or the budget's limit message
+/// @param errlen size of err
+/// @returns the text, or NULL on failure
+char *mb_json_encode(lua_State *L, int idx, const mb_json_limits *lim, int flags, size_t *len,
+		     char *err, size_t errlen);
+
+/// Decodes buf (any JSON value, at most lim->max_input_bytes) and pushes the Lua value. Objects
+/// become tables with string keys, arrays tables marked as arrays, null json.null. Integers
+/// outside int64 become floats; "\u0000" in strings is kept. Does not raise.
+/// @param L      the state to push on
+/// @param buf    the JSON text (need not be NUL-terminated)
+/// @param len    its length
+/// @param lim    limits, or NULL for the defaults
+/// @param err    receives the error message on failure (jansson's message with line, column and
+///               position, a limit message, or the budget's limit message)
+/// @param errlen size of err
+/// @returns 0 with one value pushed, or -1 with err set and nothing pushed
+int mb_json_decode(lua_State *L, const char *buf, size_t len, const mb_json_limits *lim,
+		   char *err, size_t errlen);
+
+#endif

@@ -1,0 +1,23 @@
+/* log.h - logging to stderr (never stdout, which carries only MCP messages).
+ * Levels follow MCP/syslog names. The threshold is process-wide and set once at start. */
+#ifndef MB_LOG_H
+#define MB_LOG_H
+
+typedef enum {
+	MB_LOG_DEBUG, MB_LOG_INFO, MB_LOG_NOTICE, MB_LOG_WARNING, MB_LOG_ERROR, MB_LOG_CRIT,
+	MB_LOG_ALERT, MB_LOG_EMERG
+} mb_log_level;
+
+/// Sets the threshold from a level name; returns 0, or -1 for an unknown name.
+int mb_log_set_level(const char *name);
+
+/// Parses a level name; returns the level or -1.
+int mb_log_level_from_name(const char *name);
+
+/// The MCP name of a level ("debug" ... "emergency").
+const char *mb_log_level_name(mb_log_level l);
+
+/// Writes one line "moonbox: <level>: message" to stderr when l >= threshold.
+void mb_log(mb_log_level l, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+#endif

@@ -1,0 +1,117 @@
+/* loop.c - the server struct and the libuv loop that owns it.
+ *
+ * Wiring: stdio lines -> host (Lua dispatch) -> pool (worker threads) -> host (resume the
+ * request coroutine) -> stdio writes. On stdin EOF the server stops reading, lets every in-flight
+ * execution finish and its response be written, then closes the pool, the host and the transport
+ * and returns 0. All of this runs on the loop thread; only the pool's workers run elsewhere.
+ */
+#include "loop.h"
+
+#include <signal.h>
+#include <stdlib.h>
+
+#include "host.h"
+#include "log.h"
+#include "pool.h"
+#include "stdio.h"
+
+typedef struct mb_server {
+	const mb_config *cfg;
+	uv_loop_t loop;
+	mb_stdio *io;
+	mb_host *host;
+	mb_pool *pool;
+	int eof;
+	int closing;
+} mb_server;
+
+static void maybe_finish(mb_server *s)
+{
+	if (!s->eof || s->closing)
+		return;
+	if (mb_host_inflight(s->host) || mb_pool_pending(s->pool) || mb_stdio_pending_writes(s->io))
+		return;
+	s->closing = 1;
+	mb_log(MB_LOG_DEBUG, "stdin closed and all work answered; exiting");
+	mb_pool_close(s->pool);
+	mb_stdio_close(s->io);
+}
+
+static void on_line(void *ud, const char *line, size_t len)
+{
+	mb_server *s = ud;
+	mb_host_handle_line(s->host, line, len);
+}
+
+static void on_oversize(void *ud, size_t bytes)
+{
+	mb_server *s = ud;
+	mb_host_handle_oversize(s->host, bytes);
+}
+
+static void on_eof(void *ud)
+{
+	mb_server *s = ud;
+	s->eof = 1;
+	maybe_finish(s);
+}
+
+static void on_drain(void *ud)
+{
+	maybe_finish(ud);
+}
+
+static void host_send(void *ud, char *data, size_t len)
+{
+	mb_server *s = ud;
+	int rc = mb_stdio_write(s->io, data, len);
+	if (rc)
+		mb_log(MB_LOG_ERROR, "stdout: %s", uv_strerror(rc));
+}
+
+static void job_notify(void *ud, uint64_t job, mb_notify_kind kind, const char *json, size_t len)
+{
+	mb_server *s = ud;
+	mb_host_job_notify(s->host, job, kind, json, len);
+}
+
+static void job_done(void *ud, uint64_t job, const mb_exec_result *res)
+{
+	mb_server *s = ud;
+	mb_host_job_done(s->host, job, res);
+	maybe_finish(s);
+}
+
+int mb_server_run_stdio(const mb_config *cfg)
+{
+	mb_server *s = calloc(1, sizeof *s);
+	if (!s)
+		return 1;
+	s->cfg = cfg;
+	signal(SIGPIPE, SIG_IGN);
+	if (uv_loop_init(&s->loop)) {
+		free(s);
+		return 1;
+	}
+	mb_host_io hio = { host_send, s };
+	s->host = mb_host_new(cfg, &hio);
+	if (!s->host)
+		return 1;
+	mb_job_callbacks jcb = { job_notify, job_done, s };
+	s->pool = mb_pool_new(&s->loop, cfg, &jcb);
+	if (!s->pool)
+		return 1;
+	mb_host_set_pool(s->host, s->pool);
+	mb_stdio_callbacks scb = { on_line, on_oversize, on_eof, on_drain, s };
+	s->io = mb_stdio_open(&s->loop, (size_t)cfg->max_message_bytes, &scb);
+	if (!s->io)
+		return 1;
+	mb_log(MB_LOG_INFO, "serving MCP on stdio (%lld workers, data dir %s)", (long long)cfg->workers,
+	       cfg->data_dir);
+	uv_run(&s->loop, UV_RUN_DEFAULT);
+	mb_host_free(s->host);
+	if (uv_loop_close(&s->loop) != 0)
+		mb_log(MB_LOG_DEBUG, "loop closed with handles still open (stuck worker threads)");
+	free(s);
+	return 0;
+}

@@ -1,0 +1,484 @@
+/* pool.c - worker threads, the execution queue, and supervision of the wall-clock limit.
+ *
+ * Shape: one mutex guards the job queue, the event queue and worker bookkeeping. Workers wait on
+ * a condition variable for jobs. Everything a worker reports (start, notification, done) becomes
+ * an event appended to one FIFO and announced with uv_async_send; the loop thread drains the FIFO
+ * and calls the callbacks in order. Every job has a uv_timer on the loop thread, armed when the
+ * worker reports the start: at the deadline it signals the worker thread (MB_SANDBOX_SIGNAL, so
+ * the count hook fires on the next instruction), and timeout_grace_ms later, if the job is still
+ * running, it answers the job with a timeout and abandons the worker: the thread is replaced and
+ * exits once its current C call returns. Jobs are freed only on the loop thread.
+ */
+#include "pool.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "log.h"
+#include "sandbox_int.h"
+
+typedef enum { JOB_QUEUED, JOB_RUNNING, JOB_DONE, JOB_ABANDONED } job_state;
+typedef enum { EV_START, EV_NOTIFY, EV_DONE } event_type;
+
+typedef struct mb_worker mb_worker;
+typedef struct mb_job mb_job;
+
+struct mb_job {
+	uint64_t id;
+	mb_pool *pool;
+	mb_exec_request req;
+	char *code, *context;
+	mb_budget budget;
+	mb_exec_result res;
+	job_state state;       /* guarded by pool->mu */
+	mb_worker *worker;     /* guarded by pool->mu */
+	uv_timer_t timer;      /* loop thread only */
+	int timer_stage;       /* 0 idle, 1 waiting for deadline, 2 waiting for grace */
+	int answered;          /* on_done already called (abandoned) */
+	mb_job *next;          /* queue link, or pending-list link */
+	mb_job *pending_next, *pending_prev;
+};
+
+typedef struct event {
+	event_type type;
+	mb_job *job;
+	mb_notify_kind kind;
+	char *data;
+	size_t len;
+	struct event *next;
+} event;
+
+struct mb_worker {
+	mb_pool *pool;
+	uv_thread_t tid;
+	mb_job *current;       /* guarded by pool->mu */
+	int abandoned;         /* guarded by pool->mu */
+	int exited;            /* guarded by pool->mu */
+	mb_worker *next;
+};
+
+struct mb_pool {
+	uv_loop_t *loop;
+	const mb_config *cfg;
+	mb_job_callbacks cb;
+	uv_mutex_t mu;
+	uv_cond_t cv;
+	mb_job *q_head, *q_tail;
+	size_t queued;
+	event *ev_head, *ev_tail;
+	uv_async_t async;
+	mb_worker *workers;
+	size_t live_workers, abandoned_alive, busy;
+	int stopping;
+	/* loop-thread only */
+	mb_job *pending;        /* every job not yet freed */
+	size_t npending;
+	uint64_t next_id;
+	uint64_t submitted, completed, refused;
+	int closing;
+};
+
+static void worker_main(void *arg);
+
+static int spawn_worker(mb_pool *p)
+{
+	mb_worker *w = calloc(1, sizeof *w);
+	if (!w)
+		return -1;
+	w->pool = p;
+	uv_thread_options_t opt = { UV_THREAD_HAS_STACK_SIZE, 8u << 20 };
+	uv_mutex_lock(&p->mu);
+	w->next = p->workers;
+	p->workers = w;
+	p->live_workers++;
+	uv_mutex_unlock(&p->mu);
+	if (uv_thread_create_ex(&w->tid, &opt, worker_main, w) != 0) {
+		uv_mutex_lock(&p->mu);
+		w->exited = 1;
+		p->live_workers--;
+		uv_mutex_unlock(&p->mu);
+		return -1;
+	}
+	return 0;
+}
+
+/* Appends an event and wakes the loop. Called with p->mu NOT held. */
+static void post(mb_pool *p, event *e)
+{
+	uv_mutex_lock(&p->mu);
+	if (p->ev_tail)
+		p->ev_tail->next = e;
+	else
+		p->ev_head = e;
+	p->ev_tail = e;
+	uv_mutex_unlock(&p->mu);
+	uv_async_send(&p->async);
+}
+
+static void post_simple(mb_pool *p, mb_job *j, event_type t)
+{
+	event *e = calloc(1, sizeof *e);
+	if (!e) {
+		mb_log(MB_LOG_CRIT, "pool: out of memory posting an event");
+		abort(); /* losing a completion would hang a request forever */
+	}
+	e->type = t;
+	e->job = j;
+	post(p, e);
+}
+
+static void job_notify(void *ud, mb_notify_kind kind, const char *json, size_t len)
+{
+	mb_job *j = ud;
+	event *e = calloc(1, sizeof *e);
+	char *d = malloc(len + 1);
+	if (!e || !d) {
+		free(e);
+		free(d);
+		return; /* a dropped notification is not fatal */
+	}
+	memcpy(d, json, len);
+	d[len] = 0;
+	e->type = EV_NOTIFY;
+	e->job = j;
+	e->kind = kind;
+	e->data = d;
+	e->len = len;
+	post(j->pool, e);
+}
+
+static void worker_main(void *arg)
+{
+	mb_worker *w = arg;
+	mb_pool *p = w->pool;
+	mb_sandbox_thread_init();
+	for (;;) {
+		uv_mutex_lock(&p->mu);
+		while (!p->q_head && !p->stopping && !w->abandoned)
+			uv_cond_wait(&p->cv, &p->mu);
+		if (w->abandoned || (p->stopping && !p->q_head)) {
+			w->exited = 1;
+			if (w->abandoned)
+				p->abandoned_alive--;
+			p->live_workers--;
+			uv_mutex_unlock(&p->mu);
+			uv_async_send(&p->async);
+			return;
+		}
+		mb_job *j = p->q_head;
+		p->q_head = j->next;
+		if (!p->q_head)
+			p->q_tail = NULL;
+		p->queued--;
+		j->next = NULL;
+		j->state = JOB_RUNNING;
+		j->worker = w;
+		w->current = j;
+		p->busy++;
+		uv_mutex_unlock(&p->mu);
+
+		/* The limit clock starts when the code starts, not when it was queued. */
+		j->budget.deadline_ns = mb_now_ns() + j->budget.timeout_ms * 1000000ull;
+		post_simple(p, j, EV_START);
+		if (atomic_load(&j->budget.cancel)) {
+			mb_budget_trip(&j->budget, MB_STOP_CANCELLED);
+			char msg[160];
+			memset(&j->res, 0, sizeof j->res);
+			j->res.error = strdup(mb_budget_message(&j->budget, msg, sizeof msg));
+			j->res.error_type = "cancelled";
+			j->res.output = strdup("");
+		} else {
+			mb_sandbox_run(&j->req, &j->budget, &j->res);
+		}
+
+		uv_mutex_lock(&p->mu);
+		if (j->state == JOB_RUNNING) { /* else abandoned: the loop already answered it */
+			j->state = JOB_DONE;
+			w->current = NULL;
+			p->busy--;
+		}
+		uv_mutex_unlock(&p->mu);
+		post_simple(p, j, EV_DONE);
+	}
+}
+
+static void job_free(mb_job *j)
+{
+	mb_pool *p = j->pool;
+	if (j->pending_prev)
+		j->pending_prev->pending_next = j->pending_next;
+	else
+		p->pending = j->pending_next;
+	if (j->pending_next)
+		j->pending_next->pending_prev = j->pending_prev;
+	p->npending--;
+	mb_exec_result_free(&j->res);
+	free(j->code);
+	free(j->context);
+	free(j);
+}
+
+static void timer_closed(uv_handle_t *h)
+{
+	job_free(h->data);
+}
+
+static void answer(mb_pool *p, mb_job *j, const mb_exec_result *res)
+{
+	if (j->answered)
+		return;
+	j->answered = 1;
+	p->completed++;
+	if (p->cb.on_done)
+		p->cb.on_done(p->cb.ud, j->id, res);
+}
+
+static void on_timer(uv_timer_t *t)
+{
+	mb_job *j = t->data;
+	mb_pool *p = j->pool;
+	uv_mutex_lock(&p->mu);
+	int running = j->state == JOB_RUNNING;
+	mb_worker *w = j->worker;
+	if (running && j->timer_stage == 1) {
+		/* Deadline: make the hook fire on the next instruction. */
+		pthread_kill((pthread_t)w->tid, MB_SANDBOX_SIGNAL);
+		uv_mutex_unlock(&p->mu);
+		j->timer_stage = 2;
+		uv_timer_start(t, on_timer, (uint64_t)p->cfg->timeout_grace_ms, 0);
+		return;
+	}
+	if (running && j->timer_stage == 2) {
+		/* Still inside one C call after the grace period: answer now, abandon the thread. */
+		j->state = JOB_ABANDONED;
+		w->abandoned = 1;
+		p->abandoned_alive++;
+		p->busy--;
+		w->current = NULL;
+		uv_mutex_unlock(&p->mu);
+		mb_log(MB_LOG_WARNING, "pool: execution %llu still running %lld ms after its deadline; "
+		       "answering with a timeout and replacing its worker thread",
+		       (unsigned long long)j->id, (long long)p->cfg->timeout_grace_ms);
+		mb_exec_result r;
+		memset(&r, 0, sizeof r);
+		char msg[160];
+		mb_budget_trip(&j->budget, MB_STOP_TIMEOUT);
+		r.error = (char *)mb_budget_message(&j->budget, msg, sizeof msg);
+		r.error_type = "timeout";
+		r.output = (char *)"";
+		r.execution_time_ms = (double)j->budget.timeout_ms + (double)p->cfg->timeout_grace_ms;
+		answer(p, j, &r);
+		if (spawn_worker(p) != 0)
+			mb_log(MB_LOG_ERROR, "pool: could not start a replacement worker");
+		return;
+	}
+	uv_mutex_unlock(&p->mu);
+}
+
+static void drain(uv_async_t *a)
+{
+	mb_pool *p = a->data;
+	uv_mutex_lock(&p->mu);
+	event *e = p->ev_head;
+	p->ev_head = p->ev_tail = NULL;
+	uv_mutex_unlock(&p->mu);
+	while (e) {
+		event *next = e->next;
+		mb_job *j = e->job;
+		switch (e->type) {
+		case EV_START: {
+			uint64_t now = mb_now_ns();
+			uint64_t dl = j->budget.deadline_ns;
+			uint64_t ms = dl > now ? (dl - now + 999999) / 1000000 : 0;
+			j->timer_stage = 1;
+			uv_timer_start(&j->timer, on_timer, ms, 0);
+			break;
+		}
+		case EV_NOTIFY:
+			if (!j->answered && p->cb.on_notify)
+				p->cb.on_notify(p->cb.ud, j->id, e->kind, e->data, e->len);
+			free(e->data);
+			break;
+		case EV_DONE:
+			uv_timer_stop(&j->timer);
+			answer(p, j, &j->res);
+			uv_close((uv_handle_t *)&j->timer, timer_closed);
+			break;
+		}
+		free(e);
+		e = next;
+	}
+}
+
+mb_pool *mb_pool_new(uv_loop_t *loop, const mb_config *cfg, const mb_job_callbacks *cb)
+{
+	mb_pool *p = calloc(1, sizeof *p);
+	if (!p)
+		return NULL;
+	p->loop = loop;
+	p->cfg = cfg;
+	p->cb = *cb;
+	p->next_id = 1;
+	if (uv_mutex_init(&p->mu) || uv_cond_init(&p->cv)) {
+		free(p);
+		return NULL;
+	}
+	uv_async_init(loop, &p->async, drain);
+	p->async.data = p;
+	for (int64_t i = 0; i < cfg->workers; i++)
+		if (spawn_worker(p) != 0) {
+			mb_log(MB_LOG_ERROR, "pool: could not start worker thread %lld", (long long)i);
+			break;
+		}
+	if (!p->live_workers) {
+		mb_log(MB_LOG_ERROR, "pool: no worker thread could be started");
+		return NULL;
+	}
+	return p;
+}
+
+static char *dup_bytes(const char *s, size_t n)
+{
+	char *d = malloc(n + 1);
+	if (d) {
+		if (n)
+			memcpy(d, s, n);
+		d[n] = 0;
+	}
+	return d;
+}
+
+int mb_pool_submit(mb_pool *p, const mb_exec_request *req, uint64_t *id_out, char *err, size_t errlen)
+{
+	uv_mutex_lock(&p->mu);
+	size_t queued = p->queued, stuck = p->abandoned_alive;
+	size_t idle = p->live_workers - stuck - p->busy;
+	uv_mutex_unlock(&p->mu);
+	if (stuck > (size_t)p->cfg->max_abandoned) {
+		snprintf(err, errlen, "server busy: %zu worker threads are stuck in long C calls "
+			 "(max_abandoned=%lld); try again later", stuck, (long long)p->cfg->max_abandoned);
+		p->refused++;
+		return -1;
+	}
+	if (queued >= idle + (size_t)p->cfg->max_queue) {
+		snprintf(err, errlen, "server busy: %zu executions already queued (max_queue=%lld)",
+			 queued, (long long)p->cfg->max_queue);
+		p->refused++;
+		return -1;
+	}
+	mb_job *j = calloc(1, sizeof *j);
+	if (!j) {
+		snprintf(err, errlen, "out of memory");
+		return -1;
+	}
+	j->pool = p;
+	j->id = p->next_id++;
+	j->req = *req;
+	j->code = dup_bytes(req->code, req->code_len);
+	j->context = req->context_json ? dup_bytes(req->context_json, req->context_len) : NULL;
+	if (!j->code || (req->context_json && !j->context)) {
+		free(j->code);
+		free(j->context);
+		free(j);
+		snprintf(err, errlen, "out of memory");
+		return -1;
+	}
+	j->req.code = j->code;
+	j->req.context_json = j->context;
+	j->req.notify = job_notify;
+	j->req.notify_ud = j;
+	mb_budget_init(&j->budget, req->memory_bytes, req->instruction_limit, 0);
+	j->budget.timeout_ms = req->timeout_ms;
+	uv_timer_init(p->loop, &j->timer);
+	j->timer.data = j;
+	j->pending_next = p->pending;
+	if (p->pending)
+		p->pending->pending_prev = j;
+	p->pending = j;
+	p->npending++;
+	p->submitted++;
+
+	uv_mutex_lock(&p->mu);
+	j->state = JOB_QUEUED;
+	if (p->q_tail)
+		p->q_tail->next = j;
+	else
+		p->q_head = j;
+	p->q_tail = j;
+	p->queued++;
+	uv_cond_signal(&p->cv);
+	uv_mutex_unlock(&p->mu);
+	*id_out = j->id;
+	return 0;
+}
+
+int mb_pool_cancel(mb_pool *p, uint64_t job_id)
+{
+	for (mb_job *j = p->pending; j; j = j->pending_next) {
+		if (j->id != job_id)
+			continue;
+		if (j->answered)
+			return -1;
+		atomic_store(&j->budget.cancel, 1);
+		uv_mutex_lock(&p->mu);
+		if (j->state == JOB_RUNNING)
+			pthread_kill((pthread_t)j->worker->tid, MB_SANDBOX_SIGNAL);
+		uv_mutex_unlock(&p->mu);
+		return 0;
+	}
+	return -1;
+}
+
+size_t mb_pool_pending(const mb_pool *p)
+{
+	size_t n = 0;
+	for (mb_job *j = p->pending; j; j = j->pending_next)
+		n += !j->answered;
+	return n;
+}
+
+void mb_pool_get_stats(mb_pool *p, mb_pool_stats *out)
+{
+	uv_mutex_lock(&p->mu);
+	out->workers = p->live_workers - p->abandoned_alive;
+	out->busy = p->busy;
+	out->queued = p->queued;
+	out->abandoned = p->abandoned_alive;
+	uv_mutex_unlock(&p->mu);
+	out->submitted = p->submitted;
+	out->completed = p->completed;
+	out->refused = p->refused;
+}
+
+static void async_closed(uv_handle_t *h)
+{
+	mb_pool *p = h->data;
+	if (p->abandoned_alive)
+		return; /* a stuck thread may still post to us: leave the pool to process exit */
+	/* Join the workers that exited; abandoned ones are detached and left to finish. */
+	mb_worker *w = p->workers;
+	while (w) {
+		mb_worker *next = w->next;
+		if (!w->abandoned) {
+			uv_thread_join(&w->tid);
+			free(w);
+		}
+		w = next;
+	}
+	uv_mutex_destroy(&p->mu);
+	uv_cond_destroy(&p->cv);
+	free(p);
+}
+
+void mb_pool_close(mb_pool *p)
+{
+	uv_mutex_lock(&p->mu);
+	p->stopping = 1;
+	uv_cond_broadcast(&p->cv);
+	uv_mutex_unlock(&p->mu);
+	uv_close((uv_handle_t *)&p->async, async_closed);
+}

@@ -1,0 +1,59 @@
+/* pool.h - where executions run: a fixed set of worker threads fed from a bounded queue.
+ *
+ * The loop thread submits jobs; a worker thread runs each in a fresh sandbox; progress events
+ * (start, notifications, completion) come back to the loop thread through one ordered queue and
+ * a uv_async handle, so callbacks always run on the loop thread, in order, notifications of a job
+ * before its completion. The pool also supervises the wall-clock limit from outside the worker:
+ * at the deadline it signals the worker (the hook then fires on the next instruction), and at
+ * deadline + timeout_grace_ms it answers the job with a timeout and abandons the thread, which
+ * exits when its C call finally returns; a fresh worker takes its place.
+ *
+ * Ownership: the pool owns jobs from mb_pool_submit until their on_done callback returns. All
+ * callbacks run on the loop thread.
+ */
+#ifndef MB_POOL_H
+#define MB_POOL_H
+
+#include <uv.h>
+
+#include "sandbox.h"
+
+typedef struct mb_pool mb_pool;
+
+typedef struct mb_job_callbacks {
+	/* a notification from sandbox code (mcp.log / mcp.progress); json is valid during the call */
+	void (*on_notify)(void *ud, uint64_t job_id, mb_notify_kind kind, const char *json, size_t len);
+	/* the job finished (or was abandoned, cancelled while queued, ...); res is valid during the call */
+	void (*on_done)(void *ud, uint64_t job_id, const mb_exec_result *res);
+	void *ud;
+} mb_job_callbacks;
+
+/// Creates the pool and starts cfg->workers threads.
+/// @returns the pool, or NULL on failure (message logged)
+mb_pool *mb_pool_new(uv_loop_t *loop, const mb_config *cfg, const mb_job_callbacks *cb);
+
+/// Queues an execution. Copies code and context.
+/// @param id_out  receives the job id used by callbacks and mb_pool_cancel
+/// @param err     receives a message when the job is refused (queue full, too many stuck workers)
+/// @returns 0, or -1 when refused
+int mb_pool_submit(mb_pool *p, const mb_exec_request *req, uint64_t *id_out, char *err, size_t errlen);
+
+/// Asks a job to stop; its on_done still arrives (with error_type "cancelled").
+/// @returns 0, or -1 when the id is unknown or already done
+int mb_pool_cancel(mb_pool *p, uint64_t job_id);
+
+/// Number of jobs submitted and not yet reported done.
+size_t mb_pool_pending(const mb_pool *p);
+
+/// Counters for get_execution_stats.
+typedef struct {
+	size_t workers, busy, queued, abandoned;
+	uint64_t submitted, completed, refused;
+} mb_pool_stats;
+void mb_pool_get_stats(mb_pool *p, mb_pool_stats *out);
+
+/// Stops the workers (after they finish their current job) and closes the loop handles; the
+/// pool frees itself once its handles are closed. Call when no job is pending.
+void mb_pool_close(mb_pool *p);
+
+#endif

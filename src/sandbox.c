@@ -1,0 +1,499 @@
+/* sandbox.c - one execution of untrusted Lua: state, allocator, hook, run, result capture.
+ *
+ * mb_sandbox_run creates a fresh lua_State whose allocator charges the execution's mb_budget,
+ * installs the count hook before any code is loaded, builds the restricted environment
+ * (sandbox_env.c) inside a protected call, loads the user's chunk as text only, runs it under a
+ * message handler that never invokes user metamethods, and turns what happened into plain data:
+ * the result as JSON text, the captured output, an error with its type and a short traceback, and
+ * the counters. Whether a limit stopped the run is decided from the budget's sticky flag, never
+ * from a status code or an error object, which sandbox code can forge.
+ *
+ * The deadline is enforced three ways: the count hook reads the clock every HOOK_COUNT
+ * instructions; the pool sends this thread MB_SANDBOX_SIGNAL at the deadline, whose handler
+ * re-arms the hook to fire on the very next instruction (so one slow instruction such as a long
+ * string comparison cannot stretch the interval); and native builtins poll the budget inside
+ * their own loops.
+ */
+#include "sandbox.h"
+
+#include <lauxlib.h>
+#include <lualib.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "embedded.h"
+#include "json.h"
+#include "sandbox_int.h"
+
+#define HOOK_COUNT 1000
+
+/* The state currently executing on this thread (main state or a coroutine), for the deadline
+ * signal handler. Written only by this thread. */
+static _Thread_local lua_State *volatile running_state;
+
+/* Precompiled prelude bytecode, built once by mb_sandbox_global_init before any worker thread
+ * starts and read-only afterwards. */
+typedef struct {
+	const char *name;
+	char *code;
+	size_t len;
+} prelude_chunk;
+static prelude_chunk prelude[16];
+static int prelude_count;
+
+static void sb_hook(lua_State *L, lua_Debug *ar)
+{
+	(void)ar;
+	mb_budget *b = mb_budget_of(L);
+	int count = lua_gethookcount(L);
+	b->instructions += (uint64_t)count;
+	if (mb_budget_check(b) != MB_STOP_NONE) {
+		/* Fire on every instruction from now on: handlers that catch the error get nowhere. */
+		lua_sethook(L, sb_hook, LUA_MASKCOUNT, 1);
+		mb_budget_raise(L, b);
+	}
+	if (count != HOOK_COUNT) /* re-armed by a signal meant for another moment: go back */
+		lua_sethook(L, sb_hook, LUA_MASKCOUNT, HOOK_COUNT);
+}
+
+void mb_sandbox_set_running(lua_State *L)
+{
+	running_state = L;
+}
+
+lua_State *mb_sandbox_running(void)
+{
+	return running_state;
+}
+
+void mb_sandbox_sethook(lua_State *L)
+{
+	lua_sethook(L, sb_hook, LUA_MASKCOUNT, HOOK_COUNT);
+}
+
+static void deadline_signal(int sig)
+{
+	(void)sig;
+	lua_State *L = running_state;
+	/* lua_sethook is documented as safe to call from a signal handler. */
+	if (L)
+		lua_sethook(L, sb_hook, LUA_MASKCOUNT, 1);
+}
+
+typedef struct {
+	char *data;
+	size_t len, cap;
+} dump_buf;
+
+static int dump_writer(lua_State *L, const void *p, size_t n, void *ud)
+{
+	(void)L;
+	dump_buf *d = ud;
+	if (d->len + n > d->cap) {
+		size_t cap = d->cap ? d->cap * 2 : 4096;
+		while (cap < d->len + n)
+			cap *= 2;
+		char *nd = realloc(d->data, cap);
+		if (!nd)
+			return 1;
+		d->data = nd;
+		d->cap = cap;
+	}
+	memcpy(d->data + d->len, p, n);
+	d->len += n;
+	return 0;
+}
+
+int mb_sandbox_global_init(void)
+{
+	struct sigaction sa;
+	memset(&sa, 0, sizeof sa);
+	sa.sa_handler = deadline_signal;
+	sa.sa_flags = SA_RESTART;
+	sigemptyset(&sa.sa_mask);
+	if (sigaction(MB_SANDBOX_SIGNAL, &sa, NULL) != 0)
+		return -1;
+
+	/* Compile the prelude once; each sandbox loads this trusted bytecode instead of parsing. */
+	lua_State *L = luaL_newstate();
+	if (!L)
+		return -1;
+	for (const mb_embedded_file *f = mb_embedded_lua; f->name; f++) {
+		if (strncmp(f->name, "prelude.", 8) != 0)
+			continue;
+		if (prelude_count == (int)(sizeof prelude / sizeof prelude[0])) {
+			fprintf(stderr, "moonbox: too many prelude modules\n");
+			lua_close(L);
+			return -1;
+		}
+		if (luaL_loadbufferx(L, f->data, f->len, f->name, "t") != LUA_OK) {
+			fprintf(stderr, "moonbox: prelude %s: %s\n", f->name, lua_tostring(L, -1));
+			lua_close(L);
+			return -1;
+		}
+		dump_buf d = { 0 };
+		if (lua_dump(L, dump_writer, &d, 0) != 0) {
+			free(d.data);
+			lua_close(L);
+			return -1;
+		}
+		lua_pop(L, 1);
+		char chunkname[128];
+		snprintf(chunkname, sizeof chunkname, "=%s", f->name);
+		prelude[prelude_count].name = f->name;
+		prelude[prelude_count].code = d.data;
+		prelude[prelude_count].len = d.len;
+		prelude_count++;
+	}
+	lua_close(L);
+	return 0;
+}
+
+int mb_sandbox_thread_init(void)
+{
+	running_state = NULL;
+	return 0;
+}
+
+/* ---- allocator ------------------------------------------------------------------------- */
+
+static void *sb_alloc(void *ud, void *ptr, size_t osize, size_t nsize)
+{
+	mb_budget *b = ud;
+	size_t old = ptr ? osize : 0;
+	if (nsize == 0) {
+		free(ptr);
+		mb_budget_credit(b, old);
+		return NULL;
+	}
+	if (nsize > old && mb_budget_charge(b, nsize - old) != 0)
+		return NULL;
+	void *p = realloc(ptr, nsize);
+	if (!p) {
+		if (nsize <= old)
+			return ptr; /* a shrink never fails */
+		mb_budget_credit(b, nsize - old);
+		mb_budget_trip(b, MB_STOP_MEMORY);
+		return NULL;
+	}
+	if (nsize < old)
+		mb_budget_credit(b, old - nsize);
+	return p;
+}
+
+/* ---- context --------------------------------------------------------------------------- */
+
+static const char ctx_key = 0;
+
+mb_sandbox_ctx *mb_sandbox_ctx_of(lua_State *L)
+{
+	lua_rawgetp(L, LUA_REGISTRYINDEX, &ctx_key);
+	mb_sandbox_ctx *c = lua_touserdata(L, -1);
+	lua_pop(L, 1);
+	return c;
+}
+
+/* Output capture: the first half of the cap is kept as it comes, then a ring buffer keeps the
+ * last half; what falls between is counted and marked. */
+void mb_sandbox_output(mb_sandbox_ctx *c, const char *s, size_t n)
+{
+	size_t head_room = c->head_cap - c->head_len;
+	size_t k = n < head_room ? n : head_room;
+	memcpy(c->head + c->head_len, s, k);
+	c->head_len += k;
+	s += k;
+	n -= k;
+	if (!n || !c->tail_cap)
+		return;
+	/* ring of tail_cap bytes; tail_pos is where the next byte goes */
+	for (size_t i = 0; i < n; i++) {
+		if (c->tail_len == c->tail_cap)
+			c->dropped++;
+		else
+			c->tail_len++;
+		c->tail[c->tail_pos] = s[i];
+		c->tail_pos = (c->tail_pos + 1) % c->tail_cap;
+	}
+}
+
+static char *output_join(mb_sandbox_ctx *c, size_t *len)
+{
+	char marker[128];
+	int mlen = 0;
+	if (c->dropped)
+		mlen = snprintf(marker, sizeof marker,
+				"\n[... %zu bytes of output omitted: max_output_bytes=%zu ...]\n",
+				c->dropped, c->head_cap + c->tail_cap);
+	size_t total = c->head_len + (size_t)mlen + c->tail_len;
+	char *out = malloc(total + 1);
+	if (!out)
+		return NULL;
+	memcpy(out, c->head, c->head_len);
+	memcpy(out + c->head_len, marker, (size_t)mlen);
+	char *t = out + c->head_len + mlen;
+	size_t start = c->tail_len == c->tail_cap ? c->tail_pos : 0;
+	for (size_t i = 0; i < c->tail_len; i++)
+		t[i] = c->tail[(start + i) % (c->tail_cap ? c->tail_cap : 1)];
+	out[total] = 0;
+	*len = total;
+	return out;
+}
+
+/* ---- running --------------------------------------------------------------------------- */
+
+/* Message handler: keeps the error value and records a short traceback, without calling any
+ * metamethod of the error object. */
+static int sb_msgh(lua_State *L)
+{
+	mb_sandbox_ctx *c = mb_sandbox_ctx_of(L);
+	if (c && mb_budget_check(c->b) == MB_STOP_NONE && !c->traceback) {
+		const char *msg = lua_type(L, 1) == LUA_TSTRING ? lua_tostring(L, 1) : NULL;
+		luaL_traceback(L, L, msg, 1);
+		size_t n;
+		const char *tb = lua_tolstring(L, -1, &n);
+		if (n > 4096)
+			n = 4096;
+		c->traceback = malloc(n + 1);
+		if (c->traceback) {
+			memcpy(c->traceback, tb, n);
+			c->traceback[n] = 0;
+		}
+		lua_pop(L, 1);
+	}
+	lua_settop(L, 1);
+	return 1;
+}
+
+static const mb_json_limits *json_limits(mb_sandbox_ctx *c)
+{
+	return &c->json_lim;
+}
+
+/* Runs inside lua_pcall: libraries, the restricted environment, prelude, context variables. */
+static int sb_setup(lua_State *L)
+{
+	mb_sandbox_ctx *c = lua_touserdata(L, 1);
+	if (mb_sandbox_env_open(L) != 0)
+		return luaL_error(L, "sandbox: environment setup failed");
+	for (int i = 0; i < prelude_count; i++) {
+		if (luaL_loadbufferx(L, prelude[i].code, prelude[i].len, prelude[i].name, "b") != LUA_OK)
+			return lua_error(L);
+		lua_call(L, 0, 0);
+	}
+	if (c->req->context_json && c->req->context_len) {
+		char err[256];
+		if (mb_json_decode(L, c->req->context_json, c->req->context_len, json_limits(c), err,
+				   sizeof err) != 0)
+			return luaL_error(L, "context_vars: %s", err);
+		if (!lua_istable(L, -1))
+			return luaL_error(L, "context_vars must be an object");
+		lua_pushglobaltable(L);
+		lua_pushnil(L);
+		while (lua_next(L, -3)) {
+			if (lua_type(L, -2) == LUA_TSTRING) {
+				lua_pushvalue(L, -2);
+				lua_insert(L, -2);
+				lua_rawset(L, -4);
+			} else {
+				lua_pop(L, 1);
+			}
+		}
+		lua_pop(L, 2);
+	}
+	return 0;
+}
+
+static char *xstrdup(const char *s)
+{
+	if (!s)
+		return NULL;
+	size_t n = strlen(s);
+	char *d = malloc(n + 1);
+	if (d)
+		memcpy(d, s, n + 1);
+	return d;
+}
+
+static void set_error(mb_exec_result *res, const char *type, const char *msg)
+{
+	res->success = 0;
+	res->error_type = type;
+	free(res->error);
+	res->error = xstrdup(msg);
+}
+
+/* Turns the error value at the top of the stack into a message, without metamethods. */
+static void describe_error(lua_State *L, mb_sandbox_ctx *c, mb_exec_result *res, const char *type)
+{
+	const char *msg = NULL;
+	char buf[256];
+	if (lua_type(L, -1) == LUA_TSTRING || lua_type(L, -1) == LUA_TNUMBER) {
+		msg = lua_tostring(L, -1);
+	} else if (lua_type(L, -1) == LUA_TNIL) {
+		msg = "error called with nil";
+	} else {
+		size_t n;
+		char jerr[128];
+		char *j = mb_json_encode(L, -1, json_limits(c), MB_JSON_LENIENT, &n, jerr, sizeof jerr);
+		if (j && n < 4000) {
+			snprintf(buf, sizeof buf, "error object: %s", j);
+			msg = buf;
+		} else {
+			snprintf(buf, sizeof buf, "error object of type %s", luaL_typename(L, -1));
+			msg = buf;
+		}
+		free(j);
+	}
+	set_error(res, type, msg);
+}
+
+static void capture_result(lua_State *L, mb_sandbox_ctx *c, int base, mb_exec_result *res)
+{
+	int n = lua_gettop(L) - base;
+	if (n == 0) {
+		lua_pushglobaltable(L);
+		lua_getfield(L, -1, "result");
+		lua_remove(L, -2);
+	} else if (n > 1) {
+		lua_createtable(L, n, 0);
+		for (int i = 1; i <= n; i++) {
+			lua_pushvalue(L, base + i);
+			lua_rawseti(L, -2, i);
+		}
+	}
+	char err[256];
+	size_t len = 0;
+	char *j = mb_json_encode(L, -1, json_limits(c), MB_JSON_LENIENT, &len, err, sizeof err);
+	if (!j) {
+		if (mb_budget_check(c->b) != MB_STOP_NONE)
+			return; /* reported from the budget */
+		char msg[400];
+		snprintf(msg, sizeof msg, "result cannot be returned as JSON: %s", err);
+		set_error(res, "result", msg);
+		return;
+	}
+	if (len > (size_t)c->req->cfg->max_result_bytes) {
+		char msg[200];
+		snprintf(msg, sizeof msg, "result is too large: %zu bytes of JSON, max_result_bytes=%lld",
+			 len, (long long)c->req->cfg->max_result_bytes);
+		free(j);
+		set_error(res, "result", msg);
+		return;
+	}
+	res->result_json = j;
+	res->result_len = len;
+	res->success = 1;
+}
+
+int mb_sandbox_run(const mb_exec_request *req, mb_budget *b, mb_exec_result *res)
+{
+	memset(res, 0, sizeof *res);
+	uint64_t t0 = mb_now_ns();
+	const mb_config *cfg = req->cfg;
+	mb_sandbox_ctx c;
+	memset(&c, 0, sizeof c);
+	c.req = req;
+	c.b = b;
+	c.json_lim.max_depth = (int)cfg->json_max_depth;
+	c.json_lim.max_output_bytes = (size_t)cfg->max_result_bytes + 1;
+	c.json_lim.max_input_bytes = (size_t)cfg->max_message_bytes;
+	c.head_cap = (size_t)cfg->max_output_bytes / 2;
+	c.tail_cap = (size_t)cfg->max_output_bytes - c.head_cap;
+	c.head = malloc(c.head_cap);
+	c.tail = malloc(c.tail_cap);
+	int rc = 0;
+	if (!c.head || !c.tail) {
+		set_error(res, "memory", "sandbox: out of host memory");
+		rc = -1;
+		goto done;
+	}
+
+	lua_State *L = lua_newstate(sb_alloc, b);
+	if (!L) {
+		char msg[160];
+		set_error(res, "memory", mb_budget_message(b, msg, sizeof msg));
+		rc = -1;
+		goto done;
+	}
+	*(mb_budget **)lua_getextraspace(L) = b;
+	lua_setwarnf(L, NULL, NULL);
+	mb_sandbox_sethook(L);
+	mb_budget_set_current(b);
+	running_state = L;
+
+	lua_pushlightuserdata(L, &c);
+	lua_rawsetp(L, LUA_REGISTRYINDEX, &ctx_key);
+
+	lua_pushcfunction(L, sb_msgh);
+	int msgh = lua_gettop(L);
+	lua_pushcfunction(L, sb_setup);
+	lua_pushlightuserdata(L, &c);
+	int status = lua_pcall(L, 1, 0, msgh);
+	if (status != LUA_OK) {
+		describe_error(L, &c, res, "runtime");
+		goto finish;
+	}
+	lua_settop(L, msgh);
+
+	if (req->code_len > (size_t)cfg->max_code_bytes) {
+		char msg[160];
+		snprintf(msg, sizeof msg, "code is too large: %zu bytes, max_code_bytes=%lld",
+			 req->code_len, (long long)cfg->max_code_bytes);
+		set_error(res, "syntax", msg);
+		goto finish;
+	}
+	status = luaL_loadbufferx(L, req->code, req->code_len, "=code", "t");
+	if (status != LUA_OK) {
+		describe_error(L, &c, res, status == LUA_ERRSYNTAX ? "syntax" : "runtime");
+		goto finish;
+	}
+	int base = msgh;
+	status = lua_pcall(L, 0, LUA_MULTRET, msgh);
+	if (status == LUA_OK && mb_budget_check(b) == MB_STOP_NONE) {
+		capture_result(L, &c, base, res);
+	} else if (status != LUA_OK) {
+		describe_error(L, &c, res, "runtime");
+		res->traceback = c.traceback;
+		c.traceback = NULL;
+	}
+
+finish:
+	if (mb_budget_check(b) != MB_STOP_NONE) {
+		/* A limit decides the outcome, whatever the script made of it. */
+		char msg[160];
+		mb_budget_message(b, msg, sizeof msg);
+		set_error(res, mb_stop_name((mb_stop_reason)atomic_load(&b->stop)), msg);
+		free(res->traceback);
+		res->traceback = NULL;
+		free(res->result_json);
+		res->result_json = NULL;
+	}
+	running_state = NULL;
+	res->instructions = b->instructions;
+	lua_close(L);
+	mb_budget_set_current(NULL);
+	res->memory_peak_bytes = b->mem_peak;
+	res->output = output_join(&c, &res->output_len);
+
+done:
+	free(c.traceback);
+	free(c.head);
+	free(c.tail);
+	if (!res->result_json && res->success) {
+		res->result_json = xstrdup("null");
+		res->result_len = 4;
+	}
+	res->execution_time_ms = (double)(mb_now_ns() - t0) / 1e6;
+	return rc;
+}
+
+void mb_exec_result_free(mb_exec_result *res)
+{
+	free(res->result_json);
+	free(res->output);
+	free(res->error);
+	free(res->traceback);
+	memset(res, 0, sizeof *res);
+}

@@ -1,0 +1,74 @@
+/* sandbox.h - runs one piece of untrusted Lua in a fresh, restricted lua_State.
+ *
+ * The request and the result are plain data (strings and numbers), so the same execution can run
+ * on a worker thread today and in a separate worker process later: this is the narrow,
+ * serializable interface of DESIGN.md. The only channel back to the host while code runs is the
+ * `notify` callback (mcp.log, mcp.progress), which carries a kind and a JSON payload.
+ *
+ * Thread rules: mb_sandbox_run runs entirely on the calling thread and touches no shared state
+ * except the budget's atomics (cancel) and the notify callback, which must be thread-safe.
+ */
+#ifndef MB_SANDBOX_H
+#define MB_SANDBOX_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "budget.h"
+#include "config.h"
+
+typedef enum {
+	MB_NOTIFY_LOG = 1,      /* payload {"level":..., "data":...} */
+	MB_NOTIFY_PROGRESS = 2, /* payload {"progress":n, "total":n?, "message":s?} */
+} mb_notify_kind;
+
+typedef struct mb_exec_request {
+	const char *code;
+	size_t code_len;
+	const char *context_json;   /* JSON object text or NULL: becomes globals */
+	size_t context_len;
+	uint64_t timeout_ms;
+	uint64_t memory_bytes;
+	uint64_t instruction_limit;
+	const mb_config *cfg;
+	/* host calls: may be NULL; called on the executing thread; must copy what it keeps */
+	void (*notify)(void *ud, mb_notify_kind kind, const char *json, size_t len);
+	void *notify_ud;
+} mb_exec_request;
+
+typedef struct mb_exec_result {
+	int success;
+	char *result_json;          /* malloc'd JSON text of the result ("null" when none) */
+	size_t result_len;
+	char *output;               /* malloc'd captured print output (valid UTF-8 not guaranteed) */
+	size_t output_len;
+	char *error;                /* malloc'd message, NULL on success */
+	char *traceback;            /* malloc'd short traceback or NULL */
+	const char *error_type;     /* static: syntax runtime timeout memory instructions cancelled result */
+	double execution_time_ms;
+	uint64_t instructions;
+	size_t memory_peak_bytes;
+} mb_exec_result;
+
+/// Runs req under budget b (initialised by the caller with the request's limits).
+/// @param req  the code, globals and limits
+/// @param b    the execution budget; its cancel flag may be set from another thread
+/// @param res  filled on return; release with mb_exec_result_free
+/// @returns 0 when res is filled (success or a script error), -1 when the state could not be
+///          created at all (res->error says why)
+int mb_sandbox_run(const mb_exec_request *req, mb_budget *b, mb_exec_result *res);
+
+/// Frees the strings of a result (not the struct).
+void mb_exec_result_free(mb_exec_result *res);
+
+/// Builds the restricted environment in the fresh state L (sandbox_env.c). Runs inside a
+/// protected call. Expects the state's budget already attached.
+int mb_sandbox_env_open(lua_State *L);
+
+/// Per-thread setup for the deadline signal; call once on each thread that runs executions.
+int mb_sandbox_thread_init(void);
+
+/// Process-wide setup (signal handler); call once before starting worker threads.
+int mb_sandbox_global_init(void);
+
+#endif

@@ -1,0 +1,569 @@
+/* sandbox_env.c - the restricted environment: what sandbox code may see.
+ *
+ * Built by adding, not removing: only base, string, table, math, utf8, coroutine and four os
+ * functions are opened, then every function that could escape, swallow a tripped limit or run
+ * unbounded inside C is replaced:
+ *   - pcall, xpcall, coroutine.resume/close/wrap re-raise a tripped limit after the protected call;
+ *   - load takes text only, from a string (no reader functions), with a size cap;
+ *   - setmetatable refuses __gc (finalizers run with hooks off, also inside lua_close);
+ *   - collectgarbage answers "count" only; print is captured; warn, dofile, loadfile are absent;
+ *   - string.dump is gone (also through the string metatable, which is locked); string.rep
+ *     refuses the empty-string trick; find/match/gmatch/gsub are the budget-aware matcher;
+ *   - table.sort, move, insert and remove are reimplemented with budget polls, since __len can
+ *     make the stock versions loop 2^62 times inside C.
+ * Then json, re and mcp (log, progress) are added. docs/sandbox.md is the reference for agents.
+ */
+#include <lauxlib.h>
+#include <lualib.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "lpattern.h"
+#include "sandbox_int.h"
+
+#define POLL_EVERY 1024
+
+/* ---- protected calls that cannot swallow a tripped limit -------------------------------- */
+
+static int finish_pcall(lua_State *L, int status, lua_KContext extra)
+{
+	mb_budget_poll(L);
+	if (status != LUA_OK && status != LUA_YIELD) {
+		lua_pushboolean(L, 0);
+		lua_pushvalue(L, -2);
+		return 2;
+	}
+	return lua_gettop(L) - (int)extra;
+}
+
+static int sb_pcall(lua_State *L)
+{
+	luaL_checkany(L, 1);
+	mb_budget_poll(L);
+	lua_pushboolean(L, 1);
+	lua_insert(L, 1);
+	int status = lua_pcallk(L, lua_gettop(L) - 2, LUA_MULTRET, 0, 0, finish_pcall);
+	return finish_pcall(L, status, 0);
+}
+
+static int sb_xpcall(lua_State *L)
+{
+	int n = lua_gettop(L);
+	luaL_checktype(L, 2, LUA_TFUNCTION);
+	mb_budget_poll(L);
+	lua_pushboolean(L, 1);
+	lua_pushvalue(L, 1);
+	lua_rotate(L, 3, 2);
+	int status = lua_pcallk(L, n - 2, LUA_MULTRET, 2, 2, finish_pcall);
+	return finish_pcall(L, status, 2);
+}
+
+/* Calls the original function in upvalue 1 with all arguments, under lua_pcall so that the
+ * running-thread marker is always restored, then re-raises errors and tripped limits. */
+static int call_original_on(lua_State *L, lua_State *co)
+{
+	mb_budget_poll(L);
+	lua_State *prev = mb_sandbox_running();
+	if (co)
+		mb_sandbox_set_running(co);
+	lua_pushvalue(L, lua_upvalueindex(1));
+	lua_insert(L, 1);
+	int status = lua_pcall(L, lua_gettop(L) - 1, LUA_MULTRET, 0);
+	mb_sandbox_set_running(prev);
+	mb_budget_poll(L);
+	if (status != LUA_OK)
+		return lua_error(L);
+	return lua_gettop(L);
+}
+
+static int sb_resume(lua_State *L)
+{
+	lua_State *co = lua_tothread(L, 1);
+	luaL_argexpected(L, co, 1, "coroutine");
+	return call_original_on(L, co);
+}
+
+static int sb_close(lua_State *L)
+{
+	lua_State *co = lua_tothread(L, 1);
+	luaL_argexpected(L, co, 1, "coroutine");
+	return call_original_on(L, NULL);
+}
+
+/* coroutine.wrap: the stock one resumes from C without our wrapper; rebuild it on resume. */
+static int sb_wrap_call(lua_State *L)
+{
+	lua_pushvalue(L, lua_upvalueindex(2)); /* the coroutine */
+	lua_insert(L, 1);
+	lua_pushvalue(L, lua_upvalueindex(1)); /* our resume */
+	lua_insert(L, 1);
+	lua_call(L, lua_gettop(L) - 1, LUA_MULTRET);
+	if (!lua_toboolean(L, 1)) {
+		if (lua_type(L, 2) == LUA_TSTRING) {
+			luaL_where(L, 1);
+			lua_insert(L, 2);
+			lua_concat(L, 2);
+		}
+		lua_settop(L, 2);
+		return lua_error(L);
+	}
+	return lua_gettop(L) - 1;
+}
+
+static int sb_wrap(lua_State *L)
+{
+	luaL_checktype(L, 1, LUA_TFUNCTION);
+	lua_State *co = lua_newthread(L);
+	lua_pushvalue(L, 1);
+	lua_xmove(L, co, 1);
+	lua_pushvalue(L, lua_upvalueindex(1));
+	lua_insert(L, -2);
+	lua_pushcclosure(L, sb_wrap_call, 2);
+	return 1;
+}
+
+/* ---- base ---------------------------------------------------------------------------- */
+
+static int sb_load(lua_State *L)
+{
+	mb_sandbox_ctx *c = mb_sandbox_ctx_of(L);
+	if (lua_type(L, 1) != LUA_TSTRING)
+		return luaL_error(L, "load: only string chunks are allowed in the sandbox");
+	size_t len;
+	const char *s = lua_tolstring(L, 1, &len);
+	const char *name = luaL_optstring(L, 2, s);
+	const char *mode = luaL_optstring(L, 3, "t");
+	int env = !lua_isnone(L, 4) ? 4 : 0;
+	if (!strchr(mode, 't')) {
+		luaL_pushfail(L);
+		lua_pushfstring(L, "attempt to load a text chunk (mode is '%s'); binary chunks are not "
+				   "allowed in the sandbox", mode);
+		return 2;
+	}
+	if (len > (size_t)c->req->cfg->max_code_bytes) {
+		luaL_pushfail(L);
+		lua_pushfstring(L, "load: chunk is too large: %d bytes, max_code_bytes=%d", (int)len,
+				(int)c->req->cfg->max_code_bytes);
+		return 2;
+	}
+	int status = luaL_loadbufferx(L, s, len, name, "t");
+	mb_budget_poll(L);
+	if (status != LUA_OK) {
+		luaL_pushfail(L);
+		lua_insert(L, -2);
+		return 2;
+	}
+	if (env) {
+		lua_pushvalue(L, env);
+		if (!lua_setupvalue(L, -2, 1))
+			lua_pop(L, 1);
+	}
+	return 1;
+}
+
+static int sb_setmetatable(lua_State *L)
+{
+	if (lua_type(L, 2) == LUA_TTABLE) {
+		lua_pushliteral(L, "__gc");
+		if (lua_rawget(L, 2) != LUA_TNIL)
+			return luaL_error(L, "setmetatable: __gc metamethods are not allowed in the sandbox");
+		lua_pop(L, 1);
+	}
+	lua_pushvalue(L, lua_upvalueindex(1));
+	lua_insert(L, 1);
+	lua_call(L, lua_gettop(L) - 1, 1);
+	return 1;
+}
+
+static int sb_collectgarbage(lua_State *L)
+{
+	const char *opt = luaL_optstring(L, 1, "collect");
+	if (strcmp(opt, "count") != 0)
+		return luaL_error(L, "collectgarbage: only \"count\" is available in the sandbox");
+	int kb = lua_gc(L, LUA_GCCOUNT), b = lua_gc(L, LUA_GCCOUNTB);
+	lua_pushnumber(L, (lua_Number)kb + (lua_Number)b / 1024);
+	return 1;
+}
+
+static int sb_print(lua_State *L)
+{
+	mb_sandbox_ctx *c = mb_sandbox_ctx_of(L);
+	int n = lua_gettop(L);
+	for (int i = 1; i <= n; i++) {
+		size_t len;
+		const char *s = luaL_tolstring(L, i, &len);
+		if (i > 1)
+			mb_sandbox_output(c, "\t", 1);
+		mb_sandbox_output(c, s, len);
+		lua_pop(L, 1);
+	}
+	mb_sandbox_output(c, "\n", 1);
+	return 0;
+}
+
+/* ---- string -------------------------------------------------------------------------- */
+
+static int sb_rep(lua_State *L)
+{
+	size_t l, lsep;
+	luaL_checklstring(L, 1, &l);
+	lua_Integer n = luaL_checkinteger(L, 2);
+	luaL_optlstring(L, 3, "", &lsep);
+	if (n <= 0 || l + lsep == 0) {
+		lua_pushliteral(L, "");
+		return 1;
+	}
+	lua_pushvalue(L, lua_upvalueindex(1));
+	lua_insert(L, 1);
+	lua_call(L, lua_gettop(L) - 1, 1);
+	return 1;
+}
+
+/* ---- table: the loops that __len can make endless, with budget polls ----------------- */
+
+static lua_Integer checked_len(lua_State *L, int idx)
+{
+	luaL_checktype(L, idx, LUA_TTABLE);
+	return luaL_len(L, idx);
+}
+
+static int sb_insert(lua_State *L)
+{
+	lua_Integer e = checked_len(L, 1) + 1; /* first empty slot */
+	lua_Integer pos;
+	switch (lua_gettop(L)) {
+	case 2:
+		pos = e;
+		break;
+	case 3:
+		pos = luaL_checkinteger(L, 2);
+		luaL_argcheck(L, (lua_Unsigned)pos - 1u < (lua_Unsigned)e, 2, "position out of bounds");
+		for (lua_Integer i = e; i > pos; i--) {
+			if ((i & (POLL_EVERY - 1)) == 0)
+				mb_budget_poll(L);
+			lua_geti(L, 1, i - 1);
+			lua_seti(L, 1, i);
+		}
+		break;
+	default:
+		return luaL_error(L, "wrong number of arguments to 'insert'");
+	}
+	lua_seti(L, 1, pos);
+	return 0;
+}
+
+static int sb_remove(lua_State *L)
+{
+	lua_Integer size = checked_len(L, 1);
+	lua_Integer pos = luaL_optinteger(L, 2, size);
+	if (pos != size)
+		luaL_argcheck(L, (lua_Unsigned)pos - 1u <= (lua_Unsigned)size, 2, "position out of bounds");
+	lua_geti(L, 1, pos);
+	for (; pos < size; pos++) {
+		if ((pos & (POLL_EVERY - 1)) == 0)
+			mb_budget_poll(L);
+		lua_geti(L, 1, pos + 1);
+		lua_seti(L, 1, pos);
+	}
+	lua_pushnil(L);
+	lua_seti(L, 1, pos);
+	return 1;
+}
+
+static int sb_move(lua_State *L)
+{
+	lua_Integer f = luaL_checkinteger(L, 2);
+	lua_Integer e = luaL_checkinteger(L, 3);
+	lua_Integer t = luaL_checkinteger(L, 4);
+	int tt = !lua_isnoneornil(L, 5) ? 5 : 1;
+	luaL_checktype(L, 1, LUA_TTABLE);
+	luaL_checktype(L, tt, LUA_TTABLE);
+	if (e >= f) {
+		luaL_argcheck(L, f > 0 || e < LUA_MAXINTEGER + f, 3, "too many elements to move");
+		lua_Integer n = e - f + 1;
+		luaL_argcheck(L, t <= LUA_MAXINTEGER - n + 1, 4, "destination wrap around");
+		if (t > e || t <= f || (tt != 1 && !lua_rawequal(L, 1, tt))) {
+			for (lua_Integer i = 0; i < n; i++) {
+				if ((i & (POLL_EVERY - 1)) == POLL_EVERY - 1)
+					mb_budget_poll(L);
+				lua_geti(L, 1, f + i);
+				lua_seti(L, tt, t + i);
+			}
+		} else {
+			for (lua_Integer i = n - 1; i >= 0; i--) {
+				if ((i & (POLL_EVERY - 1)) == 0)
+					mb_budget_poll(L);
+				lua_geti(L, 1, f + i);
+				lua_seti(L, tt, t + i);
+			}
+		}
+	}
+	lua_pushvalue(L, tt);
+	return 1;
+}
+
+/* Heapsort on t[1..n]: O(n log n) in the worst case, no recursion, a budget poll every few
+ * comparisons (one comparison of two long strings can take milliseconds). */
+typedef struct {
+	lua_State *L;
+	int has_cmp;
+	unsigned polls;
+} sorter;
+
+static int sort_less(sorter *s, lua_Integer a, lua_Integer b)
+{
+	lua_State *L = s->L;
+	if ((++s->polls & 63) == 0)
+		mb_budget_poll(L);
+	int r;
+	if (s->has_cmp) {
+		lua_pushvalue(L, 2);
+		lua_geti(L, 1, a);
+		lua_geti(L, 1, b);
+		lua_call(L, 2, 1);
+		r = lua_toboolean(L, -1);
+		lua_pop(L, 1);
+	} else {
+		lua_geti(L, 1, a);
+		lua_geti(L, 1, b);
+		r = lua_compare(L, -2, -1, LUA_OPLT);
+		lua_pop(L, 2);
+	}
+	return r;
+}
+
+static void sort_swap(lua_State *L, lua_Integer a, lua_Integer b)
+{
+	lua_geti(L, 1, a);
+	lua_geti(L, 1, b);
+	lua_seti(L, 1, a);
+	lua_seti(L, 1, b);
+}
+
+static void sift_down(sorter *s, lua_Integer root, lua_Integer n)
+{
+	for (;;) {
+		lua_Integer child = 2 * root;
+		if (child > n)
+			return;
+		if (child < n && sort_less(s, child, child + 1))
+			child++;
+		if (!sort_less(s, root, child))
+			return;
+		sort_swap(s->L, root, child);
+		root = child;
+	}
+}
+
+static int sb_sort(lua_State *L)
+{
+	lua_Integer n = checked_len(L, 1);
+	luaL_argcheck(L, n < INT32_MAX, 1, "array too big");
+	sorter s = { L, 0, 0 };
+	if (!lua_isnoneornil(L, 2)) {
+		luaL_checktype(L, 2, LUA_TFUNCTION);
+		s.has_cmp = 1;
+	}
+	lua_settop(L, 2);
+	for (lua_Integer i = n / 2; i >= 1; i--)
+		sift_down(&s, i, n);
+	for (lua_Integer end = n; end > 1; end--) {
+		sort_swap(L, 1, end);
+		sift_down(&s, 1, end - 1);
+	}
+	return 0;
+}
+
+/* ---- mcp: the host calls ------------------------------------------------------------- */
+
+static const char *const log_levels[] = { "debug", "info", "notice", "warning", "error",
+					  "critical", "alert", "emergency", NULL };
+
+static void notify(lua_State *L, mb_sandbox_ctx *c, mb_notify_kind kind, const char *fname)
+{
+	if (c->notifications >= (uint64_t)c->req->cfg->max_notifications)
+		luaL_error(L, "%s: notification limit reached (max_notifications=%d)", fname,
+			   (int)c->req->cfg->max_notifications);
+	/* the payload table is at the top of the stack */
+	char err[200];
+	size_t len;
+	char *j = mb_json_encode(L, -1, &c->json_lim, MB_JSON_LENIENT, &len, err, sizeof err);
+	if (!j) {
+		mb_budget_poll(L);
+		luaL_error(L, "%s: %s", fname, err);
+	}
+	if (len > (size_t)c->req->cfg->max_output_bytes) {
+		free(j);
+		luaL_error(L, "%s: message is too large: %d bytes, max_output_bytes=%d", fname, (int)len,
+			   (int)c->req->cfg->max_output_bytes);
+	}
+	c->notifications++;
+	if (c->req->notify)
+		c->req->notify(c->req->notify_ud, kind, j, len);
+	free(j);
+}
+
+static int sb_mcp_log(lua_State *L)
+{
+	mb_sandbox_ctx *c = mb_sandbox_ctx_of(L);
+	int level = luaL_checkoption(L, 1, NULL, log_levels);
+	luaL_checkany(L, 2);
+	lua_createtable(L, 0, 2);
+	lua_pushstring(L, log_levels[level]);
+	lua_setfield(L, -2, "level");
+	lua_pushvalue(L, 2);
+	lua_setfield(L, -2, "data");
+	notify(L, c, MB_NOTIFY_LOG, "mcp.log");
+	return 0;
+}
+
+static int sb_mcp_progress(lua_State *L)
+{
+	mb_sandbox_ctx *c = mb_sandbox_ctx_of(L);
+	lua_Number p = luaL_checknumber(L, 1);
+	luaL_argcheck(L, isfinite(p), 1, "progress must be a finite number");
+	if (c->has_progress && !(p > c->last_progress))
+		return luaL_error(L, "mcp.progress: progress must increase (last %f, got %f)",
+				  c->last_progress, p);
+	lua_createtable(L, 0, 3);
+	lua_pushvalue(L, 1);
+	lua_setfield(L, -2, "progress");
+	if (!lua_isnoneornil(L, 2)) {
+		lua_Number t = luaL_checknumber(L, 2);
+		luaL_argcheck(L, isfinite(t), 2, "total must be a finite number");
+		lua_pushvalue(L, 2);
+		lua_setfield(L, -2, "total");
+	}
+	if (!lua_isnoneornil(L, 3)) {
+		luaL_checkstring(L, 3);
+		lua_pushvalue(L, 3);
+		lua_setfield(L, -2, "message");
+	}
+	notify(L, c, MB_NOTIFY_PROGRESS, "mcp.progress");
+	c->has_progress = 1;
+	c->last_progress = p;
+	return 0;
+}
+
+/* ---- assembly ------------------------------------------------------------------------ */
+
+/* Replaces t[name] (t at the top of the stack) with f, giving f the old value as upvalue 1. */
+static void wrap_field(lua_State *L, const char *name, lua_CFunction f)
+{
+	lua_getfield(L, -1, name);
+	lua_pushcclosure(L, f, 1);
+	lua_setfield(L, -2, name);
+}
+
+static void set_field(lua_State *L, const char *name, lua_CFunction f)
+{
+	lua_pushcfunction(L, f);
+	lua_setfield(L, -2, name);
+}
+
+static void clear_field(lua_State *L, const char *name)
+{
+	lua_pushnil(L);
+	lua_setfield(L, -2, name);
+}
+
+int mb_sandbox_env_open(lua_State *L)
+{
+	mb_sandbox_ctx *c = mb_sandbox_ctx_of(L);
+	static const luaL_Reg libs[] = {
+		{ LUA_GNAME, luaopen_base },       { LUA_STRLIBNAME, luaopen_string },
+		{ LUA_TABLIBNAME, luaopen_table }, { LUA_MATHLIBNAME, luaopen_math },
+		{ LUA_UTF8LIBNAME, luaopen_utf8 }, { LUA_COLIBNAME, luaopen_coroutine },
+		{ NULL, NULL },
+	};
+	for (const luaL_Reg *l = libs; l->name; l++) {
+		luaL_requiref(L, l->name, l->func, 1);
+		lua_pop(L, 1);
+	}
+
+	/* os: only time, clock, date, difftime, in a fresh table (the full library is not kept). */
+	luaL_requiref(L, "mb.os", luaopen_os, 0);
+	lua_createtable(L, 0, 4);
+	static const char *const os_keep[] = { "time", "clock", "date", "difftime", NULL };
+	for (int i = 0; os_keep[i]; i++) {
+		lua_getfield(L, -2, os_keep[i]);
+		lua_setfield(L, -2, os_keep[i]);
+	}
+	lua_setglobal(L, "os");
+	lua_pop(L, 1);
+	lua_getfield(L, LUA_REGISTRYINDEX, LUA_LOADED_TABLE);
+	clear_field(L, "mb.os");
+	lua_pop(L, 1);
+
+	/* base */
+	lua_pushglobaltable(L);
+	clear_field(L, "dofile");
+	clear_field(L, "loadfile");
+	clear_field(L, "warn");
+	clear_field(L, "require");
+	set_field(L, "load", sb_load);
+	set_field(L, "pcall", sb_pcall);
+	set_field(L, "xpcall", sb_xpcall);
+	set_field(L, "collectgarbage", sb_collectgarbage);
+	set_field(L, "print", sb_print);
+	wrap_field(L, "setmetatable", sb_setmetatable);
+
+	/* coroutine */
+	lua_getfield(L, -1, LUA_COLIBNAME);
+	wrap_field(L, "resume", sb_resume);
+	wrap_field(L, "close", sb_close);
+	lua_getfield(L, -1, "resume"); /* our resume, for wrap */
+	lua_pushcclosure(L, sb_wrap, 1);
+	lua_setfield(L, -2, "wrap");
+	lua_pop(L, 1);
+
+	/* string: the real table, which the string metatable's __index points at */
+	lua_getfield(L, -1, LUA_STRLIBNAME);
+	clear_field(L, "dump");
+	wrap_field(L, "rep", sb_rep);
+	mb_lpattern_register(L, lua_gettop(L));
+	lua_pop(L, 1);
+	lua_pushliteral(L, "");
+	if (lua_getmetatable(L, -1)) {
+		lua_pushboolean(L, 0);
+		lua_setfield(L, -2, "__metatable");
+		lua_pop(L, 1);
+	}
+	lua_pop(L, 1);
+
+	/* table */
+	lua_getfield(L, -1, LUA_TABLIBNAME);
+	set_field(L, "sort", sb_sort);
+	set_field(L, "move", sb_move);
+	set_field(L, "insert", sb_insert);
+	set_field(L, "remove", sb_remove);
+	lua_pop(L, 1);
+
+	/* json and re */
+	mb_json_open(L, &c->json_lim);
+	lua_setfield(L, -2, "json");
+#ifdef MB_REGEX_H /* TEMP until src/regex.h lands */
+	mb_regex_limits rl = {
+		.max_pattern_bytes = (size_t)c->req->cfg->regex_max_pattern_bytes,
+		.max_subject_bytes = (size_t)c->req->cfg->regex_max_subject_bytes,
+		.match_limit = (uint32_t)c->req->cfg->regex_match_limit,
+		.heap_limit_kb = (uint32_t)c->req->cfg->regex_heap_limit_kb,
+		.depth_limit = (uint32_t)c->req->cfg->regex_match_limit,
+		.max_patterns = 256,
+	};
+	mb_regex_open(L, &rl);
+	lua_setfield(L, -2, "re");
+#endif
+
+	/* mcp: host calls */
+	lua_createtable(L, 0, 2);
+	set_field(L, "log", sb_mcp_log);
+	set_field(L, "progress", sb_mcp_progress);
+	lua_setfield(L, -2, "mcp");
+
+	/* loaded libraries stay reachable only through globals */
+	lua_pop(L, 1);
+	return 0;
+}

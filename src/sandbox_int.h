@@ -1,0 +1,44 @@
+/* sandbox_int.h - what sandbox.c and sandbox_env.c share about a running execution. Not for
+ * other modules: they see only sandbox.h. */
+#ifndef MB_SANDBOX_INT_H
+#define MB_SANDBOX_INT_H
+
+#include <signal.h>
+
+#include "json.h"
+#include "regex.h"
+#include "sandbox.h"
+
+/* Sent by the pool to a worker thread at its execution's deadline or on cancellation. */
+#define MB_SANDBOX_SIGNAL (SIGRTMIN + 1)
+
+typedef struct mb_sandbox_ctx {
+	const mb_exec_request *req;
+	mb_budget *b;
+	mb_json_limits json_lim;
+	/* output capture */
+	char *head, *tail;
+	size_t head_len, head_cap;
+	size_t tail_len, tail_cap, tail_pos;
+	size_t dropped;
+	/* notifications */
+	uint64_t notifications;
+	double last_progress;
+	int has_progress;
+	char *traceback;
+} mb_sandbox_ctx;
+
+/// The context of the execution that owns L (any thread of it).
+mb_sandbox_ctx *mb_sandbox_ctx_of(lua_State *L);
+
+/// Appends to the captured output, keeping head and tail within the cap.
+void mb_sandbox_output(mb_sandbox_ctx *c, const char *s, size_t n);
+
+/// Installs the budget hook on L (the main state or a new coroutine).
+void mb_sandbox_sethook(lua_State *L);
+
+/// Records which Lua thread is running on this OS thread (for the deadline signal).
+void mb_sandbox_set_running(lua_State *L);
+lua_State *mb_sandbox_running(void);
+
+#endif

@@ -1,0 +1,300 @@
+/* stdio.c - newline-delimited JSON-RPC framing on stdin/stdout.
+ *
+ * stdin may be a pipe, a terminal or a regular file; stdout a pipe, a terminal, or anything else
+ * (then written with blocking write(2)). Incoming bytes accumulate in one growing buffer; lines
+ * are cut at '\n' (scanning only new bytes, so a long line costs O(n)), a trailing '\r' is
+ * dropped, and a line longer than max_line switches to discard mode until its newline, after
+ * which on_oversize reports how many bytes were dropped. Outgoing messages try uv_try_write first
+ * and queue the rest, so a slow reader never stalls the loop.
+ */
+#include "stdio.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "log.h"
+
+struct mb_stdio {
+	uv_loop_t *loop;
+	mb_stdio_callbacks cb;
+	size_t max_line;
+	union {
+		uv_pipe_t pipe;
+		uv_tty_t tty;
+	} in, out;
+	int in_kind, out_kind; /* uv_handle_type of each; UV_FILE means fs reads / blocking writes */
+	uv_fs_t fs_req;
+	char rbuf[65536];
+	char *buf;
+	size_t len, cap, scan;
+	int discarding;
+	size_t discarded;
+	size_t pending_writes;
+	int eof;
+	int open_handles;
+};
+
+typedef struct {
+	uv_write_t req;
+	char *data;
+	mb_stdio *s;
+} write_req;
+
+static void deliver(mb_stdio *s, const char *data, size_t n)
+{
+	while (n) {
+		const char *nl = memchr(data, '\n', n);
+		size_t take = nl ? (size_t)(nl - data) : n;
+		if (s->discarding) {
+			s->discarded += take + (nl ? 1 : 0);
+			if (nl) {
+				s->discarding = 0;
+				if (s->cb.on_oversize)
+					s->cb.on_oversize(s->cb.ud, s->discarded);
+				s->discarded = 0;
+			}
+		} else if (s->len + take > s->max_line) {
+			s->discarding = 1;
+			s->discarded = s->len + take + (nl ? 1 : 0);
+			s->len = 0;
+			if (nl) {
+				s->discarding = 0;
+				if (s->cb.on_oversize)
+					s->cb.on_oversize(s->cb.ud, s->discarded);
+				s->discarded = 0;
+			}
+		} else {
+			if (s->len + take + 1 > s->cap) {
+				size_t cap = s->cap ? s->cap : 4096;
+				while (cap < s->len + take + 1)
+					cap *= 2;
+				char *nb = realloc(s->buf, cap);
+				if (!nb) {
+					mb_log(MB_LOG_ERROR, "stdio: out of memory for a %zu-byte line; discarding it",
+					       s->len + take);
+					s->discarding = 1;
+					s->discarded = s->len + take;
+					s->len = 0;
+					data += take;
+					n -= take;
+					continue;
+				}
+				s->buf = nb;
+				s->cap = cap;
+			}
+			memcpy(s->buf + s->len, data, take);
+			s->len += take;
+			if (nl) {
+				size_t l = s->len;
+				if (l && s->buf[l - 1] == '\r')
+					l--;
+				s->buf[l] = 0;
+				size_t i = 0;
+				while (i < l && (s->buf[i] == ' ' || s->buf[i] == '\t'))
+					i++;
+				s->len = 0;
+				if (i < l)
+					s->cb.on_line(s->cb.ud, s->buf, l);
+			}
+		}
+		if (!nl)
+			break;
+		data = nl + 1;
+		n -= take + 1;
+	}
+}
+
+static void finish_input(mb_stdio *s)
+{
+	if (s->eof)
+		return;
+	s->eof = 1;
+	/* A last line without a newline still counts. */
+	if (s->discarding) {
+		if (s->cb.on_oversize)
+			s->cb.on_oversize(s->cb.ud, s->discarded);
+	} else if (s->len) {
+		deliver(s, "\n", 1);
+	}
+	if (s->cb.on_eof)
+		s->cb.on_eof(s->cb.ud);
+}
+
+static void alloc_cb(uv_handle_t *h, size_t suggested, uv_buf_t *buf)
+{
+	(void)suggested;
+	mb_stdio *s = h->data;
+	*buf = uv_buf_init(s->rbuf, sizeof s->rbuf);
+}
+
+static void read_cb(uv_stream_t *st, ssize_t n, const uv_buf_t *buf)
+{
+	mb_stdio *s = st->data;
+	if (n > 0) {
+		deliver(s, buf->base, (size_t)n);
+	} else if (n < 0) {
+		if (n != UV_EOF)
+			mb_log(MB_LOG_ERROR, "stdio: read error: %s", uv_strerror((int)n));
+		uv_read_stop(st);
+		finish_input(s);
+	}
+}
+
+static void fs_read_cb(uv_fs_t *req)
+{
+	mb_stdio *s = req->data;
+	ssize_t n = req->result;
+	uv_fs_req_cleanup(req);
+	if (n > 0) {
+		deliver(s, s->rbuf, (size_t)n);
+		uv_buf_t b = uv_buf_init(s->rbuf, sizeof s->rbuf);
+		uv_fs_read(s->loop, &s->fs_req, 0, &b, 1, -1, fs_read_cb);
+		return;
+	}
+	if (n < 0)
+		mb_log(MB_LOG_ERROR, "stdio: read error: %s", uv_strerror((int)n));
+	finish_input(s);
+}
+
+static int open_stream(mb_stdio *s, uv_file fd, int readable, int *kind, void *handle)
+{
+	uv_handle_type t = uv_guess_handle(fd);
+	int rc;
+	if (t == UV_NAMED_PIPE) {
+		rc = uv_pipe_init(s->loop, handle, 0);
+		if (!rc)
+			rc = uv_pipe_open(handle, fd);
+	} else if (t == UV_TTY) {
+		rc = uv_tty_init(s->loop, handle, fd, readable);
+	} else {
+		*kind = UV_FILE;
+		return 0;
+	}
+	if (rc)
+		return rc;
+	*kind = t;
+	((uv_handle_t *)handle)->data = s;
+	s->open_handles++;
+	return 0;
+}
+
+mb_stdio *mb_stdio_open(uv_loop_t *loop, size_t max_line, const mb_stdio_callbacks *cb)
+{
+	mb_stdio *s = calloc(1, sizeof *s);
+	if (!s)
+		return NULL;
+	s->loop = loop;
+	s->cb = *cb;
+	s->max_line = max_line;
+	int rc = open_stream(s, 0, 1, &s->in_kind, &s->in);
+	if (!rc)
+		rc = open_stream(s, 1, 0, &s->out_kind, &s->out);
+	if (rc) {
+		mb_log(MB_LOG_ERROR, "stdio: cannot open stdin/stdout: %s", uv_strerror(rc));
+		return NULL;
+	}
+	if (s->in_kind == UV_FILE) {
+		s->fs_req.data = s;
+		uv_buf_t b = uv_buf_init(s->rbuf, sizeof s->rbuf);
+		rc = uv_fs_read(loop, &s->fs_req, 0, &b, 1, -1, fs_read_cb);
+	} else {
+		rc = uv_read_start((uv_stream_t *)&s->in, alloc_cb, read_cb);
+	}
+	if (rc) {
+		mb_log(MB_LOG_ERROR, "stdio: cannot read stdin: %s", uv_strerror(rc));
+		return NULL;
+	}
+	return s;
+}
+
+static void write_cb(uv_write_t *req, int status)
+{
+	write_req *w = (write_req *)req;
+	mb_stdio *s = w->s;
+	if (status)
+		mb_log(MB_LOG_ERROR, "stdio: write error: %s", uv_strerror(status));
+	free(w->data);
+	free(w);
+	s->pending_writes--;
+	if (!s->pending_writes && s->cb.on_drain)
+		s->cb.on_drain(s->cb.ud);
+}
+
+int mb_stdio_write(mb_stdio *s, char *data, size_t len)
+{
+	if (s->out_kind == UV_FILE) {
+		size_t off = 0;
+		while (off < len) {
+			ssize_t n = write(1, data + off, len - off);
+			if (n < 0 && errno == EINTR)
+				continue;
+			if (n <= 0) {
+				free(data);
+				return n < 0 ? -errno : -EIO;
+			}
+			off += (size_t)n;
+		}
+		free(data);
+		return 0;
+	}
+	uv_stream_t *st = (uv_stream_t *)&s->out;
+	uv_buf_t b = uv_buf_init(data, (unsigned)len);
+	if (!s->pending_writes) {
+		int n = uv_try_write(st, &b, 1);
+		if (n == (int)len) {
+			free(data);
+			return 0;
+		}
+		if (n > 0) {
+			b.base += n;
+			b.len -= (size_t)n;
+		} else if (n != UV_EAGAIN) {
+			free(data);
+			return n;
+		}
+	}
+	write_req *w = malloc(sizeof *w);
+	if (!w) {
+		free(data);
+		return UV_ENOMEM;
+	}
+	w->data = data;
+	w->s = s;
+	int rc = uv_write(&w->req, st, &b, 1, write_cb);
+	if (rc) {
+		free(data);
+		free(w);
+		return rc;
+	}
+	s->pending_writes++;
+	return 0;
+}
+
+size_t mb_stdio_pending_writes(const mb_stdio *s)
+{
+	return s->pending_writes;
+}
+
+static void closed(uv_handle_t *h)
+{
+	mb_stdio *s = h->data;
+	if (--s->open_handles == 0) {
+		free(s->buf);
+		free(s);
+	}
+}
+
+void mb_stdio_close(mb_stdio *s)
+{
+	if (s->open_handles == 0) {
+		free(s->buf);
+		free(s);
+		return;
+	}
+	if (s->in_kind != UV_FILE)
+		uv_close((uv_handle_t *)&s->in, closed);
+	if (s->out_kind != UV_FILE)
+		uv_close((uv_handle_t *)&s->out, closed);
+}

