@@ -13,7 +13,7 @@ LUA_PKG   ?= lua5.4
 PKGS      := $(LUA_PKG) libuv libpcre2-8 jansson
 DEB_PKGS  := liblua5.4-dev libuv1-dev libpcre2-dev libjansson-dev libsqlite3-dev lua-cjson-dev \
              pkg-config gcc make
-TEST_DEB_PKGS := valgrind clang libclang-rt-14-dev
+TEST_DEB_PKGS := valgrind clang libclang-rt-14-dev lua5.4
 
 CC        ?= gcc
 BUILD     ?= build
@@ -23,6 +23,9 @@ CFLAGS    += -std=c11 -D_GNU_SOURCE -Wall -Wextra -Werror -fno-strict-aliasing \
 LDLIBS    += $(shell pkg-config --libs $(PKGS) 2>/dev/null) -lpthread -lm -lrt
 
 SRC       := $(sort $(wildcard src/*.c))
+ifneq ($(wildcard src/regex.c),)
+CFLAGS += -DMB_HAVE_REGEX
+endif
 LUA_SRC   := $(sort $(shell find lua -name '*.lua'))
 OBJ       := $(patsubst src/%.c,$(BUILD)/obj/%.o,$(SRC)) $(BUILD)/obj/embedded_lua.o
 LIB_OBJ   := $(filter-out $(BUILD)/obj/main.o,$(OBJ))
@@ -101,8 +104,8 @@ test-asan:
 	  CFLAGS="-O1 -g -fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer" \
 	  LDFLAGS="-fsanitize=address,undefined" test-unit test-lua
 
-test-lua: $(BUILD)/moonbox
-	@MOONBOX=$(BUILD)/moonbox tests/run-lua.sh
+test-lua:
+	@tests/run-lua.sh
 
 test-integration: $(BUILD)/moonbox
 	@cd tests && MOONBOX=../$(BUILD)/moonbox node --test --test-reporter=spec integration/

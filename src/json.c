@@ -237,7 +237,8 @@ typedef struct seg {
 	const struct seg *up;
 	const char *key;  /* string key, or NULL */
 	size_t klen;
-	const char *num;  /* formatted numeric key/index shown as [num], or NULL */
+	const char *num;  /* formatted numeric key shown as [num], or NULL */
+	lua_Integer idx;  /* array index shown as [idx] when key and num are NULL */
 } seg;
 
 typedef struct {
@@ -283,9 +284,15 @@ static size_t path_write(const seg *s, char *dst, size_t cap, size_t at)
 	if (!s)
 		return at;
 	at = path_write(s->up, dst, cap, at);
-	if (s->num) {
+	if (!s->key) {
+		char idx[32];
+		const char *num = s->num;
+		if (!num) {
+			snprintf(idx, sizeof idx, LUA_INTEGER_FMT, (LUAI_UACINT)s->idx);
+			num = idx;
+		}
 		at = path_append(dst, cap, at, "[", 1);
-		at = path_append(dst, cap, at, s->num, strlen(s->num));
+		at = path_append(dst, cap, at, num, strlen(num));
 		return path_append(dst, cap, at, "]", 1);
 	}
 	if (is_ident(s->key, s->klen)) {
@@ -418,43 +425,40 @@ static int enc_classify(enc *e, int idx, lua_Integer *n)
 			return 1;
 		}
 	}
+	/* an array has exactly the keys 1..n; stop at the first key that rules it out */
 	lua_Integer count = 0, maxk = 0;
-	int seq = 1;
 	lua_pushnil(L);
 	while (lua_next(L, idx)) {
 		lua_pop(L, 1);
 		count++;
-		if (seq && lua_isinteger(L, -1)) {
-			lua_Integer k = lua_tointeger(L, -1);
-			if (k < 1)
-				seq = 0;
-			else if (k > maxk)
-				maxk = k;
-		} else {
-			seq = 0;
+		lua_Integer k = lua_isinteger(L, -1) ? lua_tointeger(L, -1) : 0;
+		if (k < 1) {
+			lua_pop(L, 1);
+			return 0;
 		}
+		if (k > maxk)
+			maxk = k;
 		if (enc_tick(e)) {
 			lua_pop(L, 1);
 			return -1;
 		}
 	}
 	*n = count;
-	return seq && count > 0 && maxk == count;
+	return count > 0 && maxk == count;
 }
 
 static json_t *enc_array(enc *e, int idx, lua_Integer n, const seg *path, int depth)
 {
 	lua_State *L = e->L;
 	json_t *arr = json_array();
-	char num[32];
-	seg s = {path, NULL, 0, num};
+	seg s = {path, NULL, 0, NULL, 0};
 	if (!arr) {
 		enc_oom(e);
 		return NULL;
 	}
 	for (lua_Integer i = 1; i <= n; i++) {
 		lua_rawgeti(L, idx, i);
-		snprintf(num, sizeof num, LUA_INTEGER_FMT, (LUAI_UACINT)i);
+		s.idx = i;
 		json_t *v = enc_value(e, lua_gettop(L), &s, depth);
 		lua_pop(L, 1);
 		if (!v || json_array_append_new(arr, v)) {
@@ -472,7 +476,7 @@ static json_t *enc_object(enc *e, int idx, const seg *path, int depth)
 	lua_State *L = e->L;
 	json_t *obj = json_object();
 	char num[48];
-	seg s = {path, NULL, 0, NULL};
+	seg s = {path, NULL, 0, NULL, 0};
 	if (!obj) {
 		enc_oom(e);
 		return NULL;
@@ -510,6 +514,11 @@ static json_t *enc_object(enc *e, int idx, const seg *path, int depth)
 				goto fail;
 			}
 			lua_pop(L, 1);
+			if (enc_tick(e)) {
+				lua_pop(L, 1);
+				json_decref(obj);
+				return NULL;
+			}
 			continue;
 		}
 		if (enc_grow(e, klen + 3)) {

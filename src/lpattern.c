@@ -102,8 +102,8 @@ static void lp_reset(lp_match *m)
 
 /* ---- single items ------------------------------------------------------------------------ */
 
-/* Does c belong to class letter cl (%a, %d, ..., %z for NUL)? Upper-case letters negate; any other cl
- * stands for itself. */
+/* Does c belong to class letter cl (%a, %d, ..., %z for NUL)? Upper-case letters negate; any
+ * other cl stands for itself. */
 static int lp_class(int c, int cl)
 {
 	int r;
@@ -476,6 +476,29 @@ static int lp_is_literal(const char *p, size_t pl)
 	return 1;
 }
 
+/* If every match must begin with one particular byte (the pattern opens with a plain character
+ * that is not made optional by '*', '?' or '-'), returns that byte, else -1. At a position
+ * holding another byte the matcher fails at once and cannot raise an error, so the search
+ * loops may skip such positions with memchr without changing any result. */
+static int lp_first_byte(const char *p, const char *pe)
+{
+	if (p >= pe)
+		return -1;
+	switch (*p) {
+	case '(': case ')': case LP_ESC: case '[': case '.':
+		return -1;
+	case '$':
+		if (p + 1 == pe)
+			return -1;
+		break;
+	default:
+		break;
+	}
+	if (p + 1 < pe && (p[1] == '*' || p[1] == '?' || p[1] == '-'))
+		return -1;
+	return (unsigned char)*p;
+}
+
 static int lp_find_or_match(lua_State *L, int find)
 {
 	size_t sl, pl;
@@ -505,7 +528,13 @@ static int lp_find_or_match(lua_State *L, int find)
 	lp_match m;
 	lp_init(&m, L, s, sl, p, pl);
 	const char *at = s + init;
+	int first = anchored ? -1 : lp_first_byte(p, p + pl);
 	for (;;) {
+		if (first >= 0) {
+			at = memchr(at, first, (size_t)(m.s_end - at));
+			if (!at)
+				break;
+		}
 		lp_reset(&m);
 		const char *e = lp_do(&m, at, p);
 		if (e) {
@@ -533,21 +562,30 @@ static int lp_match_fn(lua_State *L)
 	return lp_find_or_match(L, 0);
 }
 
-/* gmatch iterator state, kept in a userdata upvalue; subject and pattern are upvalues 1, 2. */
+/* gmatch iterator state, kept in a userdata upvalue. Subject and pattern are upvalues 1 and 2,
+ * which keeps the strings alive (Lua strings never move, so the pointers stay valid). */
 typedef struct lp_gmatch_state {
+	const char *s, *p;
+	size_t sl, pl;
 	size_t next;      /* offset where the next search starts (may be len + 1) */
 	ptrdiff_t last;   /* end offset of the previous match, -1 before the first */
 } lp_gmatch_state;
 
 static int lp_gmatch_next(lua_State *L)
 {
-	size_t sl, pl;
-	const char *s = lua_tolstring(L, lua_upvalueindex(1), &sl);
-	const char *p = lua_tolstring(L, lua_upvalueindex(2), &pl);
 	lp_gmatch_state *g = lua_touserdata(L, lua_upvalueindex(3));
+	const char *s = g->s, *p = g->p;
+	size_t sl = g->sl, pl = g->pl;
 	lp_match m;
 	lp_init(&m, L, s, sl, p, pl);
+	int first = lp_first_byte(p, p + pl);
 	for (size_t at = g->next; at <= sl; at++) {
+		if (first >= 0) {
+			const char *q = memchr(s + at, first, sl - at);
+			if (!q)
+				break;
+			at = (size_t)(q - s);
+		}
 		lp_reset(&m);
 		const char *e = lp_do(&m, s + at, p);
 		if (e && e - s != g->last) {
@@ -563,13 +601,17 @@ static int lp_gmatch_next(lua_State *L)
 static int lp_gmatch(lua_State *L)
 {
 	size_t sl, pl;
-	luaL_checklstring(L, 1, &sl);
-	luaL_checklstring(L, 2, &pl);
+	const char *s = luaL_checklstring(L, 1, &sl);
+	const char *p = luaL_checklstring(L, 2, &pl);
 	size_t init = lp_start_pos(luaL_optinteger(L, 3, 1), sl) - 1;
 	if (init > sl)
 		init = sl + 1;
 	lua_settop(L, 2);
 	lp_gmatch_state *g = lua_newuserdatauv(L, sizeof *g, 0);
+	g->s = s;
+	g->sl = sl;
+	g->p = p;
+	g->pl = pl;
 	g->next = init;
 	g->last = -1;
 	lua_pushcclosure(L, lp_gmatch_next, 3);
@@ -658,7 +700,15 @@ static int lp_gsub(lua_State *L)
 	const char *last = NULL;
 	lua_Integer n = 0;
 	int changed = 0;
+	int first = anchored ? -1 : lp_first_byte(p, p + pl);
 	while (n < max) {
+		if (first >= 0) {
+			const char *q = memchr(src, first, (size_t)(m.s_end - src));
+			if (!q)
+				q = m.s_end;
+			luaL_addlstring(&b, src, (size_t)(q - src));
+			src = q;
+		}
 		lp_reset(&m);
 		const char *e = lp_do(&m, src, p);
 		if (e && e != last) {

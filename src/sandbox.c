@@ -39,6 +39,7 @@ typedef struct {
 	const char *name;
 	char *code;
 	size_t len;
+	char **exports;  /* global function names the chunk defines, NULL-terminated */
 } prelude_chunk;
 static prelude_chunk prelude[16];
 static int prelude_count;
@@ -120,6 +121,7 @@ int mb_sandbox_global_init(void)
 	lua_State *L = luaL_newstate();
 	if (!L)
 		return -1;
+	luaL_openlibs(L);
 	for (const mb_embedded_file *f = mb_embedded_lua; f->name; f++) {
 		if (strncmp(f->name, "prelude.", 8) != 0)
 			continue;
@@ -139,9 +141,36 @@ int mb_sandbox_global_init(void)
 			lua_close(L);
 			return -1;
 		}
+		/* Run it once in a scratch environment to learn which globals it defines. */
+		lua_newtable(L);
+		lua_newtable(L);
+		lua_pushglobaltable(L);
+		lua_setfield(L, -2, "__index");
+		lua_setmetatable(L, -2);
+		lua_pushvalue(L, -1);
+		lua_setupvalue(L, -3, 1);
+		lua_insert(L, -2);
+		if (lua_pcall(L, 0, 0, 0) != LUA_OK) {
+			fprintf(stderr, "moonbox: prelude %s: %s\n", f->name, lua_tostring(L, -1));
+			free(d.data);
+			lua_close(L);
+			return -1;
+		}
+		size_t n = 0;
+		char **names = calloc(64, sizeof *names);
+		lua_pushnil(L);
+		while (names && lua_next(L, -2)) {
+			if (lua_type(L, -2) == LUA_TSTRING && lua_isfunction(L, -1) && n < 63)
+				names[n++] = strdup(lua_tostring(L, -2));
+			lua_pop(L, 1);
+		}
 		lua_pop(L, 1);
-		char chunkname[128];
-		snprintf(chunkname, sizeof chunkname, "=%s", f->name);
+		if (!names) {
+			free(d.data);
+			lua_close(L);
+			return -1;
+		}
+		prelude[prelude_count].exports = names;
 		prelude[prelude_count].name = f->name;
 		prelude[prelude_count].code = d.data;
 		prelude[prelude_count].len = d.len;
@@ -271,17 +300,63 @@ static const mb_json_limits *json_limits(mb_sandbox_ctx *c)
 	return &c->json_lim;
 }
 
+/* The prelude helpers are loaded lazily: loading ~800 lines of bytecode costs more than the
+ * rest of an execution, and most executions use none of them. Each exported name starts as this
+ * stub; the first call runs the chunk in a private environment (whose __index is the sandbox's
+ * globals, so the chunk cannot overwrite the user's globals) and every stub then forwards to the
+ * real function found there. */
+static const char prelude_key = 0;
+
+static int prelude_stub(lua_State *L)
+{
+	int i = (int)lua_tointeger(L, lua_upvalueindex(1));
+	if (lua_rawgetp(L, LUA_REGISTRYINDEX, &prelude_key) != LUA_TTABLE) {
+		lua_pop(L, 1);
+		lua_newtable(L);
+		lua_pushvalue(L, -1);
+		lua_rawsetp(L, LUA_REGISTRYINDEX, &prelude_key);
+	}
+	if (lua_rawgeti(L, -1, i) != LUA_TTABLE) {
+		lua_pop(L, 1);
+		if (luaL_loadbufferx(L, prelude[i].code, prelude[i].len, prelude[i].name, "b") != LUA_OK)
+			return lua_error(L);
+		lua_newtable(L); /* private environment */
+		lua_newtable(L);
+		lua_pushglobaltable(L);
+		lua_setfield(L, -2, "__index");
+		lua_setmetatable(L, -2);
+		lua_pushvalue(L, -1);
+		lua_setupvalue(L, -3, 1);
+		lua_insert(L, -2);
+		lua_call(L, 0, 0);
+		lua_pushvalue(L, -1);
+		lua_rawseti(L, -3, i);
+	}
+	lua_pushvalue(L, lua_upvalueindex(2));
+	lua_rawget(L, -2);
+	lua_replace(L, -3);
+	lua_pop(L, 1);
+	lua_insert(L, 1);
+	lua_call(L, lua_gettop(L) - 1, LUA_MULTRET);
+	return lua_gettop(L);
+}
+
 /* Runs inside lua_pcall: libraries, the restricted environment, prelude, context variables. */
 static int sb_setup(lua_State *L)
 {
 	mb_sandbox_ctx *c = lua_touserdata(L, 1);
 	if (mb_sandbox_env_open(L) != 0)
 		return luaL_error(L, "sandbox: environment setup failed");
+	lua_pushglobaltable(L);
 	for (int i = 0; i < prelude_count; i++) {
-		if (luaL_loadbufferx(L, prelude[i].code, prelude[i].len, prelude[i].name, "b") != LUA_OK)
-			return lua_error(L);
-		lua_call(L, 0, 0);
+		for (char **e = prelude[i].exports; *e; e++) {
+			lua_pushinteger(L, i);
+			lua_pushstring(L, *e);
+			lua_pushcclosure(L, prelude_stub, 2);
+			lua_setfield(L, -2, *e);
+		}
 	}
+	lua_pop(L, 1);
 	if (c->req->context_json && c->req->context_len) {
 		char err[256];
 		if (mb_json_decode(L, c->req->context_json, c->req->context_len, json_limits(c), err,
@@ -354,7 +429,8 @@ static void capture_result(lua_State *L, mb_sandbox_ctx *c, int base, mb_exec_re
 	int n = lua_gettop(L) - base;
 	if (n == 0) {
 		lua_pushglobaltable(L);
-		lua_getfield(L, -1, "result");
+		lua_pushliteral(L, "result");
+		lua_rawget(L, -2); /* raw: no user __index runs at capture time */
 		lua_remove(L, -2);
 	} else if (n > 1) {
 		lua_createtable(L, n, 0);

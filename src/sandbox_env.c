@@ -48,11 +48,28 @@ static int sb_pcall(lua_State *L)
 	return finish_pcall(L, status, 0);
 }
 
+/* The user's message handler, called only while no limit has tripped. An error raised by the
+ * count hook runs the handler before unwinding, while Lua still has hooks disabled, so a looping
+ * handler would never be interrupted: once the budget has tripped the handler is skipped. */
+static int sb_xpcall_handler(lua_State *L)
+{
+	mb_budget *b = mb_budget_of(L);
+	if (b && mb_budget_check(b) != MB_STOP_NONE)
+		return 1;
+	lua_pushvalue(L, lua_upvalueindex(1));
+	lua_insert(L, 1);
+	lua_call(L, lua_gettop(L) - 1, 1);
+	return 1;
+}
+
 static int sb_xpcall(lua_State *L)
 {
 	int n = lua_gettop(L);
 	luaL_checktype(L, 2, LUA_TFUNCTION);
 	mb_budget_poll(L);
+	lua_pushvalue(L, 2);
+	lua_pushcclosure(L, sb_xpcall_handler, 1);
+	lua_replace(L, 2);
 	lua_pushboolean(L, 1);
 	lua_pushvalue(L, 1);
 	lua_rotate(L, 3, 2);
@@ -422,6 +439,7 @@ static int sb_mcp_log(lua_State *L)
 static int sb_mcp_progress(lua_State *L)
 {
 	mb_sandbox_ctx *c = mb_sandbox_ctx_of(L);
+	lua_settop(L, 3);
 	lua_Number p = luaL_checknumber(L, 1);
 	luaL_argcheck(L, isfinite(p), 1, "progress must be a finite number");
 	if (c->has_progress && !(p > c->last_progress))
@@ -544,7 +562,7 @@ int mb_sandbox_env_open(lua_State *L)
 	/* json and re */
 	mb_json_open(L, &c->json_lim);
 	lua_setfield(L, -2, "json");
-#ifdef MB_REGEX_H /* TEMP until src/regex.h lands */
+#ifdef MB_HAVE_REGEX /* TEMP until src/regex.c lands */
 	mb_regex_limits rl = {
 		.max_pattern_bytes = (size_t)c->req->cfg->regex_max_pattern_bytes,
 		.max_subject_bytes = (size_t)c->req->cfg->regex_max_subject_bytes,

@@ -359,6 +359,55 @@ describe("shutdown", () => {
   });
 });
 
+describe("progress", () => {
+  it("notifications precede the response, in order, echoing integer and string tokens", T, async () => {
+    const p = peer();
+    await p.initialize();
+    for (const [id, token] of [[400, 77], [401, "tok-401"]]) {
+      const m = p.mark();
+      const r = await p.request(id, "tools/call", { name: "execute_code", _meta: { progressToken: token },
+        arguments: { code: 'mcp.progress(1, 3, "one")\nmcp.progress(2, 3, "two")\nmcp.progress(3, 3, "three")\nreturn 1' } });
+      assert.equal(r.result.structuredContent.success, true, JSON.stringify(r));
+      await sleep(100);
+      const seen = p.messages(m);
+      assert.deepEqual(seen.map((x) => x.method ?? `response ${x.id}`),
+        ["notifications/progress", "notifications/progress", "notifications/progress", `response ${id}`]);
+      assert.deepEqual(seen.slice(0, 3).map((x) => x.params), [
+        { progressToken: token, progress: 1, total: 3, message: "one" },
+        { progressToken: token, progress: 2, total: 3, message: "two" },
+        { progressToken: token, progress: 3, total: 3, message: "three" },
+      ]);
+    }
+    await finish(p);
+  });
+
+  it("message and total are optional (MCP ProgressNotification: total?, message?)", T, async () => {
+    const p = peer();
+    await p.initialize();
+    const m = p.mark();
+    const r = await p.request(410, "tools/call", { name: "execute_code", _meta: { progressToken: 5 },
+      arguments: { code: "mcp.progress(1, 4)\nmcp.progress(2)\nreturn 1" } });
+    assert.equal(r.result.structuredContent.success, true, JSON.stringify(r.result.structuredContent));
+    await sleep(100);
+    assert.deepEqual(p.notifications(m, "notifications/progress").map((x) => x.params), [
+      { progressToken: 5, progress: 1, total: 4 },
+      { progressToken: 5, progress: 2 },
+    ]);
+    await finish(p);
+  });
+
+  it("no progress is sent without a progress token", T, async () => {
+    const p = peer();
+    await p.initialize();
+    const m = p.mark();
+    const r = await p.request(402, "tools/call", { name: "execute_code", arguments: { code: 'mcp.progress(1, 2, "x")\nreturn 2' } });
+    assert.equal(r.result.structuredContent.result, 2);
+    await sleep(100);
+    assert.deepEqual(p.messages(m).map((x) => x.method ?? `response ${x.id}`), ["response 402"]);
+    await finish(p);
+  });
+});
+
 describe("stdout hygiene", () => {
   it("stdout holds only JSON-RPC lines, whatever the sandbox prints or logs", T, async () => {
     const p = peer({ args: ["--log-level", "debug"] });
@@ -379,7 +428,7 @@ describe("stdout hygiene", () => {
     // bad input too: the answers go to stdout as JSON-RPC, the rest only to stderr
     await p.sendRaw("garbage\n\n   \n");
     await p.request(3, "ping");
-    assert.ok(p.lines.every((l) => l.raw.length > 0 && !l.raw.includes("not on stdout")));
+    assert.ok(p.lines.every((l) => l.raw.length > 0 && l.raw !== "not on stdout"));
     await finish(p);
   });
 });

@@ -207,9 +207,15 @@ describe("moonbox via the SDK client", () => {
   });
 
   it("mcp.progress reaches the onprogress handler in order", T, async () => {
+    // SDK 1.32.2 dispatches notifications on a microtask but responses synchronously, so progress
+    // that arrives in the same stdout read as the response is dropped ("unknown token"):
+    // modelcontextprotocol/typescript-sdk#2580. The code therefore waits 200 ms before returning;
+    // raw.test.mjs checks the wire order itself.
     const seen = [];
     const res = await execute(client, {
-      code: 'mcp.progress(1, 2, "half")\nmcp.progress(2, 2, "done")\nreturn "p"',
+      code: 'mcp.progress(1, 2, "half")\nmcp.progress(2, 2, "done")\n' +
+        'local t = os.clock()\nwhile os.clock() - t < 0.2 do end\nreturn "p"',
+      instruction_limit: MAX_INSTR,
     }, { onprogress: (p) => seen.push(p) });
     const sc = structured(res);
     assert.equal(sc.success, true, sc.error);
@@ -243,17 +249,25 @@ describe("moonbox via the SDK client", () => {
     assert.equal(sc.success, true, sc.error);
     assert.equal(sc.result, "done");
     const out = sc.output;
-    // the marker is the span between the first and the last character that is not x or \n
+    const original = (line + "\n").repeat(1024);
+    // the marker is the text between the first and the last character that is not x or \n,
+    // plus one newline framing it on either side (counted as marker, not as kept output)
     const first = out.search(/[^x\n]/);
     assert.ok(first > 0, "output has a marker of the cut after kept head text");
     let last = out.length - 1;
     while (last >= 0 && (out[last] === "x" || out[last] === "\n")) last--;
+    let head = out.slice(0, first);
+    let tail = out.slice(last + 1);
     const marker = out.slice(first, last + 1);
     assert.ok(marker.length > 0 && marker.length < 512, `marker: ${JSON.stringify(marker)}`);
-    assert.ok(out.length - marker.length <= 65536, `kept ${out.length - marker.length} bytes besides the marker`);
-    assert.ok(out.length - marker.length >= 60000, `kept only ${out.length - marker.length} bytes`);
-    assert.ok(out.startsWith(line + "\n"), "head kept");
-    assert.ok(out.endsWith(line + "\n"), "tail kept");
+    if (head.endsWith("\n") && original.startsWith(head.slice(0, -1))) head = head.slice(0, -1);
+    if (tail.startsWith("\n") && original.endsWith(tail.slice(1))) tail = tail.slice(1);
+    assert.ok(original.startsWith(head), "the head is the start of what was printed");
+    assert.ok(original.endsWith(tail), "the tail is the end of what was printed");
+    assert.ok(head.length > 0 && tail.length > 0, `head ${head.length}, tail ${tail.length}`);
+    assert.ok(head.length + tail.length <= 65536, `kept ${head.length + tail.length} bytes`);
+    assert.ok(head.length + tail.length >= 65536 - 1024, `kept only ${head.length + tail.length} bytes`);
+    assert.ok(out.length - head.length - tail.length < 512, `marker and framing: ${out.length - head.length - tail.length} bytes`);
   });
 });
 

@@ -1,0 +1,173 @@
+/* fuzz_json.c - libFuzzer target for src/json.c.
+ *
+ * Each input is decoded under a fresh budget (16 MB, 2 s). When it decodes, the value must
+ * re-encode strictly, the text must decode again to a structurally equal value (same types,
+ * integers exact, same array marks), and a third encode must give the same length. Whether or
+ * not it decodes, the raw bytes are also encoded as a Lua string: strictly that succeeds exactly
+ * when the bytes are valid UTF-8, leniently it always succeeds and decodes back to a string.
+ * Every error message must itself be valid UTF-8 (it goes out inside JSON), and every byte
+ * charged to the budget must be given back after each call. Any violation aborts.
+ *
+ * Build: clang -g -O1 -fsanitize=fuzzer,address,undefined -iquote src $(pkg-config --cflags
+ *        lua5.4 jansson) tests/fuzz/fuzz_json.c src/json.c src/budget.c $(pkg-config --libs
+ *        lua5.4 jansson) -lm -o build/fuzz_json
+ */
+#include "budget.h"
+#include "json.h"
+
+#include <lauxlib.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define FAIL(...) do { fprintf(stderr, "fuzz_json: " __VA_ARGS__); fputc('\n', stderr); abort(); } while (0)
+
+static lua_State *state;
+static mb_budget budget;
+
+static int valid_utf8(const char *s, size_t n)
+{
+	/* independent re-implementation (no overlongs, no surrogates, max U+10FFFF) */
+	const unsigned char *p = (const unsigned char *)s;
+	size_t i = 0;
+	while (i < n) {
+		unsigned c = p[i];
+		size_t len;
+		uint32_t cp;
+		if (c < 0x80) { i++; continue; }
+		else if ((c & 0xE0) == 0xC0) { len = 2; cp = c & 0x1F; }
+		else if ((c & 0xF0) == 0xE0) { len = 3; cp = c & 0x0F; }
+		else if ((c & 0xF8) == 0xF0) { len = 4; cp = c & 0x07; }
+		else return 0;
+		if (i + len > n)
+			return 0;
+		for (size_t k = 1; k < len; k++) {
+			if ((p[i + k] & 0xC0) != 0x80)
+				return 0;
+			cp = (cp << 6) | (p[i + k] & 0x3F);
+		}
+		if ((len == 2 && cp < 0x80) || (len == 3 && cp < 0x800) || (len == 4 && cp < 0x10000) ||
+		    cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF))
+			return 0;
+		i += len;
+	}
+	return 1;
+}
+
+static int same(lua_State *L, int a, int b)
+{
+	a = lua_absindex(L, a);
+	b = lua_absindex(L, b);
+	int t = lua_type(L, a);
+	if (t != lua_type(L, b))
+		return 0;
+	if (t == LUA_TNUMBER && lua_isinteger(L, a) != lua_isinteger(L, b))
+		return 0;
+	if (t != LUA_TTABLE)
+		return lua_rawequal(L, a, b);
+	int ma = lua_getmetatable(L, a), mb = lua_getmetatable(L, b);
+	int ok = ma == mb && (!ma || lua_rawequal(L, -1, -2));
+	lua_pop(L, ma + mb);
+	if (!ok)
+		return 0;
+	size_t na = 0, nb = 0;
+	lua_pushnil(L);
+	while (lua_next(L, a)) {
+		na++;
+		lua_pushvalue(L, -2);
+		lua_rawget(L, b);
+		if (!same(L, -1, -2)) {
+			lua_pop(L, 3);
+			return 0;
+		}
+		lua_pop(L, 2);
+	}
+	lua_pushnil(L);
+	while (lua_next(L, b)) {
+		nb++;
+		lua_pop(L, 1);
+	}
+	return na == nb;
+}
+
+static void check_budget(const char *when)
+{
+	if (budget.mem_used != 0)
+		FAIL("%zu bytes still charged after %s", budget.mem_used, when);
+	if (mb_budget_current() != NULL)
+		FAIL("current budget left set after %s", when);
+}
+
+static void check_message(const char *err)
+{
+	if (!valid_utf8(err, strlen(err)))
+		FAIL("error message is not valid UTF-8: %s", err);
+	if (err[0] == '\0')
+		FAIL("empty error message");
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+	static const mb_json_limits lim = {64, 0, 1 << 20, "value"};
+	char err[256];
+	size_t len, len2, len3;
+	if (!state) {
+		mb_json_global_init();
+		state = luaL_newstate();
+		*(mb_budget **)lua_getextraspace(state) = &budget;
+	}
+	lua_State *L = state;
+	lua_settop(L, 0);
+	mb_budget_init(&budget, 16u << 20, 0, 2000);
+
+	if (mb_json_decode(L, (const char *)data, size, &lim, err, sizeof err) == 0) {
+		check_budget("decode");
+		char *s = mb_json_encode(L, 1, &lim, 0, &len, err, sizeof err);
+		check_budget("encode");
+		if (!s)
+			FAIL("decoded value does not re-encode: %s", err);
+		if (memchr(s, '\n', len) || strlen(s) != len || !valid_utf8(s, len))
+			FAIL("encoded text has a raw newline, a NUL or invalid UTF-8");
+		if (mb_json_decode(L, s, len, &lim, err, sizeof err) != 0)
+			FAIL("re-encoded text does not decode: %s\n%s", err, s);
+		check_budget("second decode");
+		if (!same(L, 1, 2))
+			FAIL("round trip changed the value: %.*s -> %s", (int)size, (const char *)data, s);
+		char *s2 = mb_json_encode(L, 2, &lim, 0, &len2, err, sizeof err);
+		if (!s2 || len2 != len)
+			FAIL("second encode differs in length");
+		free(s2);
+		free(s);
+		check_budget("third encode");
+	} else {
+		check_budget("failed decode");
+		check_message(err);
+		if (lua_gettop(L) != 0)
+			FAIL("failed decode left values on the stack");
+	}
+
+	/* the raw bytes as a Lua string */
+	lua_settop(L, 0);
+	lua_pushlstring(L, (const char *)data, size);
+	char *s = mb_json_encode(L, 1, &lim, 0, &len, err, sizeof err);
+	check_budget("string encode");
+	if ((s != NULL) != valid_utf8((const char *)data, size))
+		FAIL("strict string encode %s valid UTF-8", s ? "accepted in" : "rejected");
+	if (!s)
+		check_message(err);
+	free(s);
+	s = mb_json_encode(L, 1, &lim, MB_JSON_LENIENT, &len3, err, sizeof err);
+	check_budget("lenient string encode");
+	if (!s)
+		FAIL("lenient string encode failed: %s", err);
+	if (!valid_utf8(s, len3) || mb_json_decode(L, s, len3, &lim, err, sizeof err) != 0 ||
+	    lua_type(L, -1) != LUA_TSTRING)
+		FAIL("lenient string encode gave bad JSON: %s", s);
+	if (valid_utf8((const char *)data, size) && !lua_rawequal(L, 1, -1))
+		FAIL("valid string changed by lenient encode");
+	free(s);
+	lua_settop(L, 0);
+	check_budget("lenient decode");
+	return 0;
+}

@@ -1,0 +1,324 @@
+/* test_sandbox.c - the sandbox engine in-process (no transport): results, error shapes, limits,
+ * escapes and timeout evasion. Runs under ASan/UBSan in `make test`, so every path through
+ * sandbox.c and sandbox_env.c here is also checked for memory errors and leaks. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "budget.h"
+#include "config.h"
+#include "json.h"
+#include "sandbox.h"
+#include "unit.h"
+
+static mb_config cfg;
+
+typedef struct {
+	mb_exec_result r;
+	double wall_ms;
+	char notes[4096];
+	size_t notes_len;
+} run_out;
+
+static void on_notify(void *ud, mb_notify_kind kind, const char *json, size_t len)
+{
+	run_out *o = ud;
+	int n = snprintf(o->notes + o->notes_len, sizeof o->notes - o->notes_len, "%s:%.*s\n",
+			 kind == MB_NOTIFY_LOG ? "log" : "progress", (int)len, json);
+	if (n > 0 && o->notes_len + (size_t)n < sizeof o->notes)
+		o->notes_len += (size_t)n;
+}
+
+/* Runs code with the given limits; the result stays in o (free with done()). */
+static run_out *run_with(const char *code, uint64_t timeout_ms, uint64_t mem_mb, uint64_t instr)
+{
+	static run_out o;
+	memset(&o, 0, sizeof o);
+	mb_budget b;
+	mb_budget_init(&b, mem_mb << 20, instr, timeout_ms);
+	mb_exec_request req = { .code = code, .code_len = strlen(code), .timeout_ms = timeout_ms,
+				.memory_bytes = mem_mb << 20, .instruction_limit = instr, .cfg = &cfg,
+				.notify = on_notify, .notify_ud = &o };
+	uint64_t t0 = mb_now_ns();
+	mb_sandbox_run(&req, &b, &o.r);
+	o.wall_ms = (double)(mb_now_ns() - t0) / 1e6;
+	return &o;
+}
+
+static run_out *run(const char *code)
+{
+	return run_with(code, 2000, 32, 50000000);
+}
+
+static void done(run_out *o)
+{
+	mb_exec_result_free(&o->r);
+}
+
+/* Checks success and the exact JSON of the result. */
+static void expect_result(const char *code, const char *json)
+{
+	run_out *o = run(code);
+	if (!o->r.success)
+		fprintf(stderr, "  code: %s\n  error: %s\n", code, o->r.error);
+	CHECK(o->r.success);
+	CHECK_STR(o->r.result_json, json);
+	done(o);
+}
+
+/* Checks failure with the given error type and a substring of the message. */
+static void expect_error_with(run_out *o, const char *code, const char *type, const char *needle)
+{
+	if (o->r.success || !o->r.error_type || strcmp(o->r.error_type, type) != 0 ||
+	    !o->r.error || !strstr(o->r.error, needle))
+		fprintf(stderr, "  code: %s\n  got %s: %s (wanted %s containing \"%s\")\n", code,
+			o->r.error_type ? o->r.error_type : "success", o->r.error ? o->r.error : "",
+			type, needle);
+	CHECK(!o->r.success);
+	CHECK(o->r.error_type && strcmp(o->r.error_type, type) == 0);
+	CHECK(o->r.error && strstr(o->r.error, needle));
+	done(o);
+}
+
+static void expect_error(const char *code, const char *type, const char *needle)
+{
+	expect_error_with(run(code), code, type, needle);
+}
+
+TEST(results)
+{
+	expect_result("return 1+1", "2");
+	expect_result("return 1.5", "1.5");
+	expect_result("return 2^53", "9007199254740992.0");
+	expect_result("return 123456789012345678", "123456789012345678");
+	expect_result("return math.maxinteger", "9223372036854775807");
+	expect_result("return 'a\\nb'", "\"a\\nb\"");
+	expect_result("return {1,2,3}", "[1,2,3]");
+	expect_result("return {a=1}", "{\"a\":1}");
+	expect_result("return 1, 'x'", "[1,\"x\"]");
+	expect_result("result = 7", "7");
+	expect_result("local x = 1", "null");
+	expect_result("return json.null", "null");
+	expect_result("return json.decode('[]')", "[]");
+	expect_result("return json.encode({1,{b=true}})", "\"[1,{\\\"b\\\":true}]\"");
+	expect_result("return (('x'):rep(3))", "\"xxx\"");
+	expect_result("return select('#', string.find('hello', 'l+'))", "2");
+	expect_result("return string.gsub('hello world', '(%w+)', '<%1>')", "[\"<hello> <world>\",2]");
+	expect_result("local t = {3,1,2}; table.sort(t); return t", "[1,2,3]");
+	expect_result("local t = {3,1,2}; table.sort(t, function(a,b) return a > b end); return t", "[3,2,1]");
+	expect_result("local t = {1,2,3}; table.insert(t, 1, 0); table.remove(t); return t", "[0,1,2]");
+	expect_result("return table.move({1,2,3}, 1, 3, 2)", "[1,1,2,3]");
+	expect_result("local co = coroutine.wrap(function(a) local b = coroutine.yield(a+1) return b*2 end)"
+		      " return {co(1), co(5)}", "[2,10]");
+	expect_result("local ok, e = pcall(error, 'boom', 0) return {ok, e}", "[false,\"boom\"]");
+	expect_result("return select(2, xpcall(function() error('x', 0) end, function(m) return 'h:'..m end))",
+		      "\"h:x\"");
+	expect_result("return os.time{year=2020, month=1, day=1, hour=0} ~= nil", "true");
+	expect_result("return type(load('return 5'))", "\"function\"");
+	expect_result("return load('return x', 'c', 't', {x = 9})()", "9");
+	expect_result("return #take({1,2,3,4}, 2)", "2");
+	expect_result("return (function() local a <close> = setmetatable({}, {__close=function() end}) return 1 end)()", "1");
+}
+
+TEST(output_and_notifications)
+{
+	run_out *o = run("print('a', 1, nil, true) print('b') return 0");
+	CHECK(o->r.success);
+	CHECK_STR(o->r.output, "a\t1\tnil\ttrue\nb\n");
+	done(o);
+	o = run("for i = 1, 20000 do print(string.rep('x', 20)) end");
+	CHECK(o->r.success);
+	CHECK(o->r.output_len <= (size_t)cfg.max_output_bytes + 128);
+	CHECK(strstr(o->r.output, "bytes of output omitted: max_output_bytes=65536") != NULL);
+	CHECK(strncmp(o->r.output, "xxxxxxxxxxxxxxxxxxxx\n", 21) == 0);
+	CHECK(o->r.output[o->r.output_len - 1] == '\n');
+	done(o);
+	o = run("mcp.log('info', {n = 1}) mcp.progress(1, 2, 'half') mcp.progress(2, 2)");
+	CHECK(o->r.success);
+	/* key order inside each payload is not specified; order of notifications is */
+	char *l1 = strstr(o->notes, "log:{"), *p1 = strstr(o->notes, "progress:{"),
+	     *p2 = p1 ? strstr(p1 + 1, "progress:{") : NULL;
+	CHECK(l1 == o->notes && p1 && p2 && l1 < p1 && p1 < p2);
+	CHECK(strstr(o->notes, "\"data\":{\"n\":1}") && strstr(o->notes, "\"level\":\"info\""));
+	CHECK(p1 && strstr(p1, "\"message\":\"half\"") && strstr(p1, "\"progress\":1"));
+	CHECK(p2 && strstr(p2, "\"progress\":2") && strstr(p2, "\"total\":2") && !strstr(p2, "message"));
+	done(o);
+	expect_error("mcp.progress(2) mcp.progress(1)", "runtime", "progress must increase");
+	expect_error("mcp.log('loud', 1)", "runtime", "invalid option 'loud'");
+}
+
+TEST(error_shapes)
+{
+	run_out *o = run("local x = 1\nlocal y = nil\nreturn x + y");
+	CHECK(!o->r.success);
+	CHECK_STR(o->r.error_type, "runtime");
+	CHECK(strstr(o->r.error, "code:3:") != NULL);
+	CHECK(strstr(o->r.error, "nil value (local 'y')") != NULL);
+	CHECK(o->r.traceback && strstr(o->r.traceback, "stack traceback") != NULL);
+	done(o);
+	expect_error("return 1 +", "syntax", "code:1:");
+	expect_error("x = = 1", "syntax", "unexpected symbol");
+	expect_error("error({code = 42})", "runtime", "error object: {\"code\":42}");
+	expect_error("error(setmetatable({}, {__tostring = function() while true do end end}))",
+		     "runtime", "error object");
+	expect_error("error()", "runtime", "error called with nil");
+	expect_result("return function() end", "null"); /* lenient: documented in docs/sandbox.md */
+	expect_error("error('not enough memory', 0)", "runtime", "not enough memory");
+}
+
+TEST(escapes)
+{
+	expect_result("return {debug == nil, io == nil, package == nil, require == nil, dofile == nil,"
+		      " loadfile == nil, warn == nil, string.dump == nil, ('').dump == nil}",
+		      "[true,true,true,true,true,true,true,true,true]");
+	expect_result("return {os.execute == nil, os.exit == nil, os.getenv == nil, os.remove == nil,"
+		      " os.rename == nil, os.tmpname == nil, os.setlocale == nil, type(os.time)}",
+		      "[true,true,true,true,true,true,true,\"function\"]");
+	expect_result("return getmetatable('')", "false");
+	expect_result("local f, e = load(string.char(27) .. 'Lua') return {f == nil, type(e)}", "[true,\"string\"]");
+	expect_result("local f, e = load('return 1', 'x', 'b') return e",
+		      "\"attempt to load a text chunk (mode is 'b'); binary chunks are not allowed in the sandbox\"");
+	expect_error("load(function() return nil end)", "runtime", "only string chunks");
+	expect_error("setmetatable({}, {__gc = function() end})", "runtime", "__gc metamethods are not allowed");
+	expect_error("collectgarbage()", "runtime", "only \"count\"");
+	expect_result("return type(collectgarbage('count'))", "\"number\"");
+	expect_result("return load('return os')() == os", "true");
+	/* globals of one execution do not survive into the next */
+	expect_result("string.upper = nil; _G.marker = 1; setmetatable(_G, {__index = function() return 1 end})", "null");
+	expect_result("return {type(string.upper), marker == nil}", "[\"function\",true]");
+}
+
+TEST(limits)
+{
+	uint64_t big = 1000000000;
+	run_out *o = run_with("while true do end", 100, 32, big);
+	expect_error_with(o, "loop", "timeout", "timeout_ms=100");
+	o = run_with("while true do end", 2000, 32, 1000000);
+	expect_error_with(o, "loop", "instructions", "instruction_limit=1000000");
+	o = run_with("local t = {} for i = 1, 1e8 do t[i] = i end", 5000, 8, big);
+	expect_error_with(o, "table bomb", "memory", "memory_mb=8");
+	o = run_with("local s = 'x' while true do s = s .. s end", 5000, 8, big);
+	expect_error_with(o, "string bomb", "memory", "memory_mb=8");
+	o = run_with("return string.rep('x', 1e9)", 5000, 8, big);
+	expect_error_with(o, "rep", "memory", "memory_mb=8");
+	o = run_with("local function f() return f() + 1 end return f()", 5000, 256, big);
+	expect_error_with(o, "recursion", "runtime", "stack overflow");
+	o = run_with("local function f() return f() + 1 end return f()", 5000, 16, big);
+	expect_error_with(o, "recursion", "memory", "memory_mb=16");
+	o = run_with("return string.rep('', 1e12)", 200, 8, big);
+	CHECK(o->r.success && o->wall_ms < 100);
+	done(o);
+}
+
+/* Every way of catching the timeout must still end with the timeout, promptly. */
+TEST(timeout_cannot_be_swallowed)
+{
+	static const char *const scripts[] = {
+		"while true do pcall(function() while true do end end) end",
+		"while true do pcall(pcall, function() while true do end end) end",
+		"while true do xpcall(function() while true do end end, function() while true do end end) end",
+		"while true do local co = coroutine.create(function() while true do end end)"
+		" coroutine.resume(co) end",
+		"local function nest(d) local co = coroutine.create(function() while true do"
+		" if d > 0 then nest(d - 1) end end end) return coroutine.resume(co) end"
+		" while true do nest(3) end",
+		"while true do pcall(coroutine.wrap(function() while true do end end)) end",
+		"while true do pcall(function() local x <close> = setmetatable({}, {__close = function()"
+		" while true do end end}) while true do end end) end",
+		"while true do pcall(function() local x <close> = setmetatable({}, {__close = function()"
+		" error({fake = true}) end}) while true do end end) end",
+		"local ok = false repeat ok = pcall(function() while true do end end) until false",
+		"while true do pcall(load, 'while true do end') pcall(load('while true do end')) end",
+		"while true do pcall(table.sort, {3,2,1}, function() while true do end end) end",
+		"while true do pcall(string.gsub, 'aaa', 'a', function() while true do end end) end",
+		NULL,
+	};
+	for (int i = 0; scripts[i]; i++) {
+		run_out *o = run_with(scripts[i], 150, 32, 1000000000000ull);
+		if (o->wall_ms > 250)
+			fprintf(stderr, "  slow (%.0f ms): %s\n", o->wall_ms, scripts[i]);
+		CHECK(o->wall_ms < 250);
+		expect_error_with(o, scripts[i], "timeout", "timeout_ms=150");
+	}
+}
+
+/* Native loops that the count hook cannot see stop at the deadline. */
+TEST(long_c_calls)
+{
+	static const char *const scripts[] = {
+		"return (('a'):rep(3000)):find('a*a*a*b')",
+		"return (('a'):rep(500)):find('.-.-.-.-b')",
+		"return table.move({}, 1, 1e12, 1)",
+		"local t = setmetatable({}, {__len = function() return math.maxinteger // 2 end})"
+		" table.insert(t, 1, 1)",
+		"local t = setmetatable({}, {__len = function() return math.maxinteger // 2 end})"
+		" table.remove(t, 1)",
+		"local t = setmetatable({}, {__len = function() return 2^31 - 2 end,"
+		" __index = function(_, k) return k end}) table.sort(t)",
+		"local t = {1} for i = 1, 40 do t = {t, t} end return json.encode(t)",
+		NULL,
+	};
+	for (int i = 0; scripts[i]; i++) {
+		run_out *o = run_with(scripts[i], 150, 64, 1000000000000ull);
+		if (o->wall_ms > 250)
+			fprintf(stderr, "  slow (%.0f ms): %s\n", o->wall_ms, scripts[i]);
+		CHECK(o->wall_ms < 250);
+		if (strcmp(o->r.error_type ? o->r.error_type : "", "timeout") != 0 &&
+		    strcmp(o->r.error_type ? o->r.error_type : "", "memory") != 0)
+			fprintf(stderr, "  not stopped by a limit: %s -> %s\n", scripts[i],
+				o->r.error ? o->r.error : "success");
+		CHECK(!o->r.success);
+		done(o);
+	}
+}
+
+TEST(context_vars)
+{
+	static const char ctx[] = "{\"n\":9007199254740993,\"s\":\"x\",\"list\":[1,2],\"o\":{\"k\":null}}";
+	mb_budget b;
+	mb_budget_init(&b, 32u << 20, 100000000, 2000);
+	const char *code = "return {n, s, #list, o.k == json.null, math.type(n)}";
+	mb_exec_request req = { .code = code, .code_len = strlen(code), .context_json = ctx,
+				.context_len = sizeof ctx - 1, .timeout_ms = 2000, .memory_bytes = 32u << 20,
+				.instruction_limit = 100000000, .cfg = &cfg };
+	mb_exec_result r;
+	mb_sandbox_run(&req, &b, &r);
+	CHECK(r.success);
+	CHECK_STR(r.result_json, "[9007199254740993,\"x\",2,true,\"integer\"]");
+	mb_exec_result_free(&r);
+}
+
+TEST(cancel)
+{
+	mb_budget b;
+	mb_budget_init(&b, 32u << 20, 0, 5000);
+	atomic_store(&b.cancel, 1);
+	const char *code = "while true do end";
+	mb_exec_request req = { .code = code, .code_len = strlen(code), .timeout_ms = 5000,
+				.memory_bytes = 32u << 20, .cfg = &cfg };
+	mb_exec_result r;
+	mb_sandbox_run(&req, &b, &r);
+	CHECK(!r.success);
+	CHECK_STR(r.error_type, "cancelled");
+	mb_exec_result_free(&r);
+}
+
+int main(void)
+{
+	char *args[] = { "test", "--data-dir", "/tmp/moonbox-unit", NULL };
+	if (mb_config_load(&cfg, 3, args) != 0)
+		return 1;
+	mb_json_global_init();
+	if (mb_sandbox_global_init() != 0)
+		return 1;
+	mb_sandbox_thread_init();
+	RUN(results);
+	RUN(output_and_notifications);
+	RUN(error_shapes);
+	RUN(escapes);
+	RUN(limits);
+	RUN(timeout_cannot_be_swallowed);
+	RUN(long_c_calls);
+	RUN(context_vars);
+	RUN(cancel);
+	return UNIT_END();
+}
