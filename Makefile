@@ -17,14 +17,14 @@ TEST_DEB_PKGS := valgrind clang libclang-rt-14-dev lua5.4
 
 CC        ?= gcc
 BUILD     ?= build
-CFLAGS    ?= -O2 -g
-CFLAGS    += -std=c11 -D_GNU_SOURCE -Wall -Wextra -Werror -fno-strict-aliasing \
+OPTFLAGS  ?= -O2 -g
+CFLAGS    := $(OPTFLAGS) $(EXTRA_CFLAGS) -std=c11 -D_GNU_SOURCE -Wall -Wextra -Werror -fno-strict-aliasing \
              $(shell pkg-config --cflags $(PKGS) 2>/dev/null) -iquote src -iquote $(BUILD)/gen
-LDLIBS    += $(shell pkg-config --libs $(PKGS) 2>/dev/null) -lpthread -lm -lrt
+LDLIBS    := $(EXTRA_LDFLAGS) $(shell pkg-config --libs $(PKGS) 2>/dev/null) -lpthread -lm -lrt
 
 SRC       := $(sort $(wildcard src/*.c))
 ifneq ($(wildcard src/regex.c),)
-CFLAGS += -DMB_HAVE_REGEX
+EXTRA_CFLAGS += -DMB_HAVE_REGEX
 endif
 LUA_SRC   := $(sort $(shell find lua -name '*.lua'))
 OBJ       := $(patsubst src/%.c,$(BUILD)/obj/%.o,$(SRC)) $(BUILD)/obj/embedded_lua.o
@@ -74,7 +74,7 @@ $(BUILD)/obj/embedded_lua.o: $(BUILD)/gen/embedded_lua.c
 	$(CC) $(CFLAGS) -c $< -o $@
 
 $(BUILD)/moonbox: $(OBJ)
-	$(CC) $(CFLAGS) $(LDFLAGS) $^ $(LDLIBS) -o $@
+	$(CC) $(CFLAGS) $^ $(LDLIBS) -o $@
 
 $(BUILD)/obj:
 	@mkdir -p $@ $(BUILD)/gen $(BUILD)/tests
@@ -94,15 +94,15 @@ run: deps
 test: test-deps
 	@$(MAKE) --no-print-directory all
 	@$(MAKE) --no-print-directory test-asan
-	@$(MAKE) --no-print-directory test-integration test-security
+	@$(MAKE) --no-print-directory test-lua test-integration test-security
 
 test-unit: $(UNIT_BIN)
 	@tests/run-unit.sh $(UNIT_BIN)
 
 test-asan:
 	@$(MAKE) --no-print-directory BUILD=build-asan CC=clang \
-	  CFLAGS="-O1 -g -fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer" \
-	  LDFLAGS="-fsanitize=address,undefined" test-unit test-lua
+	  OPTFLAGS="-O1 -g -fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer" \
+	  test-unit
 
 test-lua:
 	@tests/run-lua.sh

@@ -215,7 +215,7 @@ int mb_arena_free_thread(void)
 void mb_arena_get_stats(const mb_arena *a, mb_arena_stats *st)
 {
 	st->live_blocks = a->live;
-	st->region_used = (size_t)(a->bump - a->base);
+	st->region_used = a->base ? (size_t)(a->bump - a->base) : 0;
 	st->region_size = a->region_size;
 	st->fallbacks = a->fallbacks;
 	st->resets = a->resets;
