@@ -816,6 +816,47 @@ static char *widen_big_ints(const char *buf, size_t len, size_t *outlen)
 	return NULL;
 }
 
+/* Checks the nesting of buf before jansson sees it, so jansson's recursive parser never goes
+ * deeper than max_depth (its own limit is 2048 levels of C recursion). Returns 0, -1 when too
+ * deep, -2 when the budget stopped. Text inside strings is skipped; malformed input is left to
+ * jansson to report. */
+static int depth_scan(const char *buf, size_t len, int max_depth, mb_budget *b)
+{
+	int depth = 0, in_str = 0;
+	size_t i = 0, next_poll = 0;
+	while (i < len) {
+		if (i >= next_poll) {
+			next_poll = i + 65536;
+			if (b && mb_budget_check(b) != MB_STOP_NONE)
+				return -2;
+		}
+		if (in_str) {
+			char c = buf[i];
+			i += c == '\\' ? 2 : 1;
+			in_str = c != '"';
+			continue;
+		}
+		switch (buf[i++]) {
+		case '"':
+			in_str = 1;
+			break;
+		case '[':
+		case '{':
+			if (++depth > max_depth)
+				return -1;
+			break;
+		case ']':
+		case '}':
+			if (depth > 0)
+				depth--;
+			break;
+		default:
+			break;
+		}
+	}
+	return 0;
+}
+
 static json_t *parse(const char *buf, size_t len, mb_budget *b, int *stopped, json_error_t *je)
 {
 	const size_t fl = JSON_DECODE_ANY | JSON_ALLOW_NUL;
@@ -923,6 +964,14 @@ int mb_json_decode(lua_State *L, const char *buf, size_t len, const mb_json_limi
 	mb_budget_set_current(b);
 	if (b && mb_budget_check(b) != MB_STOP_NONE) {
 		mb_budget_message(b, err, errlen);
+		goto done;
+	}
+	int scan = depth_scan(buf, len, l.max_depth, b);
+	if (scan != 0) {
+		if (scan == -1)
+			depth_message(err, errlen, l.max_depth, 0);
+		else
+			mb_budget_message(b, err, errlen);
 		goto done;
 	}
 	root = parse(buf, len, b, &stopped, &je);

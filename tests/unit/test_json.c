@@ -204,6 +204,8 @@ TEST(depth_limit)
 	CHECK_STR(run(L, "return json.decode(string.rep('{\"a\":', 129) .. '1' .. string.rep('}', 129))"), "ERR: t:1: json.decode: JSON nesting exceeds json_max_depth=128");
 	/* deeper than jansson's own parser limit: same message */
 	CHECK_STR(run(L, "return json.decode(string.rep('[', 100000))"), "ERR: t:1: json.decode: JSON nesting exceeds json_max_depth=128");
+	/* brackets inside strings do not count */
+	CHECK_STR(run(L, "return json.decode('[\"' .. string.rep('[', 500) .. '\\\\\\\"\"]')[1]:sub(-3)"), "[[\"");
 	/* cycles hit the depth limit */
 	CHECK_STR(run(L, "local t = {} t.self = t return json.encode(t)"),
 		  "ERR: t:1: json.encode: JSON nesting exceeds json_max_depth=128 (a deeper table, or a table that contains itself)");

@@ -1,0 +1,172 @@
+// Long runs inside single C calls (lua-sandbox-security.md §2): the count hook cannot interrupt
+// a C function, so every native builtin that can run long must poll the budget itself. Each
+// script runs with timeout_ms=300 and must be answered within 300 + 150 ms with the exact
+// outcome, its worker thread must stop within 300 + 100 ms (an abandoned thread that keeps
+// running counts as an overrun), and the server must run `return 1` afterwards.
+//
+// Scripts with a setup print "go" right before the long call; the test checks that "go" is in
+// the output, which proves the long call started before the deadline.
+//
+// The second part does not depend on the clock at all: the script announces "go" through
+// mcp.log right before the long call, the test cancels the request, and the worker must be free
+// within 100 ms (cancelProbe in harness.mjs).
+
+import { test, describe } from "node:test";
+
+import { hostile, cancelProbe } from "./harness.mjs";
+
+const TIMEOUT = { success: false, error_type: "timeout", error: "timeout: execution exceeded timeout_ms=300" };
+const memory = (mb) => ({ success: false, error_type: "memory", error: `memory limit: execution exceeded memory_mb=${mb} (${mb * 1048576} bytes)` });
+
+// A string of 2^k bytes built by doubling: k cheap concatenations, no long single C call.
+const big = (k, unit = "x") => `local s = "${unit}" while #s < 2^${k} do s = s .. s end`;
+
+describe("patterns (string.find/match/gmatch/gsub)", () => {
+  test('("a"):rep(2000):find("a*a*b")', () =>
+    hostile({ code: 'return ("a"):rep(2000):find("a*a*b")', expect: TIMEOUT }));
+  test('("a"):rep(2000):match("a*a*b")', () =>
+    hostile({ code: 'return ("a"):rep(2000):match("a*a*b")', expect: TIMEOUT }));
+  test('("a"):rep(2000):gmatch("a*a*b")', () =>
+    hostile({ code: 'for m in ("a"):rep(2000):gmatch("a*a*b") do end return 1', expect: TIMEOUT }));
+  test('("a"):rep(2000):gsub("a*a*b", "")', () =>
+    hostile({ code: 'return ("a"):rep(2000):gsub("a*a*b", "")', expect: TIMEOUT }));
+  test('("a"):rep(500):find(".-.-.-b")', () =>
+    hostile({ code: 'return ("a"):rep(500):find(".-.-.-b")', expect: TIMEOUT }));
+  test("back-reference (.*)x%1 on a 128 KiB subject", () =>
+    hostile({ code: 'local s = ("ab"):rep(65536) print("go") return s:find("(.*)x%1")', marker: "go", expect: TIMEOUT }));
+  test("%b() over a 1 MiB run of '(' in a loop", () =>
+    hostile({ code: 'local s = ("("):rep(2^20) print("go") while true do s:find("%b()") end', marker: "go", expect: TIMEOUT }));
+  test('gsub(".", "%0%0%0%0%0%0%0%0") of a 1 MiB string in a loop', () =>
+    hostile({ code: 'local s = ("a"):rep(2^20) print("go") while true do s:gsub(".", "%0%0%0%0%0%0%0%0") end', marker: "go", expect: TIMEOUT }));
+});
+
+describe("string.rep", () => {
+  test('string.rep("", 1e9) and ("", 2^62) return "" at once', () =>
+    hostile({
+      code: 'return string.rep("", 1e9) == "", string.rep("", 2^62) == "", string.rep("", math.maxinteger, "") == ""',
+      bound: 300,
+      expect: { success: true, result: [true, true, true] },
+    }));
+  test('string.rep("x", 1e9) is a memory error naming memory_mb', () =>
+    hostile({ code: 'return #string.rep("x", 1e9)', bound: 300, expect: memory(64) }));
+  test('string.rep("x", 1e8, "yy") is a memory error naming memory_mb', () =>
+    hostile({ code: 'return #string.rep("x", 1e8, "yy")', bound: 300, expect: memory(64) }));
+  test('string.rep("x", 2e8) under memory_mb=512 (one long copy loop in C)', () =>
+    hostile({ code: 'return #string.rep("x", 2e8)', memory_mb: 512, expect: TIMEOUT }));
+});
+
+describe("table functions", () => {
+  test("table.concat of 2^21 floats (number-to-string conversions inside one C call)", () =>
+    hostile({
+      code: 'local t = {1.5} for k = 1, 21 do table.move(t, 1, #t, #t + 1) end print("go") return #table.concat(t)',
+      memory_mb: 128, marker: "go", expect: TIMEOUT,
+    }));
+  test("table.sort with a costly comparator", () =>
+    hostile({
+      code: "local t = {} for i = 1, 2e5 do t[i] = (i * 7919) % 200003 end table.sort(t, function(a, b) for j = 1, 50 do end return a < b end) return 1",
+      expect: TIMEOUT,
+    }));
+  test("table.sort of 200 references to one 10 MiB string (memory_mb=64)", () =>
+    hostile({
+      code: `${big(23)} s = s .. s:sub(1, 2^21) local t = {} for i = 1, 200 do t[i] = s end print("go") table.sort(t) return 1`,
+      memory_mb: 64, marker: "go", expect: TIMEOUT,
+    }));
+  test("table.move({}, 1, 1e9, 1)", () =>
+    hostile({ code: "return table.move({}, 1, 1e9, 1)", expect: TIMEOUT }));
+  test("table.move with ranges that wrap around is refused", () =>
+    hostile({
+      code: "local ok1, e1 = pcall(table.move, {}, 1, math.maxinteger, 2) local ok2, e2 = pcall(table.move, {}, -1, math.maxinteger, 1) return ok1, e1, ok2, e2",
+      bound: 300,
+      expect: { success: true, check: (sc) => (Array.isArray(sc.result) && sc.result[0] === false && /wrap around/.test(sc.result[1]) &&
+        sc.result[2] === false && /too many elements to move/.test(sc.result[3])) ? [] : [`unexpected result ${JSON.stringify(sc.result)}`] },
+    }));
+  test("table.insert(t, 1, v) with __len returning math.maxinteger // 2", () =>
+    hostile({
+      code: 'local t = setmetatable({}, {__len = function() return math.maxinteger // 2 end}) table.insert(t, 1, "x") return 1',
+      expect: TIMEOUT,
+    }));
+  test("table.remove(t, 1) with __len returning math.maxinteger // 2", () =>
+    hostile({
+      code: "local t = setmetatable({}, {__len = function() return math.maxinteger // 2 end}) table.remove(t, 1) return 1",
+      expect: TIMEOUT,
+    }));
+  test("table.unpack of a huge range is refused", () =>
+    hostile({ code: 'return select("#", table.unpack({}, 1, 1e8))', bound: 300, expect: { success: false, error_type: "runtime", error: /too many results to unpack/ } }));
+});
+
+describe("long comparisons and conversions", () => {
+  test("s < s on a 30 MB string in a loop (memory_mb=100)", () =>
+    hostile({
+      code: `${big(25)} s = s:sub(1, 30e6) print("go") local n = 0 while true do if s < s then n = n + 1 end end`,
+      memory_mb: 100, marker: "go", expect: TIMEOUT,
+    }));
+  test("utf8.len on a 64 MiB string", (t) =>
+    hostile({
+      code: `${big(26)} print("go") return utf8.len(s)`,
+      memory_mb: 256, marker: "go", skipIfNotReached: t, expect: TIMEOUT,
+    }));
+  test("os.date with a 4 MiB format string", () =>
+    hostile({
+      code: 'local f = ("%c"):rep(2^12):rep(2^9) print("go") return #os.date(f)',
+      memory_mb: 256, marker: "go", expect: TIMEOUT,
+    }));
+  test('string.format("%q") of 8 MiB of control bytes', () =>
+    hostile({
+      code: 'local s = ("\\1"):rep(2^12):rep(2^11) print("go") return #string.format("%q", s)',
+      memory_mb: 128, marker: "go", expect: TIMEOUT,
+    }));
+});
+
+describe("json", () => {
+  test("json.encode of a 25-level DAG (memory_mb=16) is a memory error", () =>
+    hostile({
+      code: 'local t = {1} for i = 1, 25 do t = {t, t} end print("go") return #json.encode(t)',
+      memory_mb: 16, marker: "go", expect: memory(16),
+    }));
+  test("json.encode of a 25-level DAG (memory_mb=512) stops at the deadline", () =>
+    hostile({
+      code: 'local t = {1} for i = 1, 25 do t = {t, t} end print("go") return #json.encode(t)',
+      memory_mb: 512, marker: "go", expect: TIMEOUT,
+    }));
+  test("json.encode of a 25-level DAG retried under pcall", () =>
+    hostile({
+      code: 'local t = {1} for i = 1, 25 do t = {t, t} end print("go") while true do pcall(json.encode, t) end',
+      memory_mb: 16, marker: "go", expect: memory(16),
+    }));
+  test("json.decode of a 50 MB string is refused by the input limit", () =>
+    hostile({
+      code: 'local s = "[" .. ("1,"):rep(2^12):rep(6400) .. "1]" print("go") return pcall(json.decode, s)',
+      timeout_ms: 3000, memory_mb: 256, marker: "go",
+      expect: { success: true, check: (sc) => (Array.isArray(sc.result) && sc.result[0] === false &&
+        /^json\.decode: JSON input is 52428803 bytes, exceeds max_\w+=16777216$/.test(sc.result[1])) ? [] : [`unexpected result ${JSON.stringify(sc.result)}`] },
+    }));
+  test("json.decode of a 14 MB array under memory_mb=48 is a memory error", () =>
+    hostile({
+      code: 'local s = "[" .. ("1,"):rep(2^12):rep(1750) .. "1]" print("go") return #json.decode(s)',
+      timeout_ms: 3000, memory_mb: 48, marker: "go", expect: memory(48),
+    }));
+  test("json.decode of 100k nested arrays is refused by the depth limit", () =>
+    hostile({
+      code: 'return pcall(json.decode, ("["):rep(1e5) .. ("]"):rep(1e5))',
+      bound: 300,
+      expect: { success: true, result: [false, "json.decode: JSON nesting exceeds json_max_depth=128"] },
+    }));
+});
+
+describe("native calls poll the budget (cancellation, independent of machine speed)", () => {
+  const cases = [
+    ["string.rep(\"x\", 2e8)", "", 'local r = string.rep("x", 2e8)', 512],
+    ["table.concat of 2^21 floats", "local t = {1.5} for k = 1, 21 do table.move(t, 1, #t, #t + 1) end", "local r = table.concat(t)", 128],
+    ["table.sort of 200 references to one 16 MiB string", `${big(24)} local t = {} for i = 1, 200 do t[i] = s end`, "table.sort(t)", 64],
+    ["utf8.len of a 64 MiB string", big(26), "local n = utf8.len(s)", 256],
+    ["string.upper of a 64 MiB string", big(26), "local u = s:upper()", 256],
+    ["string.reverse of a 64 MiB string", big(26), "local u = s:reverse()", 256],
+    ["string.format(\"%q\") of 8 MiB of control bytes", 'local s = ("\\1"):rep(2^12):rep(2^11)', 'local q = string.format("%q", s)', 128],
+    ["os.date with a 4 MiB format", 'local f = ("%c"):rep(2^12):rep(2^9)', "local d = os.date(f)", 256],
+    ["pattern a*a*b on 2000 bytes", 'local s = ("a"):rep(2000)', 'local r = s:find("a*a*b")', 64],
+    ["json.encode of a 22-level DAG", "local t = {1} for i = 1, 22 do t = {t, t} end", "local j = json.encode(t)", 512],
+  ];
+  for (const [name, setup, call, memory_mb] of cases) {
+    test(name, () => cancelProbe({ setup, call, memory_mb }));
+  }
+});
