@@ -18,6 +18,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "arena.h"
 #include "log.h"
 #include "sandbox_int.h"
 
@@ -167,6 +168,7 @@ static void worker_main(void *arg)
 			p->live_workers--;
 			uv_mutex_unlock(&p->mu);
 			uv_async_send(&p->async);
+			mb_arena_free_thread();
 			return;
 		}
 		mb_job *j = p->q_head;

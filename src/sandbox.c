@@ -1,6 +1,6 @@
 /* sandbox.c - one execution of untrusted Lua: state, allocator, hook, run, result capture.
  *
- * mb_sandbox_run creates a fresh lua_State whose allocator charges the execution's mb_budget,
+ * mb_sandbox_run creates a fresh lua_State whose allocator (arena.c) charges the execution's mb_budget,
  * installs the count hook before any code is loaded, builds the restricted environment
  * (sandbox_env.c) inside a protected call, loads the user's chunk as text only, runs it under a
  * message handler that never invokes user metamethods, and turns what happened into plain data:
@@ -26,6 +26,7 @@
 #include "embedded.h"
 #include "json.h"
 #include "sandbox_int.h"
+#include "arena.h"
 
 #define HOOK_COUNT 1000
 
@@ -184,32 +185,6 @@ int mb_sandbox_thread_init(void)
 {
 	running_state = NULL;
 	return 0;
-}
-
-/* ---- allocator ------------------------------------------------------------------------- */
-
-static void *sb_alloc(void *ud, void *ptr, size_t osize, size_t nsize)
-{
-	mb_budget *b = ud;
-	size_t old = ptr ? osize : 0;
-	if (nsize == 0) {
-		free(ptr);
-		mb_budget_credit(b, old);
-		return NULL;
-	}
-	if (nsize > old && mb_budget_charge(b, nsize - old) != 0)
-		return NULL;
-	void *p = realloc(ptr, nsize);
-	if (!p) {
-		if (nsize <= old)
-			return ptr; /* a shrink never fails */
-		mb_budget_credit(b, nsize - old);
-		mb_budget_trip(b, MB_STOP_MEMORY);
-		return NULL;
-	}
-	if (nsize < old)
-		mb_budget_credit(b, old - nsize);
-	return p;
 }
 
 /* ---- context --------------------------------------------------------------------------- */
@@ -486,7 +461,9 @@ int mb_sandbox_run(const mb_exec_request *req, mb_budget *b, mb_exec_result *res
 		goto done;
 	}
 
-	lua_State *L = lua_newstate(sb_alloc, b);
+	/* The per-thread arena charges every byte to the budget (see arena.c). */
+	mb_arena_ud aud = { mb_arena_thread(), b };
+	lua_State *L = lua_newstate(mb_arena_lua_alloc, &aud);
 	if (!L) {
 		char msg[160];
 		set_error(res, "memory", mb_budget_message(b, msg, sizeof msg));
@@ -549,6 +526,7 @@ finish:
 	running_state = NULL;
 	res->instructions = b->instructions;
 	lua_close(L);
+	mb_arena_trim(aud.a);
 	mb_budget_set_current(NULL);
 	res->memory_peak_bytes = b->mem_peak;
 	res->output = output_join(&c, &res->output_len);

@@ -100,10 +100,14 @@ describe("long comparisons and conversions", () => {
       code: `${big(25)} s = s:sub(1, 30e6) print("go") local n = 0 while true do if s < s then n = n + 1 end end`,
       memory_mb: 100, marker: "go", expect: TIMEOUT,
     }));
-  test("utf8.len on a 64 MiB string", (t) =>
+  test("utf8.len on a 128 MiB string (memory_mb=512)", (t) =>
     hostile({
-      code: `${big(26)} print("go") return utf8.len(s)`,
-      memory_mb: 256, marker: "go", skipIfNotReached: t, expect: TIMEOUT,
+      code: `${big(27)} print("go") return utf8.len(s)`,
+      memory_mb: 512, marker: "go", skipIfNotReached: t,
+      // On a machine fast enough to finish before the deadline, success is fine too: what
+      // matters is the bound on the worker.
+      expect: { check: (sc) => (sc.success === true && sc.result === 2 ** 27 && sc.execution_time_ms <= 300) ||
+        (sc.success === false && sc.error_type === "timeout" && sc.error === TIMEOUT.error) ? [] : ["want a timeout (or success within 300 ms)"] },
     }));
   test("os.date with a 4 MiB format string", () =>
     hostile({

@@ -78,6 +78,13 @@ static int starts_with(const char *s, const char *prefix)
 	return strncmp(s, prefix, strlen(prefix)) == 0;
 }
 
+/* Checks that r is an error whose message (after Lua's "chunk:line:" prefix) is exactly msg. */
+#define CHECK_ERR(r, msg) do { const char *r_ = (r), *m_ = (msg); size_t rl_ = strlen(r_), ml_ = strlen(m_); \
+	int ok_ = starts_with(r_, "ERR: ") && rl_ >= ml_ && strcmp(r_ + rl_ - ml_, m_) == 0 && \
+		(rl_ - ml_ == 5 || strncmp(r_ + rl_ - ml_ - 2, ": ", 2) == 0); \
+	if (!ok_) fprintf(stderr, "  got:  %s\n  want: ...%s\n", r_, m_); \
+	CHECK(ok_); } while (0)
+
 #define WITH_STATE(lim)                                                   \
 	mb_budget b;                                                      \
 	mb_budget_init(&b, 0, 0, 0);                                      \
@@ -135,7 +142,7 @@ TEST(test_gmatch)
 	CHECK_STR(run(L, "return all(re.gmatch('\\u{1F600}\\u{1F600}', 'x*', 'u'))"), "\"\" \"\" \"\"");
 	/* the iterator keeps returning nil once done, and keeps its subject alive */
 	CHECK_STR(run(L, "local it = re.gmatch(('x'):rep(3) .. 'y', 'y') collectgarbage() "
-			 "return show(it(), it(), it())"), "\"y\",nil,nil");
+			 "return show(it(), it(), (it()))"), "\"y\",nil,nil");
 	lua_close(L);
 }
 
@@ -172,22 +179,22 @@ TEST(test_gsub)
 	CHECK_STR(run(L, "return show(re.gsub('h\\u{e9}', '', '.', nil, 'u'))"), "\".h.\xc3\xa9.\",3");
 	CHECK_STR(run(L, "return show(re.gsub('abc', 'b', 7))"), "\"a7c\",1");
 	/* template and value errors */
-	CHECK_STR(run(L, "return re.gsub('abc', 'b', '$x')"),
-		  "ERR: re: invalid replacement: '$' at byte 1 must be followed by a digit, {number}, {name} or $");
-	CHECK_STR(run(L, "return re.gsub('abc', 'b', 'x$')"),
-		  "ERR: re: invalid replacement: '$' at the end (write $$ for a literal $)");
-	CHECK_STR(run(L, "return re.gsub('abc', '(b)', '$2')"),
-		  "ERR: re: invalid replacement: it refers to group 2 but the pattern has 1 capture group");
-	CHECK_STR(run(L, "return re.gsub('abc', '(?<x>b)', '${y}')"),
-		  "ERR: re: invalid replacement: the pattern has no group named 'y'");
-	CHECK_STR(run(L, "return re.gsub('abc', 'b', '${x')"),
-		  "ERR: re: invalid replacement: '${' at byte 1 needs a group number or name and a closing '}'");
-	CHECK_STR(run(L, "return re.gsub('zzz', 'b', '$7')"),   /* checked even without a match */
-		  "ERR: re: invalid replacement: it refers to group 7 but the pattern has 0 capture groups");
-	CHECK_STR(run(L, "return re.gsub('abc', 'b', function() return {} end)"),
-		  "ERR: re: invalid replacement value (a table); the function must give a string, a number, false or nil");
-	CHECK(starts_with(run(L, "return re.gsub('abc', 'b', true)"),
-			  "ERR: bad argument #3 to 'gsub' (string/function/table expected, got boolean)"));
+	CHECK_ERR(run(L, "return re.gsub('abc', 'b', '$x')"),
+		  "re: invalid replacement: '$' at byte 1 must be followed by a digit, {number}, {name} or $");
+	CHECK_ERR(run(L, "return re.gsub('abc', 'b', 'x$')"),
+		  "re: invalid replacement: '$' at the end (write $$ for a literal $)");
+	CHECK_ERR(run(L, "return re.gsub('abc', '(b)', '$2')"),
+		  "re: invalid replacement: it refers to group 2 but the pattern has 1 capture group");
+	CHECK_ERR(run(L, "return re.gsub('abc', '(?<x>b)', '${y}')"),
+		  "re: invalid replacement: the pattern has no group named 'y'");
+	CHECK_ERR(run(L, "return re.gsub('abc', 'b', '${x')"),
+		  "re: invalid replacement: '${' at byte 1 needs a group number or name and a closing '}'");
+	CHECK_ERR(run(L, "return re.gsub('zzz', 'b', '$7')"),   /* checked even without a match */
+		  "re: invalid replacement: it refers to group 7 but the pattern has 0 capture groups");
+	CHECK_ERR(run(L, "return re.gsub('abc', 'b', function() return {} end)"),
+		  "re: invalid replacement value (a table); the function must give a string, a number, false or nil");
+	CHECK_ERR(run(L, "return re.gsub('abc', 'b', true)"),
+		  "bad argument #3 to 'gsub' (string/function/table expected, got boolean)");
 	lua_close(L);
 }
 
@@ -213,30 +220,30 @@ TEST(test_flags)
 	CHECK_STR(run(L, "return show(re.match('a\\nb', '^b$'))"), "nil");
 	CHECK_STR(run(L, "return show(re.match('a\\nb', '^b$', 1, 'm'))"), "\"b\"");
 	CHECK_STR(run(L, "return show(re.match('a\\nb', 'a.b'))"), "nil");
-	CHECK_STR(run(L, "return show(re.match('a\\nb', 'a.b', 1, 's'))"), "\"a\\nb\"");
+	CHECK_STR(run(L, "return show(re.match('a\\nb', 'a.b', 1, 's'))"), "\"a\nb\"");
 	CHECK_STR(run(L, "return show(re.match('ab', 'a b # comment', 1, 'x'))"), "\"ab\"");
 	CHECK_STR(run(L, "return show(re.match('\\u{e9}t\\u{e9}', '^\\\\w+$', 1, 'u'))"), "\"\xc3\xa9t\xc3\xa9\"");
 	CHECK_STR(run(L, "return show(re.match('\\u{e9}t\\u{e9}', '^\\\\w+$'))"), "nil");
 	CHECK_STR(run(L, "return show(re.match('\\u{c9}', '\\u{e9}', 1, 'iu'))"), "\"\xc3\x89\"");
 	CHECK_STR(run(L, "return show(re.match('x', 'x', 1, ''))"), "\"x\"");
-	CHECK_STR(run(L, "return re.match('x', 'x', 1, 'iq')"),
-		  "ERR: re: invalid flag 'q' in \"iq\" (valid flags: i m s x u)");
-	CHECK_STR(run(L, "return re.match('x', 'x', 1, 'g')"),
-		  "ERR: re: invalid flag 'g' in \"g\" (valid flags: i m s x u)");
+	CHECK_ERR(run(L, "return re.match('x', 'x', 1, 'iq')"),
+		  "re: invalid flag 'q' in \"iq\" (valid flags: i m s x u)");
+	CHECK_ERR(run(L, "return re.match('x', 'x', 1, 'g')"),
+		  "re: invalid flag 'g' in \"g\" (valid flags: i m s x u)");
 	lua_close(L);
 }
 
 TEST(test_utf8_errors)
 {
 	WITH_STATE(NULL);
-	CHECK_STR(run(L, "return re.match('a\\xffb', 'b', 1, 'u')"),
-		  "ERR: re: subject is not valid UTF-8 at byte 2: UTF-8 error: illegal byte (0xfe or 0xff) "
+	CHECK_ERR(run(L, "return re.match('a\\xffb', 'b', 1, 'u')"),
+		  "re: subject is not valid UTF-8 at byte 2: UTF-8 error: illegal byte (0xfe or 0xff) "
 		  "(without the 'u' flag patterns match bytes)");
 	CHECK_STR(run(L, "return show(re.match('a\\xffb', 'b'))"), "\"b\"");
-	CHECK_STR(run(L, "return re.find('\\u{e9}', '', 2, 'u')"),
-		  "ERR: re: start position 2 is inside a UTF-8 character");
-	CHECK_STR(run(L, "return re.match('x', '(*UTF)x')"),
-		  "ERR: re: invalid pattern at offset 6: using UTF is disabled by the application "
+	CHECK_ERR(run(L, "return re.find('\\u{e9}', '', 2, 'u')"),
+		  "re: start position 2 is inside a UTF-8 character");
+	CHECK_ERR(run(L, "return re.match('x', '(*UTF)x')"),
+		  "re: invalid pattern at offset 6: using UTF is disabled by the application "
 		  "(pass the 'u' flag for UTF-8 mode instead of (*UTF)/(*UCP))");
 	lua_close(L);
 }
@@ -244,18 +251,18 @@ TEST(test_utf8_errors)
 TEST(test_invalid_patterns)
 {
 	WITH_STATE(NULL);
-	CHECK_STR(run(L, "return re.match('x', '(ab')"),
-		  "ERR: re: invalid pattern at offset 3: missing closing parenthesis");
-	CHECK_STR(run(L, "return re.find('x', 'a[b')"),
-		  "ERR: re: invalid pattern at offset 3: missing terminating ] for character class");
-	CHECK_STR(run(L, "return re.gsub('x', '*', '')"),
-		  "ERR: re: invalid pattern at offset 0: quantifier does not follow a repeatable item");
-	CHECK_STR(run(L, "return re.split('x', 'a\\\\C')"),
-		  "ERR: re: invalid pattern at offset 3: using \\C is disabled by the application "
+	CHECK_ERR(run(L, "return re.match('x', '(ab')"),
+		  "re: invalid pattern at offset 3: missing closing parenthesis");
+	CHECK_ERR(run(L, "return re.find('x', 'a[b')"),
+		  "re: invalid pattern at offset 3: missing terminating ] for character class");
+	CHECK_ERR(run(L, "return re.gsub('x', '*', '')"),
+		  "re: invalid pattern at offset 0: quantifier does not follow a repeatable item");
+	CHECK_ERR(run(L, "return re.split('x', 'a\\\\C')"),
+		  "re: invalid pattern at offset 3: using \\C is disabled by the application "
 		  "(\\C is not allowed in the sandbox)");
-	CHECK_STR(run(L, "return re.gmatch('x', '(?<n>a)(?<n>b)')"),
-		  "ERR: re: invalid pattern at offset 12: two named subpatterns have the same name (PCRE2_DUPNAMES not set)");
-	CHECK(starts_with(run(L, "return re.match('x', {})"), "ERR: bad argument #2 to 'match' (string expected, got table)"));
+	CHECK_ERR(run(L, "return re.gmatch('x', '(?<n>a)(?<n>b)')"),
+		  "re: invalid pattern at offset 12: two named subpatterns have the same name (PCRE2_DUPNAMES not set)");
+	CHECK_ERR(run(L, "return re.match('x', {})"), "bad argument #2 to 'match' (string expected, got table)");
 	/* a bad pattern is not cached and does not count against max_patterns */
 	CHECK_STR(run(L, "for i = 1, 300 do pcall(re.match, 'x', '(') end return show(re.match('x', 'x'))"),
 		  "\"x\"");
@@ -267,20 +274,20 @@ TEST(test_limit_messages)
 	mb_regex_limits lim = { .max_pattern_bytes = 10, .max_subject_bytes = 100, .max_patterns = 3,
 				.parens_nest_limit = 3 };
 	WITH_STATE(&lim);
-	CHECK_STR(run(L, "return re.match('x', ('a'):rep(11))"),
-		  "ERR: re: pattern is 11 bytes, over the limit max_pattern_bytes=10");
+	CHECK_ERR(run(L, "return re.match('x', ('a'):rep(11))"),
+		  "re: pattern is 11 bytes, over the limit max_pattern_bytes=10");
 	CHECK_STR(run(L, "return show(re.match('aaaaaaaaaa', ('a'):rep(10)))"), "\"aaaaaaaaaa\"");
-	CHECK_STR(run(L, "return re.match(('x'):rep(101), 'x')"),
-		  "ERR: re: subject is 101 bytes, over the limit max_subject_bytes=100");
-	CHECK_STR(run(L, "return re.gsub(('x'):rep(101), 'x', '')"),
-		  "ERR: re: subject is 101 bytes, over the limit max_subject_bytes=100");
-	CHECK_STR(run(L, "return re.match('a', '((((a))))')"),
-		  "ERR: re: invalid pattern at offset 3: parentheses are too deeply nested (parens_nest_limit=3)");
+	CHECK_ERR(run(L, "return re.match(('x'):rep(101), 'x')"),
+		  "re: subject is 101 bytes, over the limit max_subject_bytes=100");
+	CHECK_ERR(run(L, "return re.gsub(('x'):rep(101), 'x', '')"),
+		  "re: subject is 101 bytes, over the limit max_subject_bytes=100");
+	CHECK_ERR(run(L, "return re.match('a', '((((a))))')"),
+		  "re: invalid pattern at offset 4: parentheses are too deeply nested (parens_nest_limit=3)");
 	/* 'aaaaaaaaaa' above was the first distinct pattern; two more fit, with reuse */
 	CHECK_STR(run(L, "for i = 1, 1000 do re.find('ab', 'a'); re.find('ab', 'b'); re.find('ab', ('a'):rep(10)) end "
 			 "return 'ok'"), "ok");
-	CHECK_STR(run(L, "return re.find('ab', 'a', 1, 'i')"),
-		  "ERR: re: too many distinct patterns in one execution (max_patterns=3); reuse patterns "
+	CHECK_ERR(run(L, "return re.find('ab', 'a', 1, 'i')"),
+		  "re: too many distinct patterns in one execution (max_patterns=3); reuse patterns "
 		  "instead of building new ones in a loop");
 	lua_close(L);
 }
@@ -290,19 +297,19 @@ TEST(test_match_limits)
 	mb_regex_limits lim = { .heap_limit_kb = 64 };
 	WITH_STATE(&lim);
 	/* match limit: per start position, JIT and interpreter */
-	CHECK_STR(run(L, "return re.find(('a'):rep(25) .. '!', '^(a+)+$')"),
-		  "ERR: re: match limit exceeded (match_limit=100000): the pattern backtracks too much; "
+	CHECK_ERR(run(L, "return re.find(('a'):rep(25) .. '!', '^(a+)+$')"),
+		  "re: match limit exceeded (match_limit=100000): the pattern backtracks too much; "
 		  "avoid nested quantifiers such as (a+)+ and make it more specific");
-	CHECK_STR(run(L, "return re.find(('a'):rep(25) .. '!', '(*NO_JIT)^(a+)+$')"),
-		  "ERR: re: match limit exceeded (match_limit=100000): the pattern backtracks too much; "
+	CHECK_ERR(run(L, "return re.find(('a'):rep(25) .. '!', '(*NO_JIT)^(a+)+$')"),
+		  "re: match limit exceeded (match_limit=100000): the pattern backtracks too much; "
 		  "avoid nested quantifiers such as (a+)+ and make it more specific");
 	/* heap limit (interpreter frames) */
-	CHECK_STR(run(L, "return re.find(('a'):rep(5000), '(*NO_JIT)(?:(a)|b)*c')"),
-		  "ERR: re: heap limit exceeded (heap_limit_kb=64): the pattern keeps too many "
+	CHECK_ERR(run(L, "return re.find(('a'):rep(5000) .. 'ced', '(*NO_JIT)(?:(a)|b)*cd')"),
+		  "re: heap limit exceeded (heap_limit_kb=64): the pattern keeps too many "
 		  "backtracking points; simplify it");
 	/* JIT stack */
-	CHECK_STR(run(L, "return re.find(('a'):rep(200000), '(?:(a)|b)*c')"),
-		  "ERR: re: JIT stack limit exceeded (jit_stack_kb=512): the pattern nests or repeats "
+	CHECK_ERR(run(L, "return re.find(('a'):rep(200000) .. 'ced', '(?:(a)|b)*cd')"),
+		  "re: JIT stack limit exceeded (jit_stack_kb=512): the pattern nests or repeats "
 		  "groups too deeply; simplify it");
 	/* the same patterns on short subjects work */
 	CHECK_STR(run(L, "return show(re.find('aac', '(*NO_JIT)(?:(a)|b)*c'))"), "1,3,\"a\"");
@@ -312,8 +319,8 @@ TEST(test_match_limits)
 	mb_regex_limits lim2 = { .depth_limit = 100 };
 	mb_budget_init(&b, 0, 0, 0);
 	L = new_state(&b, &lim2);
-	CHECK_STR(run(L, "return re.find(('a'):rep(1000), '(*NO_JIT)(?:(a)|b)*c')"),
-		  "ERR: re: depth limit exceeded (depth_limit=100): the pattern nests backtracking too "
+	CHECK_ERR(run(L, "return re.find(('a'):rep(1000) .. 'ced', '(*NO_JIT)(?:(a)|b)*cd')"),
+		  "re: depth limit exceeded (depth_limit=100): the pattern nests backtracking too "
 		  "deeply; simplify it");
 	lua_close(L);
 }
@@ -402,7 +409,7 @@ TEST(test_budget_memory)
 	CHECK(b.mem_used > one && b.mem_used < one + 64 * 1024);
 	/* interpreter frames (kept in the match data) are charged too */
 	size_t before_frames = b.mem_used;
-	CHECK_STR(run(L, "return show(re.find(('a'):rep(300), '(*NO_JIT)(?:(a)|b)*c'))"), "nil");
+	CHECK_STR(run(L, "return show(re.find(('a'):rep(300) .. 'ced', '(*NO_JIT)(?:(a)|b)*cd'))"), "nil");
 	CHECK(b.mem_used > before_frames + 20 * 1024);
 	printf("     charged: first pattern %zu bytes, after frames %zu bytes\n", one - base, b.mem_used);
 	lua_close(L);
@@ -415,8 +422,8 @@ TEST(test_budget_memory_limit)
 	mb_budget b;
 	mb_budget_init(&b, 256 * 1024, 0, 0);
 	lua_State *L = new_state(&b, NULL);
-	CHECK_STR(run(L, "return re.match('abc', 'b')"),
-		  "ERR: memory limit: execution exceeded memory_mb=0 (262144 bytes)");
+	CHECK_ERR(run(L, "return re.match('abc', 'b')"),
+		  "memory limit: execution exceeded memory_mb=0 (262144 bytes)");
 	CHECK(atomic_load(&b.stop) == MB_STOP_MEMORY);
 	lua_close(L);
 	CHECK(b.mem_used == 0);
@@ -425,8 +432,8 @@ TEST(test_budget_memory_limit)
 	mb_budget_init(&b, 600 * 1024, 0, 0);
 	L = new_state(&b, NULL);
 	CHECK_STR(run(L, "return show(re.match('abc', 'b'))"), "\"b\"");
-	CHECK_STR(run(L, "return re.match('abc', ('(?:a|b|c|d)'):rep(300))"),
-		  "ERR: memory limit: execution exceeded memory_mb=0 (614400 bytes)");
+	CHECK_ERR(run(L, "return re.match('abc', ('(?:a|b|c|d)'):rep(300))"),
+		  "memory limit: execution exceeded memory_mb=0 (614400 bytes)");
 	lua_close(L);
 	CHECK(b.mem_used == 0);
 }
@@ -437,11 +444,11 @@ TEST(test_reentrancy)
 	/* the callback uses re with a pattern of many groups, which replaces the shared match data */
 	CHECK_STR(run(L, "local inner = ('(.)'):rep(20) "
 			 "return show(re.gsub('a1 b2 c3', '(\\\\w)(\\\\d)', function(l, d) "
-			 "  local x = re.gsub(('z'):rep(20), inner, '$20') "
+			 "  local x = re.gsub(('z'):rep(20), inner, '${20}') "
 			 "  return d .. l .. x .. select(2, re.find('q' .. l, '(q)(.)')) end))"),
-		  "\"1az2bz3cz\",3");
+		  "\"1az2 2bz2 3cz2\",3");
 	CHECK_STR(run(L, "local t = setmetatable({}, {__index = function(_, k) "
-			 "  return re.gsub(k, '(((((((((((.)))))))))))', '<$11>') end}) "
+			 "  return re.gsub(k, '(((((((((((.)))))))))))', '<${11}>') end}) "
 			 "return show(re.gsub('ab', '.', t))"), "\"<a><b>\",2");
 	/* nested gmatch loops over the same pattern */
 	CHECK_STR(run(L, "local o = {} for a in re.gmatch('xy', '.') do for b in re.gmatch('xy', '.') do "
@@ -454,11 +461,12 @@ TEST(test_host_state)
 	/* no budget attached: limits from PCRE2 still apply, nothing is charged */
 	lua_State *L = luaL_newstate();
 	luaL_openlibs(L);
+	*(mb_budget **)lua_getextraspace(L) = NULL;  /* the main thread's extra space starts undefined */
 	mb_regex_open(L, NULL);
 	lua_setglobal(L, "re");
 	CHECK_STR(run(L, "return (re.gsub('a-b', '-', '+'))"), "a+b");
-	CHECK(starts_with(run(L, "return re.find(('a'):rep(25) .. '!', '^(a+)+$')"),
-			  "ERR: re: match limit exceeded (match_limit=100000)"));
+	CHECK(strstr(run(L, "return re.find(('a'):rep(25) .. '!', '^(a+)+$')"),
+		     "re: match limit exceeded (match_limit=100000)") != NULL);
 	lua_close(L);
 }
 
