@@ -121,4 +121,4 @@ fuzz: deps
 	@tests/fuzz/run.sh
 
 clean:
-	rm -rf build build-asan
+	rm -rf build build-asan build-fuzz
