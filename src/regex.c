@@ -10,10 +10,12 @@
  *    distinct (pattern, flags) pairs per state, which also bounds JIT code memory. __gc frees it
  *    all when the state closes.
  *  - Time: every pattern is compiled with PCRE2_AUTO_CALLOUT. The callout runs between pattern
- *    items (JIT and interpreter alike) and polls the execution budget every few callouts, or
- *    sooner when the match position jumped far (a long scan), so one pcre2_match on a long
- *    subject cannot outlive the deadline; the match limit alone cannot ensure that because it
- *    restarts at every start position and does not count the work inside one item.
+ *    items (JIT and interpreter alike) and compares the coarse clock with the deadline, so one
+ *    pcre2_match on a long subject stops within one item of the deadline. The match limit alone
+ *    cannot ensure that: it restarts at every start position, and a single start position can
+ *    spend O(subject) time per counted step (measured: 100 KB subject, 6-13 s before the limit).
+ *    The cost is ~35-60 ns per callout; a single item stays O(subject length), which is why
+ *    max_subject_bytes must stay moderate (docs/sandbox-regex.md has the figures).
  *  - re_exec runs one match and turns every PCRE2 failure into a Lua error naming the limit.
  *    Reentrancy: gsub calls back into Lua, which may use `re` again and replace the shared match
  *    data, so callers copy the offsets they need before any Lua call and never keep ovector
@@ -33,6 +35,7 @@
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
+#include <time.h>
 
 #define RE_DEF_PATTERN_BYTES 4096
 #define RE_DEF_SUBJECT_BYTES (4u << 20)
@@ -44,9 +47,10 @@
 
 #define RE_JIT_STACK_START (32u * 1024)
 #define RE_JIT_STACK_MAX (512u * 1024)
-#define RE_CALLOUT_TICKS 32  /* budget check every this many callouts ... */
-#define RE_CALLOUT_BYTES 64  /* ... where moving this many bytes counts as one callout */
+#define RE_CALLOUT_FULL 64   /* full budget check every this many callouts */
+#define RE_COARSE_SLACK_NS 10000000ull /* precise checks this close to the deadline (> 1 tick) */
 #define RE_POLL_EVERY 64     /* gsub/split: poll the budget every this many matches */
+#define RE_TPL_POLL_EVERY 4096 /* ... and every this many items of a replacement template */
 
 enum { F_CASELESS = 1, F_MULTILINE = 2, F_DOTALL = 4, F_EXTENDED = 8, F_UTF = 16, F_COUNT = 32 };
 
@@ -71,8 +75,7 @@ typedef struct {
 	uint32_t md_pairs;
 	/* callout state of the running pcre2_match */
 	mb_budget *cb_budget;
-	size_t cb_ticks;
-	PCRE2_SIZE cb_last;
+	unsigned cb_ticks;
 	re_pattern pat[];         /* lim.max_patterns slots */
 } re_state;
 
@@ -155,22 +158,32 @@ static int re_state_gc(lua_State *L)
 	return 0;
 }
 
-/* The deadline callout: PCRE2 calls it before every pattern item. It must stay cheap (it runs
- * tens of millions of times a second), so the clock is read only every RE_CALLOUT_TICKS
- * callouts, counting a jump of the position by RE_CALLOUT_BYTES as one more callout. */
+/* The deadline callout: PCRE2 calls it before every pattern item, tens of millions of times a
+ * second, so it must be cheap, yet one item can take milliseconds on a long subject (a
+ * backreference compare that fails at its last byte, a possessive \X*+ scan) without moving the
+ * match position. So every callout compares the coarse clock (a vDSO read of the last timer
+ * tick, lagging by one tick: 4 ms at HZ=250) with the deadline and switches to the precise check
+ * in the last RE_COARSE_SLACK_NS; every RE_CALLOUT_FULL callouts it runs the full budget check
+ * (precise clock, cancellation, instruction budget) anyway. */
 static int re_callout(pcre2_callout_block *cb, void *data)
 {
+	(void)cb;
 	re_state *st = data;
-	PCRE2_SIZE pos = cb->current_position;
-	PCRE2_SIZE moved = pos > st->cb_last ? pos - st->cb_last : st->cb_last - pos;
-	st->cb_last = pos;
-	st->cb_ticks += 1 + moved / RE_CALLOUT_BYTES;
-	if (st->cb_ticks < RE_CALLOUT_TICKS)
+	mb_budget *b = st->cb_budget;
+	if (!b)
 		return 0;
-	st->cb_ticks = 0;
-	if (st->cb_budget && mb_budget_check(st->cb_budget) != MB_STOP_NONE)
-		return PCRE2_ERROR_CALLOUT;
-	return 0;
+	int stop = 0;
+	if (++st->cb_ticks >= RE_CALLOUT_FULL) {
+		st->cb_ticks = 0;
+		stop = mb_budget_check(b) != MB_STOP_NONE;
+	} else if (b->deadline_ns) {
+		struct timespec ts;
+		clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
+		uint64_t coarse = (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+		if (coarse + RE_COARSE_SLACK_NS >= b->deadline_ns)
+			stop = mb_budget_check(b) != MB_STOP_NONE;
+	}
+	return stop ? PCRE2_ERROR_CALLOUT : 0;
 }
 
 /* ---- compiling and caching ------------------------------------------------------------------- */
@@ -375,7 +388,6 @@ static int re_exec(lua_State *L, re_state *st, re_pattern *rp, const char *s, si
 	mb_budget *b = mb_budget_of(L);
 	st->cb_budget = b;
 	st->cb_ticks = 0;
-	st->cb_last = start;
 	mb_budget *prev = mb_budget_current();
 	mb_budget_set_current(b);
 	int rc = pcre2_match(rp->code, (PCRE2_SPTR)s, len, start, opts, st->md, st->mctx);
@@ -630,10 +642,12 @@ static void re_tpl_check(lua_State *L, re_pattern *rp, const char *t, size_t tl)
 	size_t i = 0;
 	re_tpl_item it;
 	char err[128];
-	for (;;) {
+	for (unsigned items = 1;; items++) {
 		int k = re_tpl_next(t, tl, &i, &it, err, sizeof err);
 		if (k == T_END)
 			return;
+		if (items % RE_TPL_POLL_EVERY == 0)
+			mb_budget_poll(L);
 		if (k < 0)
 			re_errorf(L, "re: invalid replacement: %s", err);
 		if (k == T_GROUP && it.group > rp->ncap)
@@ -656,18 +670,21 @@ static void re_add_group(luaL_Buffer *B, re_state *st, const char *s, uint32_t g
 }
 
 /* Expands a (checked) template for the current match into the buffer. No Lua code runs here,
- * so the match data stays valid throughout. */
-static void re_tpl_expand(luaL_Buffer *B, re_state *st, re_pattern *rp, const char *s,
-			  const char *t, size_t tl)
+ * so the match data stays valid throughout. A template can be long (it is any Lua string), so
+ * the budget is polled every RE_TPL_POLL_EVERY items. */
+static void re_tpl_expand(lua_State *L, luaL_Buffer *B, re_state *st, re_pattern *rp,
+			  const char *s, const char *t, size_t tl)
 {
 	size_t i = 0;
 	re_tpl_item it;
 	char err[8];
 	PCRE2_SIZE *ov = pcre2_get_ovector_pointer(st->md);
-	for (;;) {
+	for (unsigned items = 1;; items++) {
 		int k = re_tpl_next(t, tl, &i, &it, err, sizeof err);
 		if (k == T_END || k < 0)
 			return;
+		if (items % RE_TPL_POLL_EVERY == 0)
+			mb_budget_poll(L);
 		if (k == T_TEXT) {
 			luaL_addlstring(B, it.p, it.n);
 		} else if (k == T_GROUP) {
@@ -717,7 +734,7 @@ static int re_gsub(lua_State *L)
 		n++;
 		luaL_addlstring(&B, s + copied, ms - copied);
 		if (t) {
-			re_tpl_expand(&B, st, rp, s, t, tl);
+			re_tpl_expand(L, &B, st, rp, s, t, tl);
 		} else {
 			/* Lua code may run from here on (the callback, __index): use ms/me only. */
 			if (rt == LUA_TFUNCTION) {

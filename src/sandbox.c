@@ -211,14 +211,25 @@ void mb_sandbox_output(mb_sandbox_ctx *c, const char *s, size_t n)
 	n -= k;
 	if (!n || !c->tail_cap)
 		return;
-	/* ring of tail_cap bytes; tail_pos is where the next byte goes */
-	for (size_t i = 0; i < n; i++) {
-		if (c->tail_len == c->tail_cap)
-			c->dropped++;
-		else
-			c->tail_len++;
-		c->tail[c->tail_pos] = s[i];
-		c->tail_pos = (c->tail_pos + 1) % c->tail_cap;
+	/* ring of tail_cap bytes; tail_pos is where the next byte goes. Only the last tail_cap
+	 * bytes of this write can survive, so skip the rest at once. */
+	if (n > c->tail_cap) {
+		c->dropped += c->tail_len + (n - c->tail_cap);
+		c->tail_len = 0;
+		s += n - c->tail_cap;
+		n = c->tail_cap;
+	}
+	size_t overflow = c->tail_len + n > c->tail_cap ? c->tail_len + n - c->tail_cap : 0;
+	c->dropped += overflow;
+	c->tail_len += n - overflow;
+	while (n) {
+		size_t k = c->tail_cap - c->tail_pos;
+		if (k > n)
+			k = n;
+		memcpy(c->tail + c->tail_pos, s, k);
+		c->tail_pos = (c->tail_pos + k) % c->tail_cap;
+		s += k;
+		n -= k;
 	}
 }
 
@@ -366,12 +377,27 @@ static char *xstrdup(const char *s)
 	return d;
 }
 
+/* Error messages are capped: a script can raise a string of any size. */
+#define MAX_ERROR_BYTES 65536
+
 static void set_error(mb_exec_result *res, const char *type, const char *msg)
 {
 	res->success = 0;
 	res->error_type = type;
 	free(res->error);
-	res->error = xstrdup(msg);
+	size_t n = strlen(msg);
+	if (n <= MAX_ERROR_BYTES) {
+		res->error = xstrdup(msg);
+		return;
+	}
+	char tail[96];
+	int t = snprintf(tail, sizeof tail, "... [error message truncated: %zu bytes, at most %d kept]",
+			 n, MAX_ERROR_BYTES);
+	res->error = malloc(MAX_ERROR_BYTES + (size_t)t + 1);
+	if (!res->error)
+		return;
+	memcpy(res->error, msg, MAX_ERROR_BYTES);
+	memcpy(res->error + MAX_ERROR_BYTES, tail, (size_t)t + 1);
 }
 
 /* Turns the error value at the top of the stack into a message, without metamethods. */
@@ -416,7 +442,18 @@ static void capture_result(lua_State *L, mb_sandbox_ctx *c, int base, mb_exec_re
 	}
 	char err[256];
 	size_t len = 0;
-	char *j = mb_json_encode(L, -1, json_limits(c), MB_JSON_LENIENT, &len, err, sizeof err);
+	mb_json_limits lim = *json_limits(c);
+	lim.root_name = "result";
+	lim.max_output_bytes = (size_t)c->req->cfg->max_result_bytes + 1;
+	char *j = mb_json_encode(L, -1, &lim, MB_JSON_LENIENT, &len, err, sizeof err);
+	if (!j && strstr(err, "exceeds max_output_bytes")) {
+		char msg[200];
+		snprintf(msg, sizeof msg, "result is too large: more than %lld bytes of JSON "
+			 "(max_result_bytes=%lld)", (long long)c->req->cfg->max_result_bytes,
+			 (long long)c->req->cfg->max_result_bytes);
+		set_error(res, "result", msg);
+		return;
+	}
 	if (!j) {
 		if (mb_budget_check(c->b) != MB_STOP_NONE)
 			return; /* reported from the budget */
@@ -448,7 +485,7 @@ int mb_sandbox_run(const mb_exec_request *req, mb_budget *b, mb_exec_result *res
 	c.req = req;
 	c.b = b;
 	c.json_lim.max_depth = (int)cfg->json_max_depth;
-	c.json_lim.max_output_bytes = (size_t)cfg->max_result_bytes + 1;
+	c.json_lim.max_output_bytes = 0; /* bounded by the memory cap; the result is checked below */
 	c.json_lim.max_input_bytes = (size_t)cfg->max_message_bytes;
 	c.head_cap = (size_t)cfg->max_output_bytes / 2;
 	c.tail_cap = (size_t)cfg->max_output_bytes - c.head_cap;

@@ -24,6 +24,9 @@
 #include "sandbox_int.h"
 
 #define POLL_EVERY 1024
+#define MAX_STRING_BYTES ((size_t)0x7fffffff)  /* Lua 5.4's own limit for string.rep */
+#define MAX_QUOTED_BYTES (1 << 20)
+#define MAX_DATE_FORMAT 1024
 
 /* ---- protected calls that cannot swallow a tripped limit -------------------------------- */
 
@@ -182,6 +185,8 @@ static int sb_load(lua_State *L)
 
 static int sb_setmetatable(lua_State *L)
 {
+	luaL_checktype(L, 1, LUA_TTABLE);
+	luaL_argexpected(L, lua_type(L, 2) == LUA_TNIL || lua_type(L, 2) == LUA_TTABLE, 2, "nil or table");
 	if (lua_type(L, 2) == LUA_TTABLE) {
 		lua_pushliteral(L, "__gc");
 		if (lua_rawget(L, 2) != LUA_TNIL)
@@ -222,16 +227,76 @@ static int sb_print(lua_State *L)
 
 /* ---- string -------------------------------------------------------------------------- */
 
+/* string.rep: the stock one copies the string n times (one memcpy per copy, 2e8 one-byte
+ * copies for rep("x", 2e8)) without any poll. This one fills the result by doubling, so the
+ * copying is a few large memcpy calls, and polls the budget between them. */
 static int sb_rep(lua_State *L)
 {
 	size_t l, lsep;
-	luaL_checklstring(L, 1, &l);
+	const char *s = luaL_checklstring(L, 1, &l);
 	lua_Integer n = luaL_checkinteger(L, 2);
-	luaL_optlstring(L, 3, "", &lsep);
+	const char *sep = luaL_optlstring(L, 3, "", &lsep);
 	if (n <= 0 || l + lsep == 0) {
 		lua_pushliteral(L, "");
 		return 1;
 	}
+	size_t unit = l + lsep;
+	if (unit < l || (lua_Unsigned)n > (MAX_STRING_BYTES + lsep) / unit)
+		return luaL_error(L, "resulting string too large");
+	size_t total = (size_t)n * unit - lsep;
+	luaL_Buffer b;
+	char *p = luaL_buffinitsize(L, &b, total);
+	memcpy(p, s, l);
+	if (lsep && n > 1)
+		memcpy(p + l, sep, lsep);
+	size_t done = n > 1 ? unit : l;
+	while (done < total) {
+		size_t k = done < total - done ? done : total - done;
+		memcpy(p + done, p, k);
+		done += k;
+		mb_budget_poll(L);
+	}
+	luaL_pushresultsize(&b, total);
+	return 1;
+}
+
+/* string.format: "%q" escapes with one snprintf per control byte, ~100 ns a byte; bound it. */
+static int sb_format(lua_State *L)
+{
+	size_t fl;
+	const char *f = luaL_checklstring(L, 1, &fl);
+	int arg = 1;
+	for (size_t i = 0; i + 1 < fl; i++) {
+		if (f[i] != '%')
+			continue;
+		if (f[i + 1] == '%') {
+			i++;
+			continue;
+		}
+		arg++;
+		size_t j = i + 1;
+		while (j < fl && strchr("-+ #0123456789.", f[j]))
+			j++;
+		if (j < fl && f[j] == 'q' && lua_type(L, arg) == LUA_TSTRING &&
+		    lua_rawlen(L, arg) > MAX_QUOTED_BYTES)
+			return luaL_error(L, "bad argument #%d to 'format' (%%q of a string over %d bytes "
+					  "is not allowed in the sandbox)", arg, MAX_QUOTED_BYTES);
+		i = j;
+	}
+	lua_pushvalue(L, lua_upvalueindex(1));
+	lua_insert(L, 1);
+	lua_call(L, lua_gettop(L) - 1, 1);
+	return 1;
+}
+
+/* os.date: each conversion is a strftime call; a huge format is the only way to make it slow. */
+static int sb_date(lua_State *L)
+{
+	size_t n = 0;
+	if (lua_type(L, 1) == LUA_TSTRING)
+		lua_tolstring(L, 1, &n);
+	if (n > MAX_DATE_FORMAT)
+		return luaL_error(L, "bad argument #1 to 'date' (format longer than %d bytes)", MAX_DATE_FORMAT);
 	lua_pushvalue(L, lua_upvalueindex(1));
 	lua_insert(L, 1);
 	lua_call(L, lua_gettop(L) - 1, 1);
@@ -321,6 +386,31 @@ static int sb_move(lua_State *L)
 	return 1;
 }
 
+static int sb_concat(lua_State *L)
+{
+	luaL_Buffer b;
+	luaL_checktype(L, 1, LUA_TTABLE);
+	size_t lsep;
+	const char *sep = luaL_optlstring(L, 2, "", &lsep);
+	lua_Integer i = luaL_optinteger(L, 3, 1);
+	lua_Integer last = lua_isnoneornil(L, 4) ? luaL_len(L, 1) : luaL_checkinteger(L, 4);
+	luaL_buffinit(L, &b);
+	for (; i <= last; i++) {
+		if ((i & (POLL_EVERY - 1)) == 0)
+			mb_budget_poll(L);
+		lua_geti(L, 1, i);
+		if (!lua_isstring(L, -1))
+			return luaL_error(L, "invalid value (at index %I) in table for 'concat'", (LUAI_UACINT)i);
+		luaL_addvalue(&b);
+		if (i != last)
+			luaL_addlstring(&b, sep, lsep);
+		if (i == LUA_MAXINTEGER)
+			break;
+	}
+	luaL_pushresult(&b);
+	return 1;
+}
+
 /* Heapsort on t[1..n]: O(n log n) in the worst case, no recursion, a budget poll every few
  * comparisons (one comparison of two long strings can take milliseconds). */
 typedef struct {
@@ -332,7 +422,7 @@ typedef struct {
 static int sort_less(sorter *s, lua_Integer a, lua_Integer b)
 {
 	lua_State *L = s->L;
-	if ((++s->polls & 63) == 0)
+	if ((++s->polls & 3) == 0) /* one comparison of long strings can take milliseconds */
 		mb_budget_poll(L);
 	int r;
 	if (s->has_cmp) {
@@ -509,6 +599,7 @@ int mb_sandbox_env_open(lua_State *L)
 		lua_getfield(L, -2, os_keep[i]);
 		lua_setfield(L, -2, os_keep[i]);
 	}
+	wrap_field(L, "date", sb_date);
 	lua_setglobal(L, "os");
 	lua_pop(L, 1);
 	lua_getfield(L, LUA_REGISTRYINDEX, LUA_LOADED_TABLE);
@@ -540,7 +631,8 @@ int mb_sandbox_env_open(lua_State *L)
 	/* string: the real table, which the string metatable's __index points at */
 	lua_getfield(L, -1, LUA_STRLIBNAME);
 	clear_field(L, "dump");
-	wrap_field(L, "rep", sb_rep);
+	set_field(L, "rep", sb_rep);
+	wrap_field(L, "format", sb_format);
 	mb_lpattern_register(L, lua_gettop(L));
 	lua_pop(L, 1);
 	lua_pushliteral(L, "");
@@ -557,6 +649,7 @@ int mb_sandbox_env_open(lua_State *L)
 	set_field(L, "move", sb_move);
 	set_field(L, "insert", sb_insert);
 	set_field(L, "remove", sb_remove);
+	set_field(L, "concat", sb_concat);
 	lua_pop(L, 1);
 
 	/* json and re */

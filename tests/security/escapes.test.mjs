@@ -163,4 +163,10 @@ describe("output and addresses", () => {
   test("print cannot inject JSON-RPC lines into stdout", () =>
     check('print(\'{"jsonrpc":"2.0","id":1,"result":{}}\') print("\\n{\\"jsonrpc\\":\\"2.0\\",\\"method\\":\\"x\\"}\\n") return 1',
       { success: true, result: 1, output: /^\{"jsonrpc":"2\.0","id":1,"result":\{\}\}\n/ }));
+
+  test("invalid UTF-8 in output, result and error text becomes U+FFFD, stdout stays JSON", async () => {
+    await check('print("\\xff\\xfe") return "\\xff", {["\\xfe"] = "\\xc0\\x80"}',
+      { success: true, result: ["\uFFFD", { "\uFFFD": "\uFFFD\uFFFD" }], output: "\uFFFD\uFFFD\n" });
+    await check('error("bad \\xff bytes")', runtime("code:1: bad \uFFFD bytes"));
+  });
 });

@@ -197,7 +197,7 @@ export async function cancelProbe({ setup, call, memory_mb = 64, args = [] }) {
       const r = peer.responses.get(id).msg;
       const sc = r.result?.structuredContent;
       if (sc?.result === "finished") problems.push(`the long call finished before the cancellation arrived: make it longer (${brief(sc)})`);
-      else problems.push(`a cancelled request was answered: ${clip(r, 300)}`);
+      else problems.push(`the request was answered (before or despite the cancellation): ${clip(r, 300)}`);
     }
     if (freeMs > OVERRUN_MS + POLL_SLACK_MS) {
       problems.push(freeMs === Infinity

@@ -367,6 +367,17 @@ TEST(test_catastrophic_bounded)
 	check_bounded(NULL, "local s = ('a'):rep(1000000) .. 'cb' return re.find(s, '(?:(?=\\\\w*$)a)*b')", TO, ML);
 	check_bounded(NULL, "local s = ('a'):rep(1000000) .. 'cb' return re.find(s, '(*NO_JIT)(?:(?=\\\\w*$)a)*b')", TO, ML);
 	check_bounded(&big, "local s = ('a'):rep(1000000) .. 'cb' return re.find(s, '^(?:(?=[a-z]++$)a)*+b')", TO, NULL);
+	/* one item costs O(n) without moving the match position: a backreference compare that fails
+	 * at its last byte, 200 of them in one attempt (needs a clock check at every callout) */
+	char alt[3000] = "";
+	for (int i = 0; i < 200; i++)
+		strcat(alt, i ? "|\\\\1x" : "\\\\1x");
+	static char big_code[4000];
+	snprintf(big_code, sizeof big_code, "local h = ('a'):rep(1900000) "
+		 "return re.find(h .. '#' .. h:sub(2) .. 'b', '^(a*+)#(?:%s)', 1, 'i')", alt);
+	check_bounded(NULL, big_code, TO, NULL);
+	/* a huge replacement template whose references expand to nothing */
+	check_bounded(NULL, "local t = ('$2'):rep(20000000) return re.gsub(('a'):rep(1000), '(a)(x)?', t)", TO, NULL);
 	/* quadratic scanning: every start position scans to the end */
 	check_bounded(NULL, "local s = ('a'):rep(1000000) .. '!@' return re.find(s, '\\\\w+@')", TO, NULL);
 	check_bounded(NULL, "local s = ('ab'):rep(500000) return re.find(s, '(\\\\w+)\\\\s+\\\\1', 1, 'u')", TO, NULL);

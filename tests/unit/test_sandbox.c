@@ -116,6 +116,12 @@ TEST(results)
 	expect_result("return type(load('return 5'))", "\"function\"");
 	expect_result("return load('return x', 'c', 't', {x = 9})()", "9");
 	expect_result("return #take({1,2,3,4}, 2)", "2");
+	expect_result("return {('ab'):rep(3, ','), ('x'):rep(1), ('ab'):rep(2), (''):rep(3, ','), ('x'):rep(0)}",
+		      "[\"ab,ab,ab\",\"x\",\"abab\",\",,\",\"\"]");
+	expect_result("return {table.concat({1, 2, 'a'}, '-'), table.concat({}, ','), table.concat({1, 2, 3}, ',', 2, 3)}",
+		      "[\"1-2-a\",\"\",\"2,3\"]");
+	expect_result("return string.format('%5.1f|%q|%%|%s', 1.25, 'a\\n', 'z')", "\"  1.2|\\\"a\\\\\\n\\\"|%|z\"");
+	expect_result("return os.date('!%Y-%m-%d', 0)", "\"1970-01-01\"");
 	expect_result("return (function() local a <close> = setmetatable({}, {__close=function() end}) return 1 end)()", "1");
 }
 
@@ -161,6 +167,13 @@ TEST(error_shapes)
 	expect_error("error(setmetatable({}, {__tostring = function() while true do end end}))",
 		     "runtime", "error object");
 	expect_error("error()", "runtime", "error called with nil");
+	expect_error("table.concat({1, {}, 3})", "runtime", "invalid value (at index 2) in table for 'concat'");
+	expect_error("return string.format('%q', ('x'):rep(2^21))", "runtime", "is not allowed in the sandbox");
+	expect_error("return os.date(('%c'):rep(2000))", "runtime", "format longer than 1024 bytes");
+	expect_error("setmetatable('', {})", "runtime", "bad argument #1 to 'setmetatable'");
+	run_out *big = run("error(('x'):rep(1e6))");
+	CHECK(big->r.error && strlen(big->r.error) < 70000 && strstr(big->r.error, "error message truncated"));
+	done(big);
 	expect_result("return function() end", "null"); /* lenient: documented in docs/sandbox.md */
 	expect_error("error('not enough memory', 0)", "runtime", "not enough memory");
 }
@@ -255,6 +268,9 @@ TEST(long_c_calls)
 		"local t = setmetatable({}, {__len = function() return 2^31 - 2 end,"
 		" __index = function(_, k) return k end}) table.sort(t)",
 		"local t = {1} for i = 1, 40 do t = {t, t} end return json.encode(t)",
+		"return #string.rep('x', 2e8)",
+		"local t = {} for i = 1, 2^21 do t[i] = i + 0.5 end return #table.concat(t, ',')",
+		"local s = ('x'):rep(2^25) for i = 1, 1e6 do print(s) end",
 		NULL,
 	};
 	for (int i = 0; scripts[i]; i++) {
