@@ -52,6 +52,7 @@ static const option options[] = {
 	I(max_notifications, 1000, 0, 1000000, "mcp.log / mcp.progress calls per execution"),
 	I(workers, 0, 0, 256, "concurrent executions, each on its own thread (0 = number of CPUs)"),
 	I(max_queue, 1024, 0, 1000000, "executions waiting for a worker; more are refused"),
+	I(max_queue_bytes, 268435456, 1024, (int64_t)1 << 40, "code and context bytes held by queued executions"),
 	I(timeout_grace_ms, 50, 1, 100, "answer a stuck execution this long after its deadline"),
 	I(max_abandoned, 4, 0, 64, "stuck worker threads tolerated before new executions are refused"),
 	I(max_message_bytes, 16777216, 1024, 1 << 30, "largest JSON-RPC message (one stdio line)"),

@@ -33,6 +33,7 @@ typedef struct mb_config {
 	/* execution pool */
 	int64_t workers;            /* concurrent executions (0 = number of CPUs) */
 	int64_t max_queue;          /* queued executions beyond that; more are refused */
+	int64_t max_queue_bytes;    /* code + context bytes held by queued executions */
 	int64_t timeout_grace_ms;   /* answer a stuck execution this long after its deadline */
 	int64_t max_abandoned;      /* stuck worker threads tolerated before refusing work */
 

@@ -3,8 +3,9 @@
  * Encoding walks the Lua value with raw access only (lua_rawgeti, lua_next, lua_getmetatable -
  * no metamethod can run), builds a jansson tree (enc_*), then dumps it compactly through a
  * callback into a growing buffer (out_*) that enforces max_output_bytes. Decoding bounds the
- * input size, lets jansson parse it (through a reader callback that polls the budget for large
- * inputs), then converts the tree to Lua (dec_*) inside lua_pcall, so that a Lua error (memory,
+ * input size, scans the nesting depth (so jansson's recursive parser stays within max_depth),
+ * lets jansson parse it (through a reader callback that polls the budget for inputs over 64 KB),
+ * then converts the tree to Lua (dec_*) inside lua_pcall, so that a Lua error (memory,
  * timeout) never unwinds past a live jansson tree: the tree is freed first, then the error is
  * reported. No error ever longjmps across jansson; every path frees what it holds and reports a
  * message, and only the Lua-facing functions (l_*) turn that message into a Lua error.

@@ -60,7 +60,8 @@ int mb_json_open(lua_State *L, const mb_json_limits *lim);
 /// @param L the state
 void mb_json_push_null(lua_State *L);
 
-/// Registers the shared array metatable on a table.
+/// Puts the shared array metatable on a table (creating it on first use, which may raise a Lua
+/// memory error like any allocation).
 /// @param L   the state
 /// @param idx stack index of a table
 /// @returns 0, or -1 when the table already has a different metatable (nothing changed)

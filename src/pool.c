@@ -69,7 +69,7 @@ struct mb_pool {
 	uv_mutex_t mu;
 	uv_cond_t cv;
 	mb_job *q_head, *q_tail;
-	size_t queued;
+	size_t queued, queued_bytes;
 	event *ev_head, *ev_tail;
 	uv_async_t async;
 	mb_worker *workers;
@@ -176,6 +176,7 @@ static void worker_main(void *arg)
 		if (!p->q_head)
 			p->q_tail = NULL;
 		p->queued--;
+		p->queued_bytes -= j->req.code_len + j->req.context_len;
 		j->next = NULL;
 		j->state = JOB_RUNNING;
 		j->worker = w;
@@ -357,7 +358,7 @@ static char *dup_bytes(const char *s, size_t n)
 int mb_pool_submit(mb_pool *p, const mb_exec_request *req, uint64_t *id_out, char *err, size_t errlen)
 {
 	uv_mutex_lock(&p->mu);
-	size_t queued = p->queued, stuck = p->abandoned_alive;
+	size_t queued = p->queued, stuck = p->abandoned_alive, qbytes = p->queued_bytes;
 	size_t idle = p->live_workers - stuck - p->busy;
 	uv_mutex_unlock(&p->mu);
 	if (stuck > (size_t)p->cfg->max_abandoned) {
@@ -369,6 +370,13 @@ int mb_pool_submit(mb_pool *p, const mb_exec_request *req, uint64_t *id_out, cha
 	if (queued >= idle + (size_t)p->cfg->max_queue) {
 		snprintf(err, errlen, "server busy: %zu executions already queued (max_queue=%lld)",
 			 queued, (long long)p->cfg->max_queue);
+		p->refused++;
+		return -1;
+	}
+	size_t bytes = req->code_len + (req->context_json ? req->context_len : 0);
+	if (qbytes + bytes > (size_t)p->cfg->max_queue_bytes) {
+		snprintf(err, errlen, "server busy: queued executions already hold %zu bytes of code and "
+			 "context (max_queue_bytes=%lld)", qbytes, (long long)p->cfg->max_queue_bytes);
 		p->refused++;
 		return -1;
 	}
@@ -391,6 +399,8 @@ int mb_pool_submit(mb_pool *p, const mb_exec_request *req, uint64_t *id_out, cha
 	}
 	j->req.code = j->code;
 	j->req.context_json = j->context;
+	if (!j->context)
+		j->req.context_len = 0;
 	j->req.notify = job_notify;
 	j->req.notify_ud = j;
 	mb_budget_init(&j->budget, req->memory_bytes, req->instruction_limit, 0);
@@ -412,6 +422,7 @@ int mb_pool_submit(mb_pool *p, const mb_exec_request *req, uint64_t *id_out, cha
 		p->q_head = j;
 	p->q_tail = j;
 	p->queued++;
+	p->queued_bytes += bytes;
 	uv_cond_signal(&p->cv);
 	uv_mutex_unlock(&p->mu);
 	*id_out = j->id;

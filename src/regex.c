@@ -262,7 +262,7 @@ static int re_compile_error(lua_State *L, re_state *st, int code, PCRE2_SIZE off
 		hint = " (pass the 'u' flag for UTF-8 mode instead of (*UTF)/(*UCP))";
 	else if (code == PCRE2_ERROR_BACKSLASH_C_CALLER_DISABLED)
 		hint = " (\\C is not allowed in the sandbox)";
-	return re_errorf(L, "re: invalid pattern at offset %d: %s%s%s", (int)off, msg, lim, hint);
+	return re_errorf(L, "re: invalid pattern at offset %zu: %s%s%s", (size_t)off, msg, lim, hint);
 }
 
 /* Returns the compiled pattern for the string at stack index parg and flags, compiling and
