@@ -393,11 +393,14 @@ static void set_error(mb_exec_result *res, const char *type, const char *msg)
 	char tail[96];
 	int t = snprintf(tail, sizeof tail, "... [error message truncated: %zu bytes, at most %d kept]",
 			 n, MAX_ERROR_BYTES);
-	res->error = malloc(MAX_ERROR_BYTES + (size_t)t + 1);
+	size_t keep = MAX_ERROR_BYTES - (size_t)t;
+	while (keep && ((unsigned char)msg[keep] & 0xC0) == 0x80)
+		keep--; /* do not cut a UTF-8 sequence */
+	res->error = malloc(keep + (size_t)t + 1);
 	if (!res->error)
 		return;
-	memcpy(res->error, msg, MAX_ERROR_BYTES);
-	memcpy(res->error + MAX_ERROR_BYTES, tail, (size_t)t + 1);
+	memcpy(res->error, msg, keep);
+	memcpy(res->error + keep, tail, (size_t)t + 1);
 }
 
 /* Turns the error value at the top of the stack into a message, without metamethods. */

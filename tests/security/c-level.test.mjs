@@ -51,8 +51,14 @@ describe("string.rep", () => {
     hostile({ code: 'return #string.rep("x", 1e9)', bound: 300, expect: memory(64) }));
   test('string.rep("x", 1e8, "yy") is a memory error naming memory_mb', () =>
     hostile({ code: 'return #string.rep("x", 1e8, "yy")', bound: 300, expect: memory(64) }));
-  test('string.rep("x", 2e8) under memory_mb=512 (one long copy loop in C)', () =>
-    hostile({ code: 'return #string.rep("x", 2e8)', memory_mb: 512, expect: TIMEOUT }));
+  // The sandbox's string.rep fills by doubling (a few large copies, polled between them), so
+  // 200 MB is either done in time or stopped at the deadline; the worker bound is what matters.
+  test('string.rep("x", 2e8) under memory_mb=512 (copies polled between doublings)', () =>
+    hostile({
+      code: 'return #string.rep("x", 2e8)', memory_mb: 512,
+      expect: { check: (sc) => (sc.success === true && sc.result === 2e8) ||
+        (sc.success === false && sc.error_type === "timeout" && sc.error === TIMEOUT.error) ? [] : ["want success or a timeout"] },
+    }));
 });
 
 describe("table functions", () => {
@@ -109,15 +115,18 @@ describe("long comparisons and conversions", () => {
       expect: { check: (sc) => (sc.success === true && sc.result === 2 ** 27 && sc.execution_time_ms <= 300) ||
         (sc.success === false && sc.error_type === "timeout" && sc.error === TIMEOUT.error) ? [] : ["want a timeout (or success within 300 ms)"] },
     }));
-  test("os.date with a 4 MiB format string", () =>
+  // Both are refused up front: the format length and %q argument are capped in the sandbox.
+  test("os.date with a 4 MiB format string is refused", () =>
     hostile({
       code: 'local f = ("%c"):rep(2^12):rep(2^9) print("go") return #os.date(f)',
-      memory_mb: 256, marker: "go", expect: TIMEOUT,
+      memory_mb: 256, marker: "go", bound: 300,
+      expect: { success: false, error_type: "runtime", check: (sc) => /format longer than 1024 bytes/.test(sc.error) ? [] : [`error: ${sc.error}`] },
     }));
-  test('string.format("%q") of 8 MiB of control bytes', () =>
+  test('string.format("%q") of 8 MiB of control bytes is refused', () =>
     hostile({
       code: 'local s = ("\\1"):rep(2^12):rep(2^11) print("go") return #string.format("%q", s)',
-      memory_mb: 128, marker: "go", expect: TIMEOUT,
+      memory_mb: 128, marker: "go", bound: 300,
+      expect: { success: false, error_type: "runtime", check: (sc) => /%q of a string over 1048576 bytes is not allowed in the sandbox/.test(sc.error) ? [] : [`error: ${sc.error}`] },
     }));
 });
 
@@ -165,9 +174,7 @@ describe("native calls poll the budget (cancellation, independent of machine spe
     ["utf8.len of a 128 MiB string", big(27), "local n = utf8.len(s)", 512],
     ["string.upper of a 128 MiB string", big(27), "local u = s:upper()", 512],
     ["string.reverse of a 128 MiB string", big(27), "local u = s:reverse()", 512],
-    ["print of a 32 MiB string (output capture)", big(25), "print(s)", 128],
-    ["string.format(\"%q\") of 8 MiB of control bytes", 'local s = ("\\1"):rep(2^12):rep(2^11)', 'local q = string.format("%q", s)', 128],
-    ["os.date with a 4 MiB format", 'local f = ("%c"):rep(2^12):rep(2^9)', "local d = os.date(f)", 256],
+    // print, %q and os.date are no longer long C calls (tail-only capture, capped arguments)
     ["pattern a*a*b on 2000 bytes", 'local s = ("a"):rep(2000)', 'local r = s:find("a*a*b")', 64],
     ["json.encode of a 22-level DAG", "local t = {1} for i = 1, 22 do t = {t, t} end", "local j = json.encode(t)", 512],
   ];

@@ -122,6 +122,12 @@ TEST(results)
 		      "[\"1-2-a\",\"\",\"2,3\"]");
 	expect_result("return string.format('%5.1f|%q|%%|%s', 1.25, 'a\\n', 'z')", "\"  1.2|\\\"a\\\\\\n\\\"|%|z\"");
 	expect_result("return os.date('!%Y-%m-%d', 0)", "\"1970-01-01\"");
+	expect_result("return {('aBc'):upper(), ('aBc'):lower(), ('abc'):reverse(), (''):reverse()}",
+		      "[\"ABC\",\"abc\",\"cba\",\"\"]");
+	/* utf8.len in slices gives the stock answer on a long string with multibyte characters */
+	expect_result("local s = ('a\\u{e9}\\u{20ac}\\u{1F600}'):rep(300000) return {utf8.len(s), utf8.len(s, 4), utf8.len(s, 1, -2), #s, (utf8.len(s, 5)) == nil, select(2, utf8.len(s, 5))}",
+		      "[1200000,1199998,1200000,3000000,true,5]");
+	expect_result("local s = ('ab'):rep(2^20) .. '\\xff' .. ('c'):rep(2^20) local a, b = utf8.len(s) return {a == nil, b}", "[true,2097153]");
 	expect_result("return (function() local a <close> = setmetatable({}, {__close=function() end}) return 1 end)()", "1");
 }
 
