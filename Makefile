@@ -23,9 +23,6 @@ CFLAGS    := $(OPTFLAGS) $(EXTRA_CFLAGS) -std=c11 -D_GNU_SOURCE -Wall -Wextra -W
 LDLIBS    := $(EXTRA_LDFLAGS) $(shell pkg-config --libs $(PKGS) 2>/dev/null) -lpthread -lm -lrt
 
 SRC       := $(sort $(wildcard src/*.c))
-ifneq ($(wildcard src/regex.c),)
-EXTRA_CFLAGS += -DMB_HAVE_REGEX
-endif
 LUA_SRC   := $(sort $(shell find lua -name '*.lua'))
 OBJ       := $(patsubst src/%.c,$(BUILD)/obj/%.o,$(SRC)) $(BUILD)/obj/embedded_lua.o
 LIB_OBJ   := $(filter-out $(BUILD)/obj/main.o,$(OBJ))

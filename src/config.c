@@ -61,7 +61,7 @@ static const option options[] = {
 	I(regex_match_limit, 100000, 100, 100000000, "PCRE2 match limit per re.* call"),
 	I(regex_heap_limit_kb, 8192, 64, 4194304, "PCRE2 backtracking heap per match, KiB"),
 	I(regex_max_pattern_bytes, 4096, 16, 1048576, "longest re.* pattern"),
-	I(regex_max_subject_bytes, 16777216, 1024, 1 << 30, "longest re.* subject"),
+	I(regex_max_subject_bytes, 4194304, 1024, 1 << 30, "longest re.* subject"),
 };
 #define NOPTS (sizeof options / sizeof options[0])
 

@@ -732,18 +732,17 @@ int mb_sandbox_env_open(lua_State *L)
 	/* json and re */
 	mb_json_open(L, &c->json_lim);
 	lua_setfield(L, -2, "json");
-#ifdef MB_HAVE_REGEX /* TEMP until src/regex.c lands */
 	mb_regex_limits rl = {
 		.max_pattern_bytes = (size_t)c->req->cfg->regex_max_pattern_bytes,
 		.max_subject_bytes = (size_t)c->req->cfg->regex_max_subject_bytes,
 		.match_limit = (uint32_t)c->req->cfg->regex_match_limit,
 		.heap_limit_kb = (uint32_t)c->req->cfg->regex_heap_limit_kb,
 		.depth_limit = (uint32_t)c->req->cfg->regex_match_limit,
-		.max_patterns = 256,
+		.max_patterns = 128,
+		.parens_nest_limit = 50,
 	};
 	mb_regex_open(L, &rl);
 	lua_setfield(L, -2, "re");
-#endif
 
 	/* mcp: host calls */
 	lua_createtable(L, 0, 2);
