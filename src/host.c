@@ -266,12 +266,13 @@ void mb_host_handle_oversize(mb_host *h, size_t bytes)
 	lua_pop(h->L, 1);
 }
 
-void mb_host_job_notify(mb_host *h, uint64_t job, mb_notify_kind kind, const char *json, size_t len)
+void mb_host_job_notify(mb_host *h, uint64_t job, mb_notify_kind kind, int level, const char *json,
+			size_t len)
 {
 	lua_State *L = h->L;
 	lua_rawgeti(L, LUA_REGISTRYINDEX, h->ref_on_notify);
 	lua_pushinteger(L, (lua_Integer)job);
-	lua_pushstring(L, kind == MB_NOTIFY_PROGRESS ? "progress" : "log");
+	lua_pushstring(L, kind == MB_NOTIFY_PROGRESS ? "progress" : mb_log_level_name((mb_log_level)level));
 	lua_pushlstring(L, json, len);
 	if (lua_pcall(L, 3, 0, 0) != LUA_OK) {
 		mb_log(MB_LOG_ERROR, "host: on_notify: %s", lua_tostring(L, -1));
@@ -360,6 +361,7 @@ mb_host *mb_host_new(const mb_config *cfg, const mb_host_io *io)
 	h->jl.max_depth = (int)cfg->json_max_depth;
 	h->jl.max_input_bytes = (size_t)cfg->max_message_bytes;
 	h->jl.max_output_bytes = (size_t)cfg->max_result_bytes * 3 + ((size_t)1 << 20);
+	h->jl.input_limit_name = "max_message_bytes";
 	lua_State *L = h->L = luaL_newstate();
 	if (!L)
 		goto fail;
@@ -379,6 +381,8 @@ mb_host *mb_host_new(const mb_config *cfg, const mb_host_io *io)
 		{ "submit", l_submit }, { "wait", l_wait }, { "cancel", l_cancel }, { "log", l_log },
 		{ "now_ms", l_now_ms }, { "pool_stats", l_pool_stats }, { NULL, NULL },
 	};
+	lua_pushcfunction(L, mb_json_raw_lua); /* JSON text spliced verbatim by the encoder */
+	lua_setfield(L, -2, "json_raw");
 	lua_pushlightuserdata(L, h);
 	luaL_setfuncs(L, fns, 1);
 	mb_json_push_null(L);

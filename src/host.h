@@ -37,7 +37,8 @@ void mb_host_handle_line(mb_host *h, const char *line, size_t len);
 void mb_host_handle_oversize(mb_host *h, size_t bytes);
 
 /// Pool callbacks (loop thread).
-void mb_host_job_notify(mb_host *h, uint64_t job, mb_notify_kind kind, const char *json, size_t len);
+void mb_host_job_notify(mb_host *h, uint64_t job, mb_notify_kind kind, int level, const char *json,
+			size_t len);
 void mb_host_job_done(mb_host *h, uint64_t job, const mb_exec_result *res);
 
 /// Requests still being handled (suspended coroutines).

@@ -1,24 +1,32 @@
-/* json.c - the JSON codec of moonbox: Lua values <-> JSON text through jansson trees.
+/* json.c - the JSON codec of moonbox: Lua values -> JSON text directly, JSON text -> Lua through
+ * jansson.
  *
- * Encoding walks the Lua value with raw access only (lua_rawgeti, lua_next, lua_getmetatable -
- * no metamethod can run), builds a jansson tree (enc_*), then dumps it compactly through a
- * callback into a growing buffer (out_*) that enforces max_output_bytes. Decoding bounds the
- * input size, scans the nesting depth (so jansson's recursive parser stays within max_depth),
- * lets jansson parse it (through a reader callback that polls the budget for inputs over 64 KB),
- * then converts the tree to Lua (dec_*) inside lua_pcall, so that a Lua error (memory,
- * timeout) never unwinds past a live jansson tree: the tree is freed first, then the error is
- * reported. No error ever longjmps across jansson; every path frees what it holds and reports a
- * message, and only the Lua-facing functions (l_*) turn that message into a Lua error.
+ * Encoding (enc_*, put_*, out_*) walks the Lua value with raw access only (lua_rawgeti,
+ * lua_next, lua_getmetatable - no metamethod can run) and writes the text straight into one
+ * growing buffer whose capacity is charged to the budget; there is no intermediate tree. The
+ * walk runs inside lua_pcall (enc_run/enc_protected): every failure (a limit, an unencodable
+ * value, a budget stop, a Lua memory error) is a Lua error that unwinds to enc_run, which frees
+ * the buffer and reports the message kept in the enc struct. A stop therefore costs one free(),
+ * whatever the size of the value. Strings are escaped and their UTF-8 checked in one pass
+ * (8 bytes at a time over plain ASCII); long strings go in chunks with a budget poll after each,
+ * and the walk polls every 2048 nodes. Objects whose keys collide once turned into text
+ * ({[1] = 1, ["1"] = 2}) take a slower path that writes each key once (enc_object_dedup). Raw
+ * values (mb_json_push_raw: a userdata with the "json.raw" metatable) are copied verbatim.
  *
- * Budget: mb_budget_of(L) (or mb_budget_current() for host states) is made current while jansson
- * runs, so its allocations (routed through mb_budget_malloc by mb_json_global_init) count against
- * the execution's memory cap; conversion loops call mb_budget_check every 2048 nodes so a huge
- * value stops soon after the deadline. The output buffer is charged while it is being built and
- * credited when ownership passes to the caller.
+ * Decoding bounds the input size, scans the nesting depth (so jansson's recursive parser stays
+ * within max_depth), lets jansson parse it (through a reader callback that polls the budget for
+ * inputs over 64 KB), then converts the tree to Lua (dec_*) inside lua_pcall, so that a Lua
+ * error (memory, timeout) never unwinds past a live jansson tree: the tree is freed first, then
+ * the error is reported. No error ever longjmps across jansson.
  *
- * Numbers: Lua integers <-> JSON integers (jansson's json_int_t is long long); Lua floats <-> JSON
- * reals, printed with the fewest of 15, 16 or 17 significant digits that round-trip every real in
- * the document. Integers outside int64 in input are retried as reals (jansson rejects them).
+ * Budget: mb_budget_of(L) (or mb_budget_current() for host states) is charged for the output
+ * buffer while it is built and made current while jansson runs, so jansson's allocations
+ * (routed through mb_budget_malloc by mb_json_global_init) count against the execution's memory
+ * cap; the returned buffer is credited back when ownership passes to the caller.
+ *
+ * Numbers: Lua integers <-> JSON integers (exact int64); Lua floats <-> JSON reals, each printed
+ * with the fewest of 15, 16 or 17 significant digits that reads back as the same double.
+ * Integers outside int64 in input are retried as reals (jansson rejects them).
  */
 #include "json.h"
 
@@ -36,16 +44,22 @@
 
 /* Registry key of the shared array metatable (its address is the key; never written). */
 static const char array_mt_key = 'A';
+/* Registry key of the shared raw-value metatable. */
+static const char raw_mt_key = 'R';
 
 #define POLL_MASK 2047u               /* budget check every 2048 nodes */
 #define STREAM_THRESHOLD (64u * 1024) /* decode larger inputs through the polling reader */
 #define KEY_SHOWN 40                  /* key bytes shown in an error path */
+#define OUT_INITIAL 1024u             /* first capacity of the output buffer */
+#define STR_CHUNK (16u * 1024)        /* string bytes escaped between budget polls */
+#define RAW_CHUNK (1u << 20)          /* raw bytes copied between budget polls */
+#define SHRINK_SLACK (64u * 1024)     /* unused tail worth giving back to malloc */
 
 /* ---- shared helpers ------------------------------------------------------------------------ */
 
 static mb_json_limits norm_limits(const mb_json_limits *lim)
 {
-	mb_json_limits l = {0, 0, 0, NULL};
+	mb_json_limits l = {0, 0, 0, NULL, NULL, NULL};
 	if (lim)
 		l = *lim;
 	if (l.max_depth <= 0)
@@ -58,6 +72,10 @@ static mb_json_limits norm_limits(const mb_json_limits *lim)
 		l.max_input_bytes = SIZE_MAX;
 	if (!l.root_name)
 		l.root_name = "value";
+	if (!l.input_limit_name)
+		l.input_limit_name = "max_input_bytes";
+	if (!l.output_limit_name)
+		l.output_limit_name = "max_output_bytes";
 	return l;
 }
 
@@ -181,38 +199,6 @@ static size_t utf8_check(const char *str, size_t n)
 	return n;
 }
 
-/* Copies s with each maximal invalid subsequence replaced by U+FFFD into a buffer from
- * mb_budget_malloc (*outlen set); NULL when out of memory. */
-static char *utf8_sanitize(const char *str, size_t n, size_t *outlen)
-{
-	const unsigned char *s = (const unsigned char *)str;
-	size_t i = 0, size = 0, k, bad;
-	while (i < n) {
-		k = s[i] < 0x80 ? 1 : utf8_seq(s + i, n - i, &bad);
-		size += k ? k : 3;
-		i += k ? k : bad;
-	}
-	char *out = mb_budget_malloc(size + 1);
-	if (!out)
-		return NULL;
-	size_t o = 0;
-	for (i = 0; i < n;) {
-		k = s[i] < 0x80 ? 1 : utf8_seq(s + i, n - i, &bad);
-		if (k) {
-			memcpy(out + o, s + i, k);
-			o += k;
-			i += k;
-		} else {
-			memcpy(out + o, "\xEF\xBF\xBD", 3);
-			o += 3;
-			i += bad;
-		}
-	}
-	out[o] = '\0';
-	*outlen = o;
-	return out;
-}
-
 /* Replaces bytes of msg that are not valid UTF-8 (jansson quotes input text in its messages)
  * with '?', so every error message can itself be sent as JSON. */
 static void clean_message(char *msg)
@@ -231,7 +217,7 @@ static void clean_message(char *msg)
 	}
 }
 
-/* ---- encoding: Lua -> jansson tree ----------------------------------------------------------- */
+/* ---- encoding: Lua value -> JSON text -------------------------------------------------------- */
 
 /* One step of the path from the root to the value being encoded, on the C stack. */
 typedef struct seg {
@@ -247,11 +233,14 @@ typedef struct {
 	mb_budget *b;
 	const mb_json_limits *lim;
 	int lenient;
-	int amt;          /* stack index of the array metatable, 0 when none exists */
+	int push;         /* enc_protected pushes the text as a Lua string (json.encode) */
+	int amt, rmt;     /* stack indexes of the array and raw metatables, 0 when the state has none */
+	int memo;         /* stack index of the set of tables that need enc_object_dedup (or nil) */
+	int has_memo;
 	unsigned nodes;
-	int prec;         /* real precision needed so far */
-	size_t est;       /* lower bound of the output size */
-	int failed;
+	char *buf;        /* the output: realloc'd, its capacity charged to b */
+	size_t len, cap, max;
+	int failed;       /* err holds the message; the Lua error on the stack is ours */
 	char *err;
 	size_t errlen;
 } enc;
@@ -325,96 +314,368 @@ static size_t path_write(const seg *s, char *dst, size_t cap, size_t at)
 	return path_append(dst, cap, at, "\"]", 2);
 }
 
-/* Records the first failure: message, then " at <root><path>". */
-static void enc_fail(enc *e, const seg *path, const char *fmt, ...)
+/* Every failure ends here: err is set, then a Lua error unwinds to enc_run's lua_pcall, which
+ * frees the output. */
+static _Noreturn void enc_throw(enc *e)
 {
-	if (e->failed)
-		return;
 	e->failed = 1;
+	lua_pushlightuserdata(e->L, e);
+	lua_error(e->L);
+	__builtin_unreachable();
+}
+
+/* Fails with the message, then " at <root><path>". */
+static _Noreturn void enc_fail(enc *e, const seg *path, const char *fmt, ...)
+{
 	va_list ap;
 	va_start(ap, fmt);
 	int n = vsnprintf(e->err, e->errlen, fmt, ap);
 	va_end(ap);
-	if (n < 0 || (size_t)n >= e->errlen)
-		return;
-	size_t at = path_append(e->err, e->errlen, (size_t)n, " at ", 4);
-	at = path_append(e->err, e->errlen, at, e->lim->root_name, strlen(e->lim->root_name));
-	path_write(path, e->err, e->errlen, at);
+	if (n >= 0 && (size_t)n < e->errlen) {
+		size_t at = path_append(e->err, e->errlen, (size_t)n, " at ", 4);
+		at = path_append(e->err, e->errlen, at, e->lim->root_name, strlen(e->lim->root_name));
+		path_write(path, e->err, e->errlen, at);
+	}
+	enc_throw(e);
 }
 
-static void enc_oom(enc *e)
+static _Noreturn void enc_oom(enc *e)
 {
-	if (e->failed)
-		return;
-	e->failed = 1;
 	oom_message(e->b, e->err, e->errlen, "encoding");
+	enc_throw(e);
 }
 
-/* Counts a node and polls the budget now and then; 0 when encoding may go on. */
-static int enc_tick(enc *e)
+static _Noreturn void enc_stop(enc *e)
 {
-	if ((++e->nodes & POLL_MASK) == 0 && e->b && mb_budget_check(e->b) != MB_STOP_NONE) {
-		if (!e->failed) {
-			e->failed = 1;
-			mb_budget_message(e->b, e->err, e->errlen);
-		}
-		return -1;
-	}
-	return 0;
+	mb_budget_message(e->b, e->err, e->errlen);
+	enc_throw(e);
 }
 
-static int enc_grow(enc *e, size_t n)
+static _Noreturn void enc_too_big(enc *e)
 {
-	if (n > e->lim->max_output_bytes - e->est) {
-		if (!e->failed) {
-			e->failed = 1;
-			snprintf(e->err, e->errlen, "JSON output exceeds max_output_bytes=%zu",
-				 e->lim->max_output_bytes);
-		}
-		return -1;
-	}
-	e->est += n;
-	return 0;
+	snprintf(e->err, e->errlen, "JSON output exceeds %s=%zu", e->lim->output_limit_name,
+		 e->lim->max_output_bytes);
+	enc_throw(e);
 }
 
-static json_t *enc_value(enc *e, int idx, const seg *path, int depth);
-
-static json_t *enc_string(enc *e, const char *s, size_t n, const seg *path)
+static inline void enc_poll(enc *e)
 {
-	json_t *j;
-	if (enc_grow(e, n + 2))
-		return NULL;
-	size_t bad = utf8_check(s, n);
-	if (bad == n) {
-		j = json_stringn_nocheck(s, n);
-	} else if (!e->lenient) {
-		enc_fail(e, path, "string is not valid UTF-8 (byte %zu)", bad + 1);
-		return NULL;
-	} else {
-		size_t clean_len;
-		char *clean = utf8_sanitize(s, n, &clean_len);
-		if (!clean) {
-			enc_oom(e);
-			return NULL;
-		}
-		j = json_stringn_nocheck(clean, clean_len);
-		mb_budget_free(clean);
-	}
-	if (!j)
+	if (e->b && mb_budget_check(e->b) != MB_STOP_NONE)
+		enc_stop(e);
+}
+
+/* Counts a node and polls the budget every POLL_MASK + 1 nodes. */
+static inline void enc_tick(enc *e)
+{
+	if ((++e->nodes & POLL_MASK) == 0)
+		enc_poll(e);
+}
+
+/* ---- the output buffer ---- */
+
+static void out_grow(enc *e, size_t need)
+{
+	if (need > SIZE_MAX / 4 - e->len)
 		enc_oom(e);
-	return j;
+	size_t want = e->len + need, cap = e->cap ? e->cap : OUT_INITIAL;
+	while (cap < want)
+		cap *= 2;
+	/* no need to grow far past the output limit: the write that crosses it fails */
+	if (e->max < SIZE_MAX / 4 && cap > e->max + need + 1)
+		cap = e->max + need + 1 > want ? e->max + need + 1 : want;
+	if (mb_budget_charge(e->b, cap - e->cap) != 0)
+		enc_stop(e);
+	char *nb = realloc(e->buf, cap);
+	if (!nb) {
+		mb_budget_credit(e->b, cap - e->cap);
+		enc_oom(e);
+	}
+	e->buf = nb;
+	e->cap = cap;
 }
+
+/* Room for need more bytes; returns where they go. */
+static inline char *out_reserve(enc *e, size_t need)
+{
+	if (need > e->cap - e->len)
+		out_grow(e, need);
+	return e->buf + e->len;
+}
+
+static inline void out_commit(enc *e, size_t n)
+{
+	e->len += n;
+	if (e->len > e->max)
+		enc_too_big(e);
+}
+
+static inline void out_byte(enc *e, char c)
+{
+	*out_reserve(e, 1) = c;
+	out_commit(e, 1);
+}
+
+static inline void out_mem(enc *e, const char *s, size_t n)
+{
+	memcpy(out_reserve(e, n), s, n);
+	out_commit(e, n);
+}
+
+/* ---- scalars ---- */
+
+/* Decimal digits of u at out; returns their count (at most 20). */
+static size_t fmt_uint(char *out, uint64_t u)
+{
+	char tmp[20];
+	size_t n = 0, o = 0;
+	do {
+		tmp[n++] = (char)('0' + u % 10);
+		u /= 10;
+	} while (u);
+	while (n)
+		out[o++] = tmp[--n];
+	return o;
+}
+
+static size_t fmt_int(char *out, lua_Integer v)
+{
+	if (v >= 0)
+		return fmt_uint(out, (uint64_t)v);
+	out[0] = '-';
+	return 1 + fmt_uint(out + 1, 0 - (uint64_t)v);
+}
+
+static const double pow10_tab[] = {1e0,  1e1,  1e2,  1e3,  1e4,  1e5,  1e6,  1e7,
+				   1e8,  1e9,  1e10, 1e11, 1e12, 1e13, 1e14, 1e15,
+				   1e16, 1e17, 1e18, 1e19, 1e20, 1e21, 1e22};
+
+/* Formats a finite double as a JSON real (at most 32 bytes at out); returns the length. The text
+ * is "%.{p}g" with p the fewest of 15/16/17 digits that reads back as d (real_precision), with
+ * ".0" added when it would read as an integer, no '+' and no leading zeros in the exponent.
+ * Two fast paths give the same text without printf: integral values below 1e15 ("5.0", "-0.0"),
+ * and values in [1e-4, 1e15) that are m / 10^k for an integer m < 1e15 (then "%.15g" prints
+ * exactly that decimal, because it is the only 15-digit decimal within half an ulp of d). */
+static size_t fmt_real(char *out, double d)
+{
+	double a = fabs(d);
+	size_t o = 0;
+	if (a < 1e15 && a == floor(a)) {
+		if (signbit(d))
+			out[o++] = '-';
+		o += fmt_uint(out + o, (uint64_t)a);
+		out[o++] = '.';
+		out[o++] = '0';
+		return o;
+	}
+	if (a >= 1e-4 && a < 1e15) {
+		for (int k = 1; k <= 19; k++) {
+			double m = nearbyint(a * pow10_tab[k]);
+			if (m >= 1e15)
+				break;
+			if (m / pow10_tab[k] != a)
+				continue;
+			uint64_t u = (uint64_t)m;
+			while (u % 10 == 0) { /* cannot reach 0: a is not integral */
+				u /= 10;
+				k--;
+			}
+			char dig[20];
+			size_t nd = fmt_uint(dig, u), kk = (size_t)k;
+			if (signbit(d))
+				out[o++] = '-';
+			if (nd > kk) {
+				memcpy(out + o, dig, nd - kk);
+				o += nd - kk;
+				out[o++] = '.';
+				memcpy(out + o, dig + nd - kk, kk);
+				return o + kk;
+			}
+			out[o++] = '0';
+			out[o++] = '.';
+			memset(out + o, '0', kk - nd);
+			o += kk - nd;
+			memcpy(out + o, dig, nd);
+			return o + nd;
+		}
+	}
+	char buf[40];
+	int n = snprintf(buf, sizeof buf, "%.*g", real_precision(d), d);
+	int has_dot = 0, has_e = 0;
+	for (int i = 0; i < n; i++) {
+		char c = buf[i];
+		if (c == 'e') {
+			has_e = 1;
+			out[o++] = 'e';
+			i++;
+			if (buf[i] == '-')
+				out[o++] = '-';
+			else if (buf[i] != '+')
+				i--;
+			while (i + 1 < n - 1 && buf[i + 1] == '0') /* keep the last digit */
+				i++;
+		} else if ((c >= '0' && c <= '9') || c == '-') {
+			out[o++] = c;
+		} else { /* the decimal point, whatever the locale */
+			has_dot = 1;
+			out[o++] = '.';
+		}
+	}
+	if (!has_dot && !has_e) {
+		out[o++] = '.';
+		out[o++] = '0';
+	}
+	return o;
+}
+
+static void put_real(enc *e, double d, const seg *path)
+{
+	if (!isfinite(d)) {
+		if (e->lenient) {
+			out_mem(e, "null", 4);
+			return;
+		}
+		enc_fail(e, path, "cannot encode %s (JSON has no NaN or infinity)",
+			 isnan(d) ? "NaN" : d > 0 ? "inf" : "-inf");
+	}
+	char *o = out_reserve(e, 40);
+	out_commit(e, fmt_real(o, d));
+}
+
+static inline void put_int(enc *e, lua_Integer v)
+{
+	char *o = out_reserve(e, 24);
+	out_commit(e, fmt_int(o, v));
+}
+
+#define ONES 0x0101010101010101ull
+#define HIGHS 0x8080808080808080ull
+
+/* Nonzero when one of the 8 bytes in w needs attention: < 0x20, '"', '\\' or >= 0x80. */
+static inline uint64_t special8(uint64_t w)
+{
+	uint64_t q = w ^ (ONES * '"'), bs = w ^ (ONES * '\\');
+	return (w | ((w - ONES * 0x20) & ~w) | ((q - ONES) & ~q) | ((bs - ONES) & ~bs)) & HIGHS;
+}
+
+/* Writes s as a JSON string: '"', '\\' and control characters escaped (\n \r \t \b \f, others
+ * \u00XX), everything else verbatim. Checks UTF-8 on the way: strict mode fails at the first
+ * invalid byte, lenient mode writes U+FFFD for each maximal invalid subsequence. Works through
+ * long strings in chunks, polling the budget after each. Returns 1 when something was replaced. */
+static int put_string(enc *e, const char *str, size_t n, const seg *path, int is_key)
+{
+	static const char hex[] = "0123456789ABCDEF";
+	const unsigned char *s = (const unsigned char *)str;
+	size_t i = 0, bad;
+	int replaced = 0;
+	if (e->max - e->len < 2 || n > e->max - e->len - 2)
+		enc_too_big(e);
+	out_byte(e, '"');
+	while (i < n) {
+		size_t end = n - i > STR_CHUNK ? i + STR_CHUNK : n;
+		char *o = out_reserve(e, (end - i) * 6 + 8);
+		while (i < end) {
+			while (end - i >= 8) {
+				uint64_t w;
+				memcpy(&w, s + i, 8);
+				if (special8(w))
+					break;
+				memcpy(o, &w, 8);
+				o += 8;
+				i += 8;
+			}
+			if (i >= end)
+				break;
+			unsigned c = s[i];
+			if (c < 0x80) {
+				i++;
+				if (c >= 0x20 && c != '"' && c != '\\') {
+					*o++ = (char)c;
+					continue;
+				}
+				*o++ = '\\';
+				switch (c) {
+				case '"': *o++ = '"'; break;
+				case '\\': *o++ = '\\'; break;
+				case '\n': *o++ = 'n'; break;
+				case '\r': *o++ = 'r'; break;
+				case '\t': *o++ = 't'; break;
+				case '\b': *o++ = 'b'; break;
+				case '\f': *o++ = 'f'; break;
+				default:
+					memcpy(o, "u00", 3);
+					o[3] = hex[c >> 4];
+					o[4] = hex[c & 15];
+					o += 5;
+					break;
+				}
+				continue;
+			}
+			size_t k = utf8_seq(s + i, n - i, &bad);
+			if (k) {
+				memcpy(o, s + i, k);
+				o += k;
+				i += k;
+				continue;
+			}
+			if (!e->lenient)
+				enc_fail(e, path, is_key ? "object key is not valid UTF-8 (byte %zu)"
+						      : "string is not valid UTF-8 (byte %zu)", i + 1);
+			memcpy(o, "\xEF\xBF\xBD", 3);
+			o += 3;
+			i += bad;
+			replaced = 1;
+		}
+		out_commit(e, (size_t)(o - (e->buf + e->len)));
+		if (n > STR_CHUNK)
+			enc_poll(e);
+	}
+	out_byte(e, '"');
+	return replaced;
+}
+
+/* A raw value's bytes (mb_json_push_raw), copied in chunks with budget polls; CR and LF (only
+ * whitespace in valid JSON) become spaces so the output still never has a raw newline. */
+static void put_raw(enc *e, const char *p, size_t n)
+{
+	if (n == 0) {
+		out_mem(e, "null", 4);
+		return;
+	}
+	if (n > e->max - e->len)
+		enc_too_big(e);
+	while (n) {
+		size_t k = n > RAW_CHUNK ? RAW_CHUNK : n;
+		char *o = out_reserve(e, k), *q;
+		memcpy(o, p, k);
+		for (q = o; (q = memchr(q, '\n', k - (size_t)(q - o))) != NULL; q++)
+			*q = ' ';
+		for (q = o; (q = memchr(q, '\r', k - (size_t)(q - o))) != NULL; q++)
+			*q = ' ';
+		out_commit(e, k);
+		p += k;
+		n -= k;
+		if (n)
+			enc_poll(e);
+	}
+}
+
+/* ---- tables ---- */
+
+static void enc_value(enc *e, int idx, const seg *path, int depth);
 
 /* Formats a numeric table key as JSON object key text; returns its length. */
 static size_t num_key(lua_State *L, int idx, char *buf, size_t cap)
 {
-	if (lua_isinteger(L, idx))
-		return (size_t)snprintf(buf, cap, LUA_INTEGER_FMT, (LUAI_UACINT)lua_tointeger(L, idx));
+	if (lua_isinteger(L, idx)) {
+		size_t n = fmt_int(buf, lua_tointeger(L, idx));
+		buf[n] = '\0';
+		return n;
+	}
 	double d = lua_tonumber(L, idx);
 	return (size_t)snprintf(buf, cap, "%.*g", real_precision(d), d);
 }
 
-/* Is the table at idx a JSON array? Sets *n to its length. -1 on budget stop. */
+/* Is the table at idx a JSON array? Sets *n to its length. */
 static int enc_classify(enc *e, int idx, lua_Integer *n)
 {
 	lua_State *L = e->L;
@@ -439,291 +700,410 @@ static int enc_classify(enc *e, int idx, lua_Integer *n)
 		}
 		if (k > maxk)
 			maxk = k;
-		if (enc_tick(e)) {
-			lua_pop(L, 1);
-			return -1;
-		}
+		enc_tick(e);
 	}
 	*n = count;
 	return count > 0 && maxk == count;
 }
 
-static json_t *enc_array(enc *e, int idx, lua_Integer n, const seg *path, int depth)
+static void enc_array(enc *e, int idx, lua_Integer n, const seg *path, int depth)
 {
 	lua_State *L = e->L;
-	json_t *arr = json_array();
 	seg s = {path, NULL, 0, NULL, 0};
-	if (!arr) {
-		enc_oom(e);
-		return NULL;
-	}
+	out_byte(e, '[');
 	for (lua_Integer i = 1; i <= n; i++) {
+		if (i > 1)
+			out_byte(e, ',');
 		lua_rawgeti(L, idx, i);
 		s.idx = i;
-		json_t *v = enc_value(e, lua_gettop(L), &s, depth);
+		enc_value(e, lua_gettop(L), &s, depth);
 		lua_pop(L, 1);
-		if (!v || json_array_append_new(arr, v)) {
-			if (v)
-				enc_oom(e);
-			json_decref(arr);
-			return NULL;
-		}
 	}
-	return arr;
+	out_byte(e, ']');
 }
 
-static json_t *enc_object(enc *e, int idx, const seg *path, int depth)
+/* Pushes the JSON text of the string or number key at idx: a number's decimal form, the string
+ * itself, or (lenient, invalid UTF-8) a copy with U+FFFD for each maximal invalid subsequence. */
+static void push_key_text(enc *e, int idx)
 {
 	lua_State *L = e->L;
-	json_t *obj = json_object();
-	char num[48];
-	seg s = {path, NULL, 0, NULL, 0};
-	if (!obj) {
-		enc_oom(e);
-		return NULL;
+	size_t n, i = 0, k, bad;
+	idx = lua_absindex(L, idx);
+	if (lua_type(L, idx) == LUA_TNUMBER) {
+		char num[48];
+		n = num_key(L, idx, num, sizeof num);
+		lua_pushlstring(L, num, n);
+		return;
 	}
+	const char *s = lua_tolstring(L, idx, &n);
+	if (!e->lenient || utf8_check(s, n) == n) {
+		lua_pushvalue(L, idx);
+		return;
+	}
+	luaL_Buffer B;
+	luaL_buffinit(L, &B);
+	while (i < n) {
+		size_t run = i;
+		while (run < n && ((unsigned char)s[run] < 0x80 ||
+				   (k = utf8_seq((const unsigned char *)s + run, n - run, &bad)) != 0))
+			run += (unsigned char)s[run] < 0x80 ? 1 : k;
+		luaL_addlstring(&B, s + i, run - i);
+		if (run < n) {
+			utf8_seq((const unsigned char *)s + run, n - run, &bad);
+			luaL_addlstring(&B, "\xEF\xBF\xBD", 3);
+			run += bad;
+		}
+		i = run;
+	}
+	luaL_pushresult(&B);
+}
+
+/* Writes an object key: the string key of s (escaped and checked like any string), or the
+ * decimal text num of a number key (plain ASCII, nothing to escape). */
+static void put_key(enc *e, const seg *s, const char *num, size_t nlen)
+{
+	if (s->key) {
+		put_string(e, s->key, s->klen, s, 1);
+		return;
+	}
+	char *o = out_reserve(e, nlen + 2);
+	o[0] = '"';
+	memcpy(o + 1, num, nlen);
+	o[nlen + 1] = '"';
+	out_commit(e, nlen + 2);
+}
+
+/* The object at idx when two of its keys have the same JSON text ({[1] = 'a', ['1'] = 'b'}, or
+ * two invalid keys that both become "\uFFFD" in lenient mode). A JSON object cannot repeat a key,
+ * so - as a jansson object built in table order did - each text appears once, at the place of
+ * its first key, with the value of its last. Builds text -> value and first-seen key lists as Lua
+ * tables, so this path costs memory (charged like any Lua allocation); it is only taken for such
+ * tables. Keys of other types are kept in the order list so strict mode reports them in place. */
+static void enc_object_dedup(enc *e, int idx, const seg *path, int depth)
+{
+	lua_State *L = e->L;
+	seg s = {path, NULL, 0, NULL, 0};
+	char num[48];
+	size_t nlen = 0;
+	lua_Integer n = 0;
+	luaL_checkstack(L, 12, "JSON nesting");
+	lua_newtable(L);
+	int map = lua_gettop(L);
+	lua_newtable(L);
+	int ord = map + 1;
 	lua_pushnil(L);
-	while (lua_next(L, idx)) {
-		/* key at -2, value at -1 */
-		const char *k;
-		size_t klen;
+	while (lua_next(L, idx)) { /* k v */
+		enc_tick(e);
 		int kt = lua_type(L, -2);
-		char *clean = NULL;
-		if (kt == LUA_TSTRING) {
-			k = lua_tolstring(L, -2, &klen);
-			s.key = k, s.klen = klen, s.num = NULL;
-			size_t bad = utf8_check(k, klen);
-			if (bad != klen) {
-				if (!e->lenient) {
-					enc_fail(e, &s, "object key is not valid UTF-8 (byte %zu)", bad + 1);
-					goto fail;
-				}
-				clean = utf8_sanitize(k, klen, &klen);
-				if (!clean) {
-					enc_oom(e);
-					goto fail;
-				}
-				k = clean;
-			}
-		} else if (kt == LUA_TNUMBER) {
-			klen = num_key(L, -2, num, sizeof num);
-			k = num;
-			s.key = NULL, s.klen = 0, s.num = num;
-		} else {
-			if (!e->lenient) {
-				enc_fail(e, path, "cannot encode a table key of type %s", lua_typename(L, kt));
-				goto fail;
+		if (kt == LUA_TSTRING || kt == LUA_TNUMBER) {
+			push_key_text(e, -2); /* k v T */
+			lua_pushvalue(L, -1);
+			if (lua_rawget(L, map) == LUA_TNIL) {
+				lua_pushvalue(L, -4);
+				lua_rawseti(L, ord, ++n);
 			}
 			lua_pop(L, 1);
-			if (enc_tick(e)) {
-				lua_pop(L, 1);
-				json_decref(obj);
-				return NULL;
-			}
-			continue;
-		}
-		if (enc_grow(e, klen + 3)) {
-			mb_budget_free(clean);
-			goto fail;
-		}
-		json_t *v = enc_value(e, lua_gettop(L), &s, depth);
-		int rc = v ? json_object_setn_new_nocheck(obj, k, klen, v) : -1;
-		mb_budget_free(clean);
-		if (rc) {
-			if (v)
-				enc_oom(e);
-			goto fail;
+			lua_pushvalue(L, -2);
+			lua_rawset(L, map); /* map[T] = v */
+		} else if (!e->lenient) {
+			lua_pushvalue(L, -2);
+			lua_rawseti(L, ord, ++n);
 		}
 		lua_pop(L, 1);
 	}
-	return obj;
-fail:
+	out_byte(e, '{');
+	for (lua_Integer i = 1; i <= n; i++) {
+		int kt = lua_rawgeti(L, ord, i); /* K */
+		if (kt == LUA_TSTRING) {
+			s.key = lua_tolstring(L, -1, &s.klen);
+			s.num = NULL;
+		} else if (kt == LUA_TNUMBER) {
+			nlen = num_key(L, -1, num, sizeof num);
+			s.key = NULL, s.klen = 0, s.num = num;
+		} else {
+			enc_fail(e, path, "cannot encode a table key of type %s", lua_typename(L, kt));
+		}
+		if (i > 1)
+			out_byte(e, ',');
+		put_key(e, &s, num, nlen);
+		out_byte(e, ':');
+		push_key_text(e, -1);
+		lua_rawget(L, map); /* K v */
+		enc_value(e, lua_gettop(L), &s, depth);
+		lua_pop(L, 2);
+	}
+	out_byte(e, '}');
 	lua_pop(L, 2);
-	json_decref(obj);
-	return NULL;
 }
 
-static json_t *enc_table(enc *e, int idx, const seg *path, int depth)
+static int memo_has(enc *e, int idx)
+{
+	lua_pushvalue(e->L, idx);
+	int t = lua_rawget(e->L, e->memo);
+	lua_pop(e->L, 1);
+	return t != LUA_TNIL;
+}
+
+static void memo_add(enc *e, int idx)
 {
 	lua_State *L = e->L;
+	if (!e->has_memo) {
+		lua_newtable(L);
+		lua_replace(L, e->memo);
+		e->has_memo = 1;
+	}
+	lua_pushvalue(L, idx);
+	lua_pushboolean(L, 1);
+	lua_rawset(L, e->memo);
+}
+
+/* Writes the object at idx in table order. Keys with the same text are rare and need
+ * enc_object_dedup: a number key whose decimal form is also a string key of the table is found
+ * by a raw lookup, a lenient key that needed U+FFFD may equal another such key. Then the text
+ * written so far for this object is dropped, the table is remembered (so it takes the dedup
+ * path at once wherever else it appears: a value is never written more than twice), and the
+ * object is written again by enc_object_dedup. */
+static void enc_object(enc *e, int idx, const seg *path, int depth)
+{
+	lua_State *L = e->L;
+	size_t start = e->len;
+	char num[48];
+	size_t nlen = 0;
+	seg s = {path, NULL, 0, NULL, 0};
+	int first = 1;
+	if (e->has_memo && memo_has(e, idx)) {
+		enc_object_dedup(e, idx, path, depth);
+		return;
+	}
+	out_byte(e, '{');
+	lua_pushnil(L);
+	while (lua_next(L, idx)) { /* k v */
+		int kt = lua_type(L, -2);
+		if (kt == LUA_TSTRING) {
+			s.key = lua_tolstring(L, -2, &s.klen);
+			s.num = NULL;
+		} else if (kt == LUA_TNUMBER) {
+			nlen = num_key(L, -2, num, sizeof num);
+			s.key = NULL, s.klen = 0, s.num = num;
+			lua_pushlstring(L, num, nlen);
+			int clash = lua_rawget(L, idx) != LUA_TNIL;
+			lua_pop(L, 1);
+			if (clash)
+				goto dedup;
+		} else {
+			if (!e->lenient)
+				enc_fail(e, path, "cannot encode a table key of type %s", lua_typename(L, kt));
+			lua_pop(L, 1);
+			enc_tick(e);
+			continue;
+		}
+		if (!first)
+			out_byte(e, ',');
+		first = 0;
+		if (s.key) {
+			if (put_string(e, s.key, s.klen, &s, 1))
+				goto dedup;
+		} else {
+			put_key(e, &s, num, nlen);
+		}
+		out_byte(e, ':');
+		enc_value(e, lua_gettop(L), &s, depth);
+		lua_pop(L, 1);
+	}
+	out_byte(e, '}');
+	return;
+dedup:
+	lua_pop(L, 2);
+	e->len = start;
+	memo_add(e, idx);
+	enc_object_dedup(e, idx, path, depth);
+}
+
+static void enc_table(enc *e, int idx, const seg *path, int depth)
+{
 	lua_Integer n;
 	if (depth >= e->lim->max_depth) {
-		if (!e->failed) {
-			e->failed = 1;
-			depth_message(e->err, e->errlen, e->lim->max_depth, 1);
-		}
-		return NULL;
+		depth_message(e->err, e->errlen, e->lim->max_depth, 1);
+		enc_throw(e);
 	}
-	if (!lua_checkstack(L, 4)) {
+	if (!lua_checkstack(e->L, 8))
 		enc_oom(e);
-		return NULL;
-	}
-	if (enc_grow(e, 2))
-		return NULL;
-	int kind = enc_classify(e, idx, &n);
-	if (kind < 0)
-		return NULL;
-	return kind ? enc_array(e, idx, n, path, depth + 1) : enc_object(e, idx, path, depth + 1);
+	if (enc_classify(e, idx, &n))
+		enc_array(e, idx, n, path, depth + 1);
+	else
+		enc_object(e, idx, path, depth + 1);
 }
 
-static json_t *enc_unencodable(enc *e, int type, const seg *path)
+static void enc_unencodable(enc *e, int type, const seg *path)
 {
-	if (e->lenient)
-		return json_null();
-	enc_fail(e, path, "cannot encode %s", lua_typename(e->L, type));
-	return NULL;
+	if (!e->lenient)
+		enc_fail(e, path, "cannot encode %s", lua_typename(e->L, type));
+	out_mem(e, "null", 4);
 }
 
-static json_t *enc_value(enc *e, int idx, const seg *path, int depth)
+static void enc_value(enc *e, int idx, const seg *path, int depth)
 {
 	lua_State *L = e->L;
-	json_t *j;
-	if (enc_tick(e))
-		return NULL;
+	enc_tick(e);
 	int t = lua_type(L, idx);
 	switch (t) {
 	case LUA_TNIL:
-		return enc_grow(e, 4) ? NULL : json_null();
+		out_mem(e, "null", 4);
+		return;
 	case LUA_TBOOLEAN:
-		return enc_grow(e, 4) ? NULL : json_boolean(lua_toboolean(L, idx));
+		if (lua_toboolean(L, idx))
+			out_mem(e, "true", 4);
+		else
+			out_mem(e, "false", 5);
+		return;
 	case LUA_TNUMBER:
-		if (enc_grow(e, 1))
-			return NULL;
-		if (lua_isinteger(L, idx)) {
-			j = json_integer((json_int_t)lua_tointeger(L, idx));
-		} else {
-			double d = lua_tonumber(L, idx);
-			if (!isfinite(d)) {
-				if (e->lenient)
-					return json_null();
-				enc_fail(e, path, "cannot encode %s (JSON has no NaN or infinity)",
-					 isnan(d) ? "NaN" : d > 0 ? "inf" : "-inf");
-				return NULL;
-			}
-			int p = real_precision(d);
-			if (p > e->prec)
-				e->prec = p;
-			j = json_real(d);
-		}
-		if (!j)
-			enc_oom(e);
-		return j;
+		if (lua_isinteger(L, idx))
+			put_int(e, lua_tointeger(L, idx));
+		else
+			put_real(e, lua_tonumber(L, idx), path);
+		return;
 	case LUA_TSTRING: {
 		size_t n;
 		const char *s = lua_tolstring(L, idx, &n);
-		return enc_string(e, s, n, path);
+		put_string(e, s, n, path, 0);
+		return;
 	}
-	case LUA_TLIGHTUSERDATA:
-		if (lua_touserdata(L, idx) == NULL)
-			return enc_grow(e, 4) ? NULL : json_null();
-		return enc_unencodable(e, t, path);
 	case LUA_TTABLE:
-		return enc_table(e, idx, path, depth);
+		enc_table(e, idx, path, depth);
+		return;
+	case LUA_TLIGHTUSERDATA:
+		if (lua_touserdata(L, idx) == NULL) {
+			out_mem(e, "null", 4);
+			return;
+		}
+		break;
+	case LUA_TUSERDATA:
+		if (e->rmt && lua_getmetatable(L, idx)) {
+			int raw = lua_rawequal(L, -1, e->rmt);
+			lua_pop(L, 1);
+			if (raw) {
+				put_raw(e, lua_touserdata(L, idx), lua_rawlen(L, idx));
+				return;
+			}
+		}
+		break;
 	default:
-		return enc_unencodable(e, t, path);
+		break;
 	}
+	enc_unencodable(e, t, path);
 }
 
-/* ---- encoding: jansson tree -> text ------------------------------------------------------------ */
-
-typedef struct {
-	char *buf;
-	size_t len, cap;
-	size_t max;
-	mb_budget *b;
-	unsigned calls;
-	int why;          /* 0, 1 = output limit, 2 = budget stop, 3 = out of memory */
-} outbuf;
-
-static int out_write(const char *p, size_t n, void *data)
+/* lua_pcall'd: [1] = enc*, [2] = the value. Leaves the NUL-terminated text in e->buf and, when
+ * e->push, returns it as a Lua string. */
+static int enc_protected(lua_State *L)
 {
-	outbuf *o = data;
-	if (n > o->max - o->len) {
-		o->why = 1;
+	enc *e = lua_touserdata(L, 1);
+	if (lua_rawgetp(L, LUA_REGISTRYINDEX, &array_mt_key) == LUA_TTABLE) /* 3 */
+		e->amt = 3;
+	if (lua_rawgetp(L, LUA_REGISTRYINDEX, &raw_mt_key) == LUA_TTABLE) /* 4 */
+		e->rmt = 4;
+	lua_pushnil(L); /* 5: memo */
+	e->memo = 5;
+	enc_value(e, 2, NULL, 0);
+	*out_reserve(e, 1) = '\0';
+	if (!e->push)
+		return 0;
+	lua_pushlstring(L, e->buf, e->len);
+	return 1;
+}
+
+/* Runs the encoder on the value at idx; on success returns 0 with e->buf/e->len set (and the
+ * string pushed when e->push), else -1 with e->err set. The buffer's charge is always credited
+ * back; on failure the buffer is freed. */
+static int enc_run(enc *e, int idx)
+{
+	lua_State *L = e->L;
+	int top = lua_gettop(L);
+	if (e->errlen)
+		e->err[0] = '\0';
+	idx = lua_absindex(L, idx);
+	if (!lua_checkstack(L, 8)) {
+		oom_message(e->b, e->err, e->errlen, "encoding");
 		return -1;
 	}
-	if (n >= o->cap - o->len) {
-		size_t want = o->len + n + 1, cap = o->cap ? o->cap : 256;
-		while (cap < want)
-			cap = cap > SIZE_MAX / 2 ? want : cap * 2;
-		if (mb_budget_charge(o->b, cap - o->cap)) {
-			o->why = 2;
-			return -1;
-		}
-		char *nb = realloc(o->buf, cap);
-		if (!nb) {
-			mb_budget_credit(o->b, cap - o->cap);
-			o->why = 3;
-			return -1;
-		}
-		o->buf = nb;
-		o->cap = cap;
-	}
-	memcpy(o->buf + o->len, p, n);
-	o->len += n;
-	if ((++o->calls & POLL_MASK) == 0 && o->b && mb_budget_check(o->b) != MB_STOP_NONE) {
-		o->why = 2;
+	if (e->b && mb_budget_check(e->b) != MB_STOP_NONE) {
+		mb_budget_message(e->b, e->err, e->errlen);
 		return -1;
 	}
-	return 0;
+	lua_pushcfunction(L, enc_protected);
+	lua_pushlightuserdata(L, e);
+	lua_pushvalue(L, idx);
+	int st = lua_pcall(L, 2, e->push, 0);
+	mb_budget_credit(e->b, e->cap);
+	if (st == LUA_OK) {
+		if (e->cap - e->len > SHRINK_SLACK) { /* give back a mostly empty tail */
+			char *nb = realloc(e->buf, e->len + 1);
+			if (nb)
+				e->buf = nb;
+		}
+		return 0;
+	}
+	if (!e->failed) { /* a Lua error: memory, or a C stack overflow */
+		if (e->b && mb_budget_check(e->b) != MB_STOP_NONE)
+			mb_budget_message(e->b, e->err, e->errlen);
+		else if (st == LUA_ERRMEM)
+			oom_message(e->b, e->err, e->errlen, "encoding");
+		else
+			snprintf(e->err, e->errlen, "%s", lua_type(L, -1) == LUA_TSTRING ?
+				 lua_tostring(L, -1) : "error while encoding JSON");
+	}
+	lua_settop(L, top);
+	free(e->buf);
+	e->buf = NULL;
+	if (e->errlen)
+		clean_message(e->err);
+	return -1;
 }
 
 char *mb_json_encode(lua_State *L, int idx, const mb_json_limits *lim, int flags, size_t *len,
 		     char *err, size_t errlen)
 {
 	mb_json_limits l = norm_limits(lim);
-	mb_budget *prev = mb_budget_current(), *b = pick_budget(L);
-	int top = lua_gettop(L);
-	enc e = {L, b, &l, (flags & MB_JSON_LENIENT) != 0, 0, 0, 15, 0, 0, err, errlen};
-	outbuf o = {NULL, 0, 0, l.max_output_bytes, b, 0, 0};
-	char *result = NULL;
-	json_t *root = NULL;
-
+	enc e = {L, pick_budget(L), &l, (flags & MB_JSON_LENIENT) != 0, 0, 0, 0, 0, 0, 0,
+		 NULL, 0, 0, l.max_output_bytes, 0, err, errlen};
 	*len = 0;
-	if (errlen)
-		err[0] = '\0';
-	idx = lua_absindex(L, idx);
-	mb_budget_set_current(b);
-	if (!lua_checkstack(L, 8)) {
-		oom_message(b, err, errlen, "encoding");
-		goto done;
-	}
-	if (b && mb_budget_check(b) != MB_STOP_NONE) {
-		mb_budget_message(b, err, errlen);
-		goto done;
-	}
-	if (lua_rawgetp(L, LUA_REGISTRYINDEX, &array_mt_key) == LUA_TTABLE)
-		e.amt = lua_gettop(L);
-	root = enc_value(&e, idx, NULL, 0);
-	if (!root)
-		goto done;
-	if (json_dump_callback(root, out_write, &o,
-			       JSON_COMPACT | JSON_ENCODE_ANY | JSON_REAL_PRECISION(e.prec)) != 0) {
-		if (o.why == 1)
-			snprintf(err, errlen, "JSON output exceeds max_output_bytes=%zu", l.max_output_bytes);
-		else if (o.why == 2 && b && mb_budget_check(b) != MB_STOP_NONE)
-			mb_budget_message(b, err, errlen);
-		else
-			oom_message(b, err, errlen, "encoding");
-		goto done;
-	}
-	if (!o.buf && out_write("", 0, &o) != 0) { /* cannot happen: the dump wrote something */
-		oom_message(b, err, errlen, "encoding");
-		goto done;
-	}
-	o.buf[o.len] = '\0';
-	result = o.buf;
-	*len = o.len;
-	o.buf = NULL;
-done:
-	json_decref(root);
-	free(o.buf);
-	mb_budget_credit(b, o.cap);
-	mb_budget_set_current(prev);
-	lua_settop(L, top);
-	if (!result && errlen)
-		clean_message(err);
-	return result;
+	if (enc_run(&e, idx) != 0)
+		return NULL;
+	*len = e.len;
+	return e.buf;
+}
+
+/* ---- raw values ---- */
+
+static void push_raw_mt(lua_State *L)
+{
+	if (lua_rawgetp(L, LUA_REGISTRYINDEX, &raw_mt_key) == LUA_TTABLE)
+		return;
+	lua_pop(L, 1);
+	lua_createtable(L, 0, 1);
+	lua_pushliteral(L, "json.raw");
+	lua_setfield(L, -2, "__metatable");
+	lua_pushvalue(L, -1);
+	lua_rawsetp(L, LUA_REGISTRYINDEX, &raw_mt_key);
+}
+
+void mb_json_push_raw(lua_State *L, const char *json, size_t len)
+{
+	void *p = lua_newuserdatauv(L, len, 0);
+	if (len)
+		memcpy(p, json, len);
+	push_raw_mt(L);
+	lua_setmetatable(L, -2);
+}
+
+int mb_json_raw_lua(lua_State *L)
+{
+	size_t len;
+	luaL_checktype(L, 1, LUA_TSTRING);
+	const char *s = lua_tolstring(L, 1, &len);
+	luaL_argcheck(L, len > 0, 1, "JSON text expected, got an empty string");
+	mb_json_push_raw(L, s, len);
+	return 1;
 }
 
 /* ---- decoding: text -> jansson tree -> Lua ----------------------------------------------------- */
@@ -958,8 +1338,8 @@ int mb_json_decode(lua_State *L, const char *buf, size_t len, const mb_json_limi
 	if (errlen)
 		err[0] = '\0';
 	if (len > l.max_input_bytes) {
-		snprintf(err, errlen, "JSON input is %zu bytes, exceeds max_input_bytes=%zu", len,
-			 l.max_input_bytes);
+		snprintf(err, errlen, "JSON input is %zu bytes, exceeds %s=%zu", len,
+			 l.input_limit_name, l.max_input_bytes);
 		return -1;
 	}
 	mb_budget_set_current(b);
@@ -1036,39 +1416,17 @@ static int raise_err(lua_State *L, const char *fn, const char *err)
 	return luaL_error(L, "%s: %s", fn, err);
 }
 
-typedef struct {
-	const char *s;
-	size_t len;
-} text;
-
-static int push_text(lua_State *L)
-{
-	const text *t = lua_touserdata(L, 1);
-	lua_pushlstring(L, t->s, t->len);
-	return 1;
-}
-
 static int l_encode(lua_State *L)
 {
 	const mb_json_limits *lim = lua_touserdata(L, lua_upvalueindex(1));
 	char err[256];
-	text t;
 	lua_settop(L, 1);
-	char *s = mb_json_encode(L, 1, lim, 0, &t.len, err, sizeof err);
-	if (!s)
+	/* the text is pushed inside the encoder's lua_pcall, so a memory error cannot leak it */
+	enc e = {L, pick_budget(L), lim, 0, 1, 0, 0, 0, 0, 0, NULL, 0, 0, lim->max_output_bytes, 0,
+		 err, sizeof err};
+	if (enc_run(&e, 1) != 0)
 		return raise_err(L, "json.encode", err);
-	t.s = s;
-	/* push through pcall so a memory error cannot leak s */
-	lua_pushcfunction(L, push_text);
-	lua_pushlightuserdata(L, &t);
-	int st = lua_pcall(L, 1, 1, 0);
-	free(s);
-	if (st != LUA_OK) {
-		mb_budget *b = mb_budget_of(L);
-		if (b && mb_budget_check(b) != MB_STOP_NONE)
-			return mb_budget_raise(L, b);
-		return lua_error(L);
-	}
+	free(e.buf);
 	return 1;
 }
 

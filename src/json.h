@@ -1,16 +1,18 @@
-/* json.h - the one JSON codec of moonbox (jansson underneath).
+/* json.h - the one JSON codec of moonbox (a direct encoder; jansson parses).
  *
  * Used by the trusted host Lua state for every JSON-RPC message and, as the global `json`, by
  * sandbox code. Lua integers map to JSON integers exactly (int64), Lua floats to JSON reals;
  * JSON null is the lightuserdata(NULL) sentinel `json.null`; decoded arrays carry a shared,
  * protected metatable (`__metatable = "json.array"`) so that an empty decoded array re-encodes as
  * `[]`. Encoding never invokes metamethods. Depth, output size and input size are bounded, and
- * strings must be valid UTF-8.
+ * strings must be valid UTF-8. The host can splice ready-made JSON text into an encoded value
+ * with a raw value (mb_json_push_raw, mb_json_raw_lua); sandbox code has no way to make one.
  *
  * Budgets: when the lua_State has a budget (mb_budget_of(L), sandbox states) that budget is used,
- * otherwise mb_budget_current(). Every allocation jansson makes is charged to it and conversion
- * loops poll it, so a hostile value stops with the budget's memory or timeout error. Nothing
- * charged outlives a call. Host states (no budget anywhere) are unaccounted and have no deadline.
+ * otherwise mb_budget_current(). The encoder's output buffer and every allocation jansson makes
+ * are charged to it, and the loops poll it, so a hostile value stops with the budget's memory or
+ * timeout error. Nothing charged outlives a call. Host states (no budget anywhere) are
+ * unaccounted and have no deadline.
  *
  * Thread rules: mb_json_global_init() once before threads start; after that every function may
  * be called from any thread on a lua_State that thread owns.
@@ -30,6 +32,10 @@ typedef struct {
 	size_t max_input_bytes;   /* size of a string given to decode */
 	const char *root_name;    /* name of the value in error paths ("result"); static string;
 	                           * NULL = "value" */
+	const char *input_limit_name;  /* name given for max_input_bytes in messages, e.g.
+	                                * "max_message_bytes"; static string; NULL = "max_input_bytes" */
+	const char *output_limit_name; /* same for max_output_bytes, e.g. "max_result_bytes";
+	                                * NULL = "max_output_bytes" */
 } mb_json_limits;
 
 enum {
@@ -68,16 +74,18 @@ void mb_json_push_null(lua_State *L);
 int mb_json_mark_array(lua_State *L, int idx);
 
 /// Encodes the value at idx into a malloc'd NUL-terminated string (free it with free()). The
-/// output is compact and never contains a raw newline. Allocations are charged to the budget
-/// (see the top of this file) while building; the returned buffer is not. Does not raise Lua
-/// errors and never invokes metamethods; the Lua stack is left as it was.
+/// output is compact and never contains a raw newline. The buffer is charged to the budget (see
+/// the top of this file) while it is built; the returned buffer is not. Raw values are written
+/// verbatim. Does not raise Lua errors and never invokes metamethods; the Lua stack is left as
+/// it was.
 /// @param L      the state holding the value
 /// @param idx    stack index of the value
 /// @param lim    limits, or NULL for the defaults
 /// @param flags  0 (strict) or MB_JSON_LENIENT
 /// @param len    set to the length of the text (without the NUL)
 /// @param err    receives the error message on failure, e.g. "cannot encode function at
-///               result.items[3]" or the budget's limit message
+///               result.items[3]", "JSON output exceeds max_output_bytes=N" (with
+///               lim->output_limit_name) or the budget's limit message
 /// @param errlen size of err
 /// @returns the text, or NULL on failure
 char *mb_json_encode(lua_State *L, int idx, const mb_json_limits *lim, int flags, size_t *len,
@@ -91,10 +99,29 @@ char *mb_json_encode(lua_State *L, int idx, const mb_json_limits *lim, int flags
 /// @param len    its length
 /// @param lim    limits, or NULL for the defaults
 /// @param err    receives the error message on failure (jansson's message with line, column and
-///               position, a limit message, or the budget's limit message)
+///               position, a limit message such as "JSON input is N bytes, exceeds
+///               max_input_bytes=M" with lim->input_limit_name, or the budget's limit message)
 /// @param errlen size of err
 /// @returns 0 with one value pushed, or -1 with err set and nothing pushed
 int mb_json_decode(lua_State *L, const char *buf, size_t len, const mb_json_limits *lim,
 		   char *err, size_t errlen);
+
+/// Pushes a raw JSON value: a full userdata holding a copy of json, with a shared protected
+/// metatable (`getmetatable(v) == "json.raw"`). The encoder writes its bytes verbatim wherever it
+/// appears (top level, array item, object value), except that CR and LF become spaces so the
+/// output never has a raw newline; an empty one is written as null. The caller guarantees json
+/// is one valid JSON value - nothing checks it - so never give this to sandbox code. Raises a
+/// Lua memory error like any allocation.
+/// @param L    the state (normally the host's)
+/// @param json the JSON text (need not be NUL-terminated)
+/// @param len  its length
+void mb_json_push_raw(lua_State *L, const char *json, size_t len);
+
+/// lua_CFunction for the host only: raw(s) takes a non-empty string of valid JSON text and
+/// returns a raw value for it (see mb_json_push_raw). Register it in the host's `mb` table;
+/// mb_json_open does not add it to the `json` table, so sandbox code cannot inject text.
+/// @param L the state; argument 1 is the JSON text
+/// @returns 1 (the raw value); raises "bad argument #1" when it is not a non-empty string
+int mb_json_raw_lua(lua_State *L);
 
 #endif

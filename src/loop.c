@@ -69,10 +69,11 @@ static void host_send(void *ud, char *data, size_t len)
 		mb_log(MB_LOG_ERROR, "stdout: %s", uv_strerror(rc));
 }
 
-static void job_notify(void *ud, uint64_t job, mb_notify_kind kind, const char *json, size_t len)
+static void job_notify(void *ud, uint64_t job, mb_notify_kind kind, int level, const char *json,
+		       size_t len)
 {
 	mb_server *s = ud;
-	mb_host_job_notify(s->host, job, kind, json, len);
+	mb_host_job_notify(s->host, job, kind, level, json, len);
 }
 
 static void job_done(void *ud, uint64_t job, const mb_exec_result *res)

@@ -48,6 +48,7 @@ typedef struct event {
 	event_type type;
 	mb_job *job;
 	mb_notify_kind kind;
+	int level;
 	char *data;
 	size_t len;
 	struct event *next;
@@ -132,7 +133,7 @@ static void post_simple(mb_pool *p, mb_job *j, event_type t)
 	post(p, e);
 }
 
-static void job_notify(void *ud, mb_notify_kind kind, const char *json, size_t len)
+static void job_notify(void *ud, mb_notify_kind kind, int level, const char *json, size_t len)
 {
 	mb_job *j = ud;
 	event *e = calloc(1, sizeof *e);
@@ -147,6 +148,7 @@ static void job_notify(void *ud, mb_notify_kind kind, const char *json, size_t l
 	e->type = EV_NOTIFY;
 	e->job = j;
 	e->kind = kind;
+	e->level = level;
 	e->data = d;
 	e->len = len;
 	post(j->pool, e);
@@ -303,7 +305,7 @@ static void drain(uv_async_t *a)
 		}
 		case EV_NOTIFY:
 			if (!j->answered && p->cb.on_notify)
-				p->cb.on_notify(p->cb.ud, j->id, e->kind, e->data, e->len);
+				p->cb.on_notify(p->cb.ud, j->id, e->kind, e->level, e->data, e->len);
 			free(e->data);
 			break;
 		case EV_DONE:

@@ -22,7 +22,8 @@ typedef struct mb_pool mb_pool;
 
 typedef struct mb_job_callbacks {
 	/* a notification from sandbox code (mcp.log / mcp.progress); json is valid during the call */
-	void (*on_notify)(void *ud, uint64_t job_id, mb_notify_kind kind, const char *json, size_t len);
+	void (*on_notify)(void *ud, uint64_t job_id, mb_notify_kind kind, int level, const char *json,
+			  size_t len);
 	/* the job finished (or was abandoned, cancelled while queued, ...); res is valid during the call */
 	void (*on_done)(void *ud, uint64_t job_id, const mb_exec_result *res);
 	void *ud;

@@ -447,13 +447,12 @@ static void capture_result(lua_State *L, mb_sandbox_ctx *c, int base, mb_exec_re
 	size_t len = 0;
 	mb_json_limits lim = *json_limits(c);
 	lim.root_name = "result";
-	lim.max_output_bytes = (size_t)c->req->cfg->max_result_bytes + 1;
+	lim.max_output_bytes = (size_t)c->req->cfg->max_result_bytes;
+	lim.output_limit_name = "max_result_bytes";
 	char *j = mb_json_encode(L, -1, &lim, MB_JSON_LENIENT, &len, err, sizeof err);
-	if (!j && strstr(err, "exceeds max_output_bytes")) {
-		char msg[200];
-		snprintf(msg, sizeof msg, "result is too large: more than %lld bytes of JSON "
-			 "(max_result_bytes=%lld)", (long long)c->req->cfg->max_result_bytes,
-			 (long long)c->req->cfg->max_result_bytes);
+	if (!j && strstr(err, "max_result_bytes")) {
+		char msg[300];
+		snprintf(msg, sizeof msg, "result is too large: %s", err);
 		set_error(res, "result", msg);
 		return;
 	}
@@ -462,14 +461,6 @@ static void capture_result(lua_State *L, mb_sandbox_ctx *c, int base, mb_exec_re
 			return; /* reported from the budget */
 		char msg[400];
 		snprintf(msg, sizeof msg, "result cannot be returned as JSON: %s", err);
-		set_error(res, "result", msg);
-		return;
-	}
-	if (len > (size_t)c->req->cfg->max_result_bytes) {
-		char msg[200];
-		snprintf(msg, sizeof msg, "result is too large: %zu bytes of JSON, max_result_bytes=%lld",
-			 len, (long long)c->req->cfg->max_result_bytes);
-		free(j);
 		set_error(res, "result", msg);
 		return;
 	}
@@ -490,6 +481,7 @@ int mb_sandbox_run(const mb_exec_request *req, mb_budget *b, mb_exec_result *res
 	c.json_lim.max_depth = (int)cfg->json_max_depth;
 	c.json_lim.max_output_bytes = 0; /* bounded by the memory cap; the result is checked below */
 	c.json_lim.max_input_bytes = (size_t)cfg->max_message_bytes;
+	c.json_lim.input_limit_name = "max_message_bytes";
 	c.head_cap = (size_t)cfg->max_output_bytes / 2;
 	c.tail_cap = (size_t)cfg->max_output_bytes - c.head_cap;
 	c.head = malloc(c.head_cap);

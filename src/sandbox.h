@@ -18,8 +18,8 @@
 #include "config.h"
 
 typedef enum {
-	MB_NOTIFY_LOG = 1,      /* payload {"level":..., "data":...} */
-	MB_NOTIFY_PROGRESS = 2, /* payload {"progress":n, "total":n?, "message":s?} */
+	MB_NOTIFY_LOG = 1,      /* payload: the data as JSON; level 0..7 (debug..emergency) */
+	MB_NOTIFY_PROGRESS = 2, /* payload {"progress":n, "total":n?, "message":s?}; level -1 */
 } mb_notify_kind;
 
 typedef struct mb_exec_request {
@@ -32,7 +32,7 @@ typedef struct mb_exec_request {
 	uint64_t instruction_limit;
 	const mb_config *cfg;
 	/* host calls: may be NULL; called on the executing thread; must copy what it keeps */
-	void (*notify)(void *ud, mb_notify_kind kind, const char *json, size_t len);
+	void (*notify)(void *ud, mb_notify_kind kind, int level, const char *json, size_t len);
 	void *notify_ud;
 } mb_exec_request;
 

@@ -558,7 +558,7 @@ static int sb_sort(lua_State *L)
 static const char *const log_levels[] = { "debug", "info", "notice", "warning", "error",
 					  "critical", "alert", "emergency", NULL };
 
-static void notify(lua_State *L, mb_sandbox_ctx *c, mb_notify_kind kind, const char *fname)
+static void notify(lua_State *L, mb_sandbox_ctx *c, mb_notify_kind kind, int level, const char *fname)
 {
 	if (c->notifications >= (uint64_t)c->req->cfg->max_notifications)
 		luaL_error(L, "%s: notification limit reached (max_notifications=%d)", fname,
@@ -578,7 +578,7 @@ static void notify(lua_State *L, mb_sandbox_ctx *c, mb_notify_kind kind, const c
 	}
 	c->notifications++;
 	if (c->req->notify)
-		c->req->notify(c->req->notify_ud, kind, j, len);
+		c->req->notify(c->req->notify_ud, kind, level, j, len);
 	free(j);
 }
 
@@ -587,12 +587,8 @@ static int sb_mcp_log(lua_State *L)
 	mb_sandbox_ctx *c = mb_sandbox_ctx_of(L);
 	int level = luaL_checkoption(L, 1, NULL, log_levels);
 	luaL_checkany(L, 2);
-	lua_createtable(L, 0, 2);
-	lua_pushstring(L, log_levels[level]);
-	lua_setfield(L, -2, "level");
-	lua_pushvalue(L, 2);
-	lua_setfield(L, -2, "data");
-	notify(L, c, MB_NOTIFY_LOG, "mcp.log");
+	lua_settop(L, 2);
+	notify(L, c, MB_NOTIFY_LOG, level, "mcp.log");
 	return 0;
 }
 
@@ -619,7 +615,7 @@ static int sb_mcp_progress(lua_State *L)
 		lua_pushvalue(L, 3);
 		lua_setfield(L, -2, "message");
 	}
-	notify(L, c, MB_NOTIFY_PROGRESS, "mcp.progress");
+	notify(L, c, MB_NOTIFY_PROGRESS, -1, "mcp.progress");
 	c->has_progress = 1;
 	c->last_progress = p;
 	return 0;

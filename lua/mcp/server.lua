@@ -194,15 +194,16 @@ function request_mt:progress(progress, total, message)
     { progressToken = token, progress = progress, total = total, message = message })
 end
 
+-- kind is "progress" or a log level name; payload is JSON text made by the sandbox engine.
 function on_notify(job, kind, payload)
   local entry = state.by_job[job]
   if not entry or entry.cancelled then return end
-  local p = mb.json_decode(payload)
-  if not p then return end
   if kind == "progress" then
-    entry.request:progress(p.progress, p.total, p.message)
-  elseif kind == "log" then
-    entry.request:log(p.level, p.data, "execute_code")
+    local p = mb.json_decode(payload)
+    if p then entry.request:progress(p.progress, p.total, p.message) end
+  else
+    -- log data is spliced into the notification as it came, without decoding it here
+    entry.request:log(kind, mb.json_raw(payload), "execute_code")
   end
 end
 

@@ -179,13 +179,8 @@ register({
     memory_peak_bytes = res.memory_peak_bytes,
   }
   if res.success then
-    local value, derr = mb.json_decode(res.result_json or "null")
-    if derr then
-      sc.success = false
-      sc.error, sc.error_type = "result could not be decoded: " .. derr, "result"
-    else
-      sc.result = value
-    end
+    -- the sandbox engine already produced the result as JSON: splice it, do not decode it
+    sc.result = mb.json_raw(res.result_json or "null")
   else
     sc.error = res.error or "error"
     sc.error_type = res.error_type or "runtime"

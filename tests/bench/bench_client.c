@@ -15,6 +15,9 @@
  *   after        VmRSS and VmHWM (peak) of the server 500 ms after the pipelined phase
  *   startup      -s fresh spawns, each timed from posix_spawn to the `initialize` answer
  *
+ * With -R FILE the server is recorded with `perf record -g` during the pipelined phase, to see
+ * where its time goes under load.
+ *
  * A response counts as an error when it has a top-level "error" member or "isError":true.
  * Messages from the server that carry a "method" are notifications (ignored) or requests
  * (answered with a JSON-RPC error so the server never waits on us). Every wait is bounded by -T.
@@ -51,6 +54,7 @@ typedef struct {
 	long seq_n, ping_n, warmup_n, pipe_m, window, spawns;
 	int timeout_s;
 	const char *stderr_path;
+	const char *perf_out; /* -R: perf record the server during the pipelined phase */
 	char **cmd;
 } options;
 
@@ -77,7 +81,7 @@ static uint64_t now_ns(void)
 	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
 }
 
-static void die(const char *what)
+static _Noreturn void die(const char *what)
 {
 	fprintf(stderr, "bench_client: %s: %s\n", what, errno ? strerror(errno) : "failed");
 	exit(2);
@@ -513,10 +517,39 @@ static void *pipe_reader(void *arg)
 	return NULL;
 }
 
+/* Starts `perf record -g -p PID -o FILE` and returns its pid (or -1). */
+static pid_t perf_start(pid_t target, const char *out)
+{
+	char pidbuf[32];
+	snprintf(pidbuf, sizeof pidbuf, "%d", (int)target);
+	char *argv[] = { "perf", "record", "-q", "-g", "-p", pidbuf, "-o", (char *)out, NULL };
+	posix_spawn_file_actions_t fa;
+	posix_spawn_file_actions_init(&fa);
+	posix_spawn_file_actions_addopen(&fa, 1, "/dev/null", O_WRONLY, 0);
+	posix_spawn_file_actions_addopen(&fa, 2, "/dev/null", O_WRONLY, 0);
+	pid_t pid;
+	int rc = posix_spawnp(&pid, "perf", &fa, NULL, argv, environ);
+	posix_spawn_file_actions_destroy(&fa);
+	if (rc)
+		return -1;
+	usleep(300000); /* let it attach */
+	return pid;
+}
+
+static void perf_stop(pid_t pid)
+{
+	if (pid <= 0)
+		return;
+	kill(pid, SIGINT);
+	int status;
+	waitpid(pid, &status, 0);
+}
+
 static void phase_pipelined(server *s, const options *o)
 {
 	if (o->pipe_m <= 0)
 		return;
+	pid_t perf = o->perf_out ? perf_start(s->pid, o->perf_out) : -1;
 	pipe_run pr = { .s = s, .o = o, .base = next_id, .m = o->pipe_m };
 	next_id += o->pipe_m;
 	pr.sent_ns = calloc((size_t)o->pipe_m, sizeof *pr.sent_ns);
@@ -531,6 +564,7 @@ static void phase_pipelined(server *s, const options *o)
 		die("pthread_create");
 	pthread_join(w, NULL);
 	pthread_join(r, NULL);
+	perf_stop(perf);
 	double secs = pr.t_end > pr.t_start ? (double)(pr.t_end - pr.t_start) / 1e9 : 0;
 	printf("pipe_m=%ld\npipe_window=%ld\npipe_seconds=%.3f\n", o->pipe_m, o->window, secs);
 	printf("pipe_ok=%ld\npipe_errors=%ld\npipe_missing=%ld\n", pr.ok, pr.errors, o->pipe_m - pr.received);
@@ -588,6 +622,7 @@ static void usage(void)
 		"  -s S      fresh spawns timed to the initialize answer (default 20; 0 skips)\n"
 		"  -T SEC    give up on a phase after SEC seconds (default 120)\n"
 		"  -l FILE   server stderr goes to FILE (default /dev/null)\n"
+		"  -R FILE   perf record -g the server into FILE during the pipelined phase\n"
 		"Output: key=value lines (µs, ms, kB, executions/s).\n");
 	exit(2);
 }
@@ -598,7 +633,7 @@ int main(int argc, char **argv)
 		      .ping_n = 1000, .warmup_n = 200, .pipe_m = 20000, .window = 0, .spawns = 20,
 		      .timeout_s = 120, .stderr_path = "/dev/null" };
 	int c;
-	while ((c = getopt(argc, argv, "t:a:n:u:P:m:w:s:T:l:h")) != -1) {
+	while ((c = getopt(argc, argv, "t:a:n:u:P:m:w:s:T:l:R:h")) != -1) {
 		switch (c) {
 		case 't': o.tool = optarg; break;
 		case 'a': o.args = optarg; break;
@@ -610,6 +645,7 @@ int main(int argc, char **argv)
 		case 's': o.spawns = atol(optarg); break;
 		case 'T': o.timeout_s = atoi(optarg); break;
 		case 'l': o.stderr_path = optarg; break;
+		case 'R': o.perf_out = optarg; break;
 		default: usage();
 		}
 	}
@@ -623,6 +659,7 @@ int main(int argc, char **argv)
 		server s;
 		server_start(&s, &o);
 		initialize(&s, &o);
+		printf("server_pid=%d\n", (int)s.pid);
 		usleep(200000);
 		printf("rss_idle_kb=%ld\n", rss_kb(s.pid, "VmRSS"));
 		phase_ping(&s, &o);

@@ -212,7 +212,7 @@ TEST(depth_limit)
 	CHECK(starts_with(run(L, "local a, b = {}, {} a[1] = b b[1] = a return json.encode(a)"), "ERR: t:1: json.encode: JSON nesting exceeds json_max_depth=128"));
 	lua_close(L);
 
-	mb_json_limits lim = {3, 0, 0, NULL};
+	mb_json_limits lim = {.max_depth = 3};
 	L = new_state(NULL, &lim);
 	CHECK_STR(run(L, "return json.encode({{{1}}})"), "[[[1]]]");
 	CHECK_STR(run(L, "return json.encode({{{{}}}})"), "ERR: t:1: json.encode: JSON nesting exceeds json_max_depth=3 (a deeper table, or a table that contains itself)");
@@ -222,7 +222,7 @@ TEST(depth_limit)
 
 TEST(size_limits)
 {
-	mb_json_limits lim = {0, 10, 20, NULL};
+	mb_json_limits lim = {.max_output_bytes = 10, .max_input_bytes = 20};
 	lua_State *L = new_state(NULL, &lim);
 	CHECK_STR(run(L, "return json.encode('12345678')"), "\"12345678\"");
 	CHECK_STR(run(L, "return json.encode('123456789')"), "ERR: t:1: json.encode: JSON output exceeds max_output_bytes=10");
@@ -258,7 +258,7 @@ TEST(tables_mixed_sparse)
 	char *s = mb_json_encode(L, -1, NULL, MB_JSON_LENIENT, &len, err, sizeof err);
 	CHECK_STR(s, "{\"ok\":null}");
 	free(s);
-	mb_json_limits lim = {0, 0, 0, "result"};
+	mb_json_limits lim = {.root_name = "result"};
 	s = mb_json_encode(L, -1, &lim, 0, &len, err, sizeof err);
 	CHECK(s == NULL);
 	CHECK(starts_with(err, "cannot encode"));

@@ -19,11 +19,11 @@ typedef struct {
 	size_t notes_len;
 } run_out;
 
-static void on_notify(void *ud, mb_notify_kind kind, const char *json, size_t len)
+static void on_notify(void *ud, mb_notify_kind kind, int level, const char *json, size_t len)
 {
 	run_out *o = ud;
-	int n = snprintf(o->notes + o->notes_len, sizeof o->notes - o->notes_len, "%s:%.*s\n",
-			 kind == MB_NOTIFY_LOG ? "log" : "progress", (int)len, json);
+	int n = snprintf(o->notes + o->notes_len, sizeof o->notes - o->notes_len, "%s%d:%.*s\n",
+			 kind == MB_NOTIFY_LOG ? "log" : "progress", level, (int)len, json);
 	if (n > 0 && o->notes_len + (size_t)n < sizeof o->notes)
 		o->notes_len += (size_t)n;
 }
@@ -147,10 +147,9 @@ TEST(output_and_notifications)
 	o = run("mcp.log('info', {n = 1}) mcp.progress(1, 2, 'half') mcp.progress(2, 2)");
 	CHECK(o->r.success);
 	/* key order inside each payload is not specified; order of notifications is */
-	char *l1 = strstr(o->notes, "log:{"), *p1 = strstr(o->notes, "progress:{"),
-	     *p2 = p1 ? strstr(p1 + 1, "progress:{") : NULL;
+	char *l1 = strstr(o->notes, "log1:{\"n\":1}\n"), *p1 = strstr(o->notes, "progress-1:{"),
+	     *p2 = p1 ? strstr(p1 + 1, "progress-1:{") : NULL;
 	CHECK(l1 == o->notes && p1 && p2 && l1 < p1 && p1 < p2);
-	CHECK(strstr(o->notes, "\"data\":{\"n\":1}") && strstr(o->notes, "\"level\":\"info\""));
 	CHECK(p1 && strstr(p1, "\"message\":\"half\"") && strstr(p1, "\"progress\":1"));
 	CHECK(p2 && strstr(p2, "\"progress\":2") && strstr(p2, "\"total\":2") && !strstr(p2, "message"));
 	done(o);
