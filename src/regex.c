@@ -120,11 +120,34 @@ static int re_nomem(lua_State *L, mb_budget *b, const char *what)
 
 /* ---- the state userdata -------------------------------------------------------------------- */
 
+static int re_callout(pcre2_callout_block *cb, void *data);
+
+/* The PCRE2 contexts are made on first use: most executions never touch re, and making them
+ * in mb_regex_open cost a tenth of an execution's set-up. */
+static void re_make_contexts(lua_State *L, re_state *st)
+{
+	st->gctx = pcre2_general_context_create(re_malloc, re_free, NULL);
+	if (st->gctx) {
+		st->cctx = pcre2_compile_context_create(st->gctx);
+		st->mctx = pcre2_match_context_create(st->gctx);
+	}
+	if (!st->gctx || !st->cctx || !st->mctx)
+		re_errorf(L, "re: out of memory (contexts)");       /* __gc frees what was made */
+	pcre2_set_max_pattern_length(st->cctx, st->lim.max_pattern_bytes);
+	pcre2_set_parens_nest_limit(st->cctx, st->lim.parens_nest_limit);
+	pcre2_set_match_limit(st->mctx, st->lim.match_limit);
+	pcre2_set_heap_limit(st->mctx, st->lim.heap_limit_kb);
+	pcre2_set_depth_limit(st->mctx, st->lim.depth_limit);
+	pcre2_set_callout(st->mctx, re_callout, st);
+}
+
 static re_state *re_get_state(lua_State *L)
 {
 	re_state *st = lua_touserdata(L, lua_upvalueindex(1));
 	if (st->closed)
 		re_errorf(L, "re: module used after its state was closed");
+	if (!st->mctx)
+		re_make_contexts(L, st);
 	return st;
 }
 
@@ -844,21 +867,7 @@ int mb_regex_open(lua_State *L, const mb_regex_limits *lim)
 	lua_createtable(L, F_COUNT, 0);                          /* cache index */
 	lua_setiuservalue(L, -2, 1);
 
-	/* The contexts are small and allocated here; whatever budget is current pays for them. */
-	st->gctx = pcre2_general_context_create(re_malloc, re_free, NULL);
-	if (st->gctx) {
-		st->cctx = pcre2_compile_context_create(st->gctx);
-		st->mctx = pcre2_match_context_create(st->gctx);
-	}
-	if (!st->gctx || !st->cctx || !st->mctx)
-		re_errorf(L, "re: out of memory (contexts)");       /* __gc frees what was made */
-	pcre2_set_max_pattern_length(st->cctx, l.max_pattern_bytes);
-	pcre2_set_parens_nest_limit(st->cctx, l.parens_nest_limit);
-	pcre2_set_match_limit(st->mctx, l.match_limit);
-	pcre2_set_heap_limit(st->mctx, l.heap_limit_kb);
-	pcre2_set_depth_limit(st->mctx, l.depth_limit);
-	pcre2_set_callout(st->mctx, re_callout, st);
-
+	/* The PCRE2 contexts are made on first use (re_get_state). */
 	luaL_setfuncs(L, fns, 1);                                /* state is the upvalue */
 	return 0;
 }
