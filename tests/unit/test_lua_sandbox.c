@@ -1,0 +1,86 @@
+/* test_lua_sandbox.c - runs each tests/lua/sandbox_*.lua inside the real sandbox engine (the
+ * same mb_sandbox_run the server uses), so the Lua-level tests of the sandbox API also run under
+ * ASan/UBSan. Each script returns {passed, failed, failures}. Run from the repo root. */
+#include <glob.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "config.h"
+#include "json.h"
+#include "sandbox.h"
+#include "unit.h"
+
+static mb_config cfg;
+
+static char *slurp(const char *path, size_t *len)
+{
+	FILE *f = fopen(path, "rb");
+	if (!f)
+		return NULL;
+	fseek(f, 0, SEEK_END);
+	long n = ftell(f);
+	fseek(f, 0, SEEK_SET);
+	char *buf = malloc((size_t)n + 1);
+	if (buf && fread(buf, 1, (size_t)n, f) != (size_t)n) {
+		free(buf);
+		buf = NULL;
+	}
+	fclose(f);
+	if (buf)
+		buf[n] = 0;
+	*len = (size_t)n;
+	return buf;
+}
+
+static void run_script(const char *path)
+{
+	size_t len;
+	char *code = slurp(path, &len);
+	CHECK(code != NULL);
+	if (!code)
+		return;
+	mb_budget b;
+	mb_budget_init(&b, 64u << 20, 100000000, 10000);
+	mb_exec_request req = { .code = code, .code_len = len, .timeout_ms = 10000,
+				.memory_bytes = 64u << 20, .instruction_limit = 100000000, .cfg = &cfg };
+	mb_exec_result r;
+	mb_sandbox_run(&req, &b, &r);
+	if (!r.success)
+		fprintf(stderr, "  %s: %s\n%s\n", path, r.error, r.traceback ? r.traceback : "");
+	CHECK(r.success);
+	if (r.success) {
+		const char *fail = strstr(r.result_json, "\"failed\":");
+		const char *pass = strstr(r.result_json, "\"passed\":");
+		CHECK(fail && atoi(fail + 9) == 0);
+		CHECK(pass && atoi(pass + 9) > 0);
+		if (!fail || atoi(fail + 9) != 0)
+			fprintf(stderr, "  %s: %s\n", path, r.result_json);
+		else
+			printf("     %s: %d checks passed\n", path, atoi(pass + 9));
+	}
+	mb_exec_result_free(&r);
+	free(code);
+}
+
+TEST(sandbox_scripts)
+{
+	glob_t g;
+	CHECK(glob("tests/lua/sandbox_*.lua", 0, NULL, &g) == 0);
+	for (size_t i = 0; i < g.gl_pathc; i++)
+		run_script(g.gl_pathv[i]);
+	CHECK(g.gl_pathc > 0);
+	globfree(&g);
+}
+
+int main(void)
+{
+	char *args[] = { "test", "--data-dir", "/tmp/moonbox-unit", NULL };
+	if (mb_config_load(&cfg, 3, args) != 0)
+		return 1;
+	mb_json_global_init();
+	if (mb_sandbox_global_init() != 0)
+		return 1;
+	mb_sandbox_thread_init();
+	RUN(sandbox_scripts);
+	return UNIT_END();
+}
