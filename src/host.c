@@ -146,6 +146,11 @@ static int l_submit(lua_State *L)
 	req.cfg = h->cfg;
 	uint64_t id;
 	char err[256];
+	if (!h->pool) {
+		lua_pushnil(L);
+		lua_pushliteral(L, "no execution pool");
+		return 2;
+	}
 	if (mb_pool_submit(h->pool, &req, &id, err, sizeof err) != 0) {
 		lua_pushnil(L);
 		lua_pushstring(L, err);
@@ -172,7 +177,8 @@ static int l_wait(lua_State *L)
 static int l_cancel(lua_State *L)
 {
 	mb_host *h = host_of(L);
-	lua_pushboolean(L, mb_pool_cancel(h->pool, (uint64_t)luaL_checkinteger(L, 1)) == 0);
+	lua_Integer id = luaL_checkinteger(L, 1);
+	lua_pushboolean(L, h->pool && mb_pool_cancel(h->pool, (uint64_t)id) == 0);
 	return 1;
 }
 
@@ -192,8 +198,9 @@ static int l_now_ms(lua_State *L)
 static int l_pool_stats(lua_State *L)
 {
 	mb_host *h = host_of(L);
-	mb_pool_stats s;
-	mb_pool_get_stats(h->pool, &s);
+	mb_pool_stats s = { 0 };
+	if (h->pool)
+		mb_pool_get_stats(h->pool, &s);
 	lua_createtable(L, 0, 7);
 	lua_pushinteger(L, (lua_Integer)s.workers);
 	lua_setfield(L, -2, "workers");

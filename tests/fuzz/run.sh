@@ -22,6 +22,7 @@ fail=0
 for t in $targets; do
   clang $flags -fsanitize=fuzzer "tests/fuzz/$t.c" $objs $libs -o "$out/$t"
   mkdir -p "$out/$t.corpus" "$out/$t.crashes"
+  [ -d "tests/fuzz/seeds/$t" ] && cp -n tests/fuzz/seeds/"$t"/* "$out/$t.corpus/" 2>/dev/null || true
   echo "== $t ($secs s)"
   if ! "$out/$t" -max_total_time="$secs" -max_len=4096 -artifact_prefix="$out/$t.crashes/" \
        "$out/$t.corpus" 2>"$out/$t.log"; then

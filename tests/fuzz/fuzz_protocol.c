@@ -1,0 +1,55 @@
+/* fuzz_protocol.c - libFuzzer target for the protocol path: arbitrary bytes, cut into lines, go
+ * through the host exactly as stdio lines do (JSON decode, envelope validation, dispatch, tool
+ * argument checks, response encoding). There is no execution pool, so tools/call execute_code
+ * stops at submit with a clean error. Every response must be one line of valid JSON.
+ * Build and run: tests/fuzz/run.sh fuzz_protocol */
+#include <jansson.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "config.h"
+#include "host.h"
+#include "json.h"
+
+static mb_config cfg;
+static mb_host *host;
+
+static void on_send(void *ud, char *data, size_t len)
+{
+	(void)ud;
+	if (len == 0 || data[len - 1] != '\n' || memchr(data, '\n', len - 1))
+		abort(); /* exactly one line per message */
+	json_error_t e;
+	json_t *v = json_loadb(data, len - 1, JSON_DECODE_ANY | JSON_ALLOW_NUL, &e);
+	if (!v)
+		abort(); /* we must never emit invalid JSON */
+	json_decref(v);
+	free(data);
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+	if (!host) {
+		char *args[] = { "fuzz", "--data-dir", "/tmp/moonbox-fuzz", "--tools-page-size", "1", NULL };
+		if (mb_config_load(&cfg, 5, args) != 0)
+			abort();
+		mb_json_global_init();
+		mb_host_io io = { on_send, NULL };
+		host = mb_host_new(&cfg, &io);
+		if (!host)
+			abort();
+	}
+	const char *p = (const char *)data, *end = p + size;
+	while (p < end) {
+		const char *nl = memchr(p, '\n', (size_t)(end - p));
+		size_t n = nl ? (size_t)(nl - p) : (size_t)(end - p);
+		char *line = malloc(n + 1);
+		memcpy(line, p, n);
+		line[n] = 0;
+		mb_host_handle_line(host, line, n);
+		free(line);
+		p += n + 1;
+	}
+	return 0;
+}
