@@ -11,7 +11,8 @@
  *                structuredContent.execution_time_ms (moonbox does)
  *   pipelined    -m `tools/call` requests written as fast as possible by one thread (at most -w in
  *                flight when -w is given) while another thread reads the answers: successful
- *                executions per second, errors, and the latency of each request under that load
+ *                executions per second, errors, the latency of each request under that load, and
+ *                the CPU time the server (from /proc/PID/stat) and this client used meanwhile
  *   after        VmRSS and VmHWM (peak) of the server 500 ms after the pipelined phase
  *   startup      -s fresh spawns, each timed from posix_spawn to the `initialize` answer
  *
@@ -303,6 +304,31 @@ static long rss_kb(pid_t pid, const char *field)
 	return v;
 }
 
+/* CPU time (user + system) the process has used so far, in seconds; -1 when unknown. */
+static double proc_cpu_s(pid_t pid)
+{
+	char path[64], buf[1024];
+	snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
+	FILE *f = fopen(path, "r");
+	if (!f)
+		return -1;
+	size_t n = fread(buf, 1, sizeof buf - 1, f);
+	fclose(f);
+	buf[n] = 0;
+	char *p = strrchr(buf, ')'); /* the command name may hold spaces */
+	unsigned long long ut, st;
+	if (!p || sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %llu %llu", &ut, &st) != 2)
+		return -1;
+	return (double)(ut + st) / (double)sysconf(_SC_CLK_TCK);
+}
+
+static double self_cpu_s(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+	return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
 /* ---- statistics ---------------------------------------------------------------------------- */
 
 static int cmp_double(const void *a, const void *b)
@@ -559,13 +585,18 @@ static void phase_pipelined(server *s, const options *o)
 	pr.deadline = now_ns() + (uint64_t)o->timeout_s * 1000000000u;
 	pthread_mutex_init(&pr.mu, NULL);
 	pthread_cond_init(&pr.cv, NULL);
+	double srv_cpu0 = proc_cpu_s(s->pid), cli_cpu0 = self_cpu_s();
 	pthread_t w, r;
 	if (pthread_create(&r, NULL, pipe_reader, &pr) || pthread_create(&w, NULL, pipe_writer, &pr))
 		die("pthread_create");
 	pthread_join(w, NULL);
 	pthread_join(r, NULL);
+	double srv_cpu = proc_cpu_s(s->pid) - srv_cpu0, cli_cpu = self_cpu_s() - cli_cpu0;
 	perf_stop(perf);
 	double secs = pr.t_end > pr.t_start ? (double)(pr.t_end - pr.t_start) / 1e9 : 0;
+	if (srv_cpu0 >= 0 && secs > 0 && pr.received > 0)
+		printf("pipe_server_cpu_us_per_call=%.1f\npipe_server_cores=%.2f\npipe_client_cores=%.2f\n",
+		       srv_cpu * 1e6 / (double)pr.received, srv_cpu / secs, cli_cpu / secs);
 	printf("pipe_m=%ld\npipe_window=%ld\npipe_seconds=%.3f\n", o->pipe_m, o->window, secs);
 	printf("pipe_ok=%ld\npipe_errors=%ld\npipe_missing=%ld\n", pr.ok, pr.errors, o->pipe_m - pr.received);
 	printf("pipe_execs_per_s=%.0f\npipe_answers_per_s=%.0f\n", secs > 0 ? (double)pr.ok / secs : 0,

@@ -13,12 +13,14 @@
 #      client: idle RSS, ping, sequential tools/call, pipelined tools/call (unbounded, then at most
 #      BENCH_WINDOW in flight), RSS after, and BENCH_SPAWNS/BENCH_REPS fresh starts;
 #   4. prints the median of each figure over the rounds (start-up: median of all spawns), the
-#      ratios, and which of the issue's targets are met;
-#   5. counts instructions per execution of bench_sandbox under callgrind (repeatable, unlike
-#      times on a shared machine) and the functions they go to.
+#      ratios, how busy the machine was with other work, and which of the issue's targets are met;
+#   5. counts instructions under callgrind (repeatable, unlike times on a shared machine): per
+#      execution of bench_sandbox and the functions they go to, and per tools/call in the whole
+#      server, split into its main thread and its workers.
 # Raw outputs are kept in build/bench/. Knobs (environment): BENCH_REPS=5 BENCH_N=2000
 # BENCH_M=20000 BENCH_PROXY_M=5000 BENCH_WINDOW=256 BENCH_SPAWNS=20 BENCH_CALLGRIND_RUNS=200
-# BENCH_NO_PROXY=1 BENCH_PERF=1 (perf record moonbox during one pipelined run and summarise).
+# BENCH_CALLGRIND_CALLS=1000 BENCH_NO_PROXY=1 BENCH_PERF=1 (perf record moonbox during one
+# pipelined run and summarise).
 set -u
 cd "$(dirname "$0")/../.." || exit 1
 
@@ -34,22 +36,30 @@ CG_RUNS=${BENCH_CALLGRIND_RUNS:-200}
 LUA_PKG=${LUA_PKG:-lua5.4}
 PKGS="$LUA_PKG libuv libpcre2-8 jansson"
 CC=${CC:-gcc}
-MOONBOX=$BUILD/moonbox
+MOONBOX=$OUT/moonbox # a copy: others may rebuild $BUILD/moonbox while this runs
 PROXY_JS=tests/bench/node_modules/@karashiiro/my-cool-proxy/bin/my-cool-proxy.mjs
 T0=$(date +%s)
 
 mkdir -p "$OUT"
-rm -f "$OUT"/*.txt "$OUT"/*.log
-[ -x "$MOONBOX" ] || { echo "bench: $MOONBOX is missing; run make first" >&2; exit 1; }
+rm -f "$OUT"/*.txt "$OUT"/*.log "$OUT"/callgrind*
+[ -x "$BUILD/moonbox" ] || { echo "bench: $BUILD/moonbox is missing; run make first" >&2; exit 1; }
+cp "$BUILD/moonbox" "$MOONBOX" || exit 1
 
 # ---- build the two measuring programs ----------------------------------------------------------
 $CC -O2 -g -std=c11 -Wall -Wextra -Werror -pthread tests/bench/bench_client.c \
   -o "$OUT/bench_client" || exit 1
-LIB_OBJ=$(ls "$BUILD"/obj/*.o | grep -v '/main\.o$')
-# shellcheck disable=SC2086
+# Linked like the Makefile's unit tests: the object of every src/*.c but main.c, and the
+# embedded Lua.
+LIB_OBJ="$BUILD/obj/embedded_lua.o"
+for c in src/*.c; do
+  [ "$c" = src/main.c ] || LIB_OBJ="$LIB_OBJ $BUILD/obj/$(basename "$c" .c).o"
+done
+HAVE_SANDBOX_BENCH=1
+# shellcheck disable=SC2086,SC2046
 $CC -O2 -g -std=c11 -D_GNU_SOURCE -Wall -Wextra -Werror -fno-strict-aliasing \
   $(pkg-config --cflags $PKGS) -iquote src -iquote "$BUILD/gen" tests/bench/bench_sandbox.c \
-  $LIB_OBJ $(pkg-config --libs $PKGS) -lpthread -lm -lrt -o "$OUT/bench_sandbox" || exit 1
+  $LIB_OBJ $(pkg-config --libs $PKGS) -lpthread -lm -lrt -o "$OUT/bench_sandbox" ||
+  { echo "bench: bench_sandbox did not build; skipping its figures" >&2; HAVE_SANDBOX_BENCH=0; }
 
 # ---- the comparison server ---------------------------------------------------------------------
 HAVE_PROXY=0
@@ -76,7 +86,7 @@ per_round_spawns=$(( (SPAWNS + REPS - 1) / REPS ))
 client=$OUT/bench_client
 
 run_moonbox() { # round
-  local r=$1 d=$SCRATCH/moonbox.$r
+  local r=$1; local d=$SCRATCH/moonbox.$r
   mkdir -p "$d"
   "$client" -n "$N" -m "$M" -s "$per_round_spawns" -l "$OUT/moonbox.stderr.log" \
     -- "$MOONBOX" --data-dir "$d" > "$OUT/moonbox.$r.txt"
@@ -85,7 +95,7 @@ run_moonbox() { # round
 }
 
 run_proxy() { # round
-  local r=$1 d=$SCRATCH/proxy.$r
+  local r=$1; local d=$SCRATCH/proxy.$r
   mkdir -p "$d"
   # Minimal configuration: stdio, no upstream servers, logs at warn so that logging does not
   # dominate (it logs every script at info). Its own SQLite execution log stays on (default).
@@ -100,6 +110,15 @@ run_proxy() { # round
     -l "$OUT/proxy.stderr.log" -- node "$PROXY_JS" > "$OUT/proxy-window.$r.txt"
 }
 
+# busy_pct: share of all CPUs that other processes used over one second (this script is idle then).
+busy_pct() {
+  local a b
+  a=$(grep '^cpu ' /proc/stat); sleep 1; b=$(grep '^cpu ' /proc/stat)
+  echo "$a" "$b" | awk '{ n = (NF - 2) / 2; for (i = 2; i <= n + 1; i++) { t1 += $i; t2 += $(i + n + 1) }
+    i1 = $5 + $6; i2 = $(5 + n + 1) + $(6 + n + 1)
+    if (t2 > t1) printf("%.0f", 100 * (1 - (i2 - i1) / (t2 - t1))); else print 0 }'
+}
+BUSY_BEFORE=$(busy_pct)
 echo "bench: $REPS rounds; sequential $N calls, pipelined $M (my-cool-proxy $PROXY_M)," \
      "window $WINDOW, $SPAWNS spawns per server; $(nproc) CPUs"
 for r in $(seq 1 "$REPS"); do
@@ -111,6 +130,8 @@ for r in $(seq 1 "$REPS"); do
   fi
   echo
 done
+
+BUSY_AFTER=$(busy_pct)
 
 # ---- medians -----------------------------------------------------------------------------------
 # med KEY FILE...: median of KEY=value over the files ("" when absent)
@@ -127,6 +148,7 @@ med_startup() {
 sum() { cat "$@" 2>/dev/null | sed -n "s/^$1=//p" | awk '{s+=$1} END {print s+0}'; }
 
 declare -A MB PX
+# shellcheck disable=SC2154,SC2034 # A names an associative array (MB or PX)
 fill() { # array prefix
   local -n A=$1; local p=$2
   local f=("$OUT/$p".[0-9]*.txt) fw=("$OUT/$p-window".[0-9]*.txt)
@@ -141,6 +163,8 @@ fill() { # array prefix
   A[win_latency_p50_us]=$(med pipe_latency_p50_us "${fw[@]}")
   A[win_errors]=$(sum pipe_errors "${fw[@]}")
   A[win_rss_peak_kb]=$(med rss_peak_kb "${fw[@]}")
+  A[win_cpu_us]=$(med pipe_server_cpu_us_per_call "${fw[@]}")
+  A[win_cores]=$(med pipe_server_cores "${fw[@]}")
   A[startup_ms]=$(med_startup "${f[@]}")
   A[startup_n]=$(cat "${f[@]}" | sed -n 's/^startup_samples_ms=//p' | tr ',' '\n' | grep -c .)
 }
@@ -178,11 +202,15 @@ row() { # label lower moonbox-shown proxy-shown moonbox-raw proxy-raw
   row "pipelined, unbounded: executions/s" 0 "$(fmt '%.0f' "${MB[pipe_execs_per_s]}")" \
       "$(fmt '%.0f' "${PX[pipe_execs_per_s]:-}")" "${MB[pipe_execs_per_s]}" "${PX[pipe_execs_per_s]:-}"
   row "pipelined, unbounded: errors (all rounds)" 1 "${MB[pipe_errors]}/$((M * REPS))" \
-      "${PX[pipe_errors]:--}/$((PROXY_M * REPS))" "" ""
+      "$([ $HAVE_PROXY = 1 ] && echo "${PX[pipe_errors]}/$((PROXY_M * REPS))" || echo -)" "" ""
   row "pipelined, <=$WINDOW in flight: executions/s" 0 "$(fmt '%.0f' "${MB[win_execs_per_s]}")" \
       "$(fmt '%.0f' "${PX[win_execs_per_s]:-}")" "${MB[win_execs_per_s]}" "${PX[win_execs_per_s]:-}"
   row "pipelined, <=$WINDOW in flight: latency p50" 1 "$(fmt '%.0f us' "${MB[win_latency_p50_us]}")" \
       "$(fmt '%.0f us' "${PX[win_latency_p50_us]:-}")" "${MB[win_latency_p50_us]}" "${PX[win_latency_p50_us]:-}"
+  row "server CPU per call, pipelined <=$WINDOW" 1 "$(fmt '%.0f us' "${MB[win_cpu_us]}")" \
+      "$(fmt '%.0f us' "${PX[win_cpu_us]:-}")" "${MB[win_cpu_us]}" "${PX[win_cpu_us]:-}"
+  row "server CPU cores busy, pipelined <=$WINDOW" 0 "$(fmt '%.2f' "${MB[win_cores]}")" \
+      "$(fmt '%.2f' "${PX[win_cores]:-}")" "" ""
   row "start to initialize answered (median)" 1 "$(fmt '%.1f ms' "${MB[startup_ms]}")" \
       "$(fmt '%.0f ms' "${PX[startup_ms]:-}")" "${MB[startup_ms]}" "${PX[startup_ms]:-}"
   row "idle RSS after initialize" 1 "$(kb2mib "${MB[rss_idle_kb]}")" "$(kb2mib "${PX[rss_idle_kb]:-}")" \
@@ -194,7 +222,19 @@ row() { # label lower moonbox-shown proxy-shown moonbox-raw proxy-raw
   echo
   echo "ratio = how many times better moonbox is (time and memory: proxy / moonbox;" \
        "throughput: moonbox / proxy)."
+  echo "Other load on the machine: ${BUSY_BEFORE}% of all CPUs busy just before the rounds," \
+       "${BUSY_AFTER}% just after (measured over 1 s each)."
+  if [ "${BUSY_BEFORE:-0}" -ge 20 ] || [ "${BUSY_AFTER:-0}" -ge 20 ]; then
+    echo "WARNING: the machine was busy with other work; times and rates above are pessimistic."
+  fi
   [ $HAVE_PROXY = 1 ] || echo "my-cool-proxy was not measured (BENCH_NO_PROXY, no npm, or install failed)."
+  best() { cat "$@" 2>/dev/null | sed -n "s/^$k=//p" | sort -g | sed -n "$sel"; }
+  k=seq_p50_us sel=1p; b1=$(best "$OUT"/moonbox.[0-9]*.txt)
+  k=server_p50_us; b2=$(best "$OUT"/moonbox.[0-9]*.txt)
+  k=pipe_execs_per_s sel='$p'; b3=$(best "$OUT"/moonbox.[0-9]*.txt); b4=$(best "$OUT"/moonbox-window.[0-9]*.txt)
+  echo "moonbox's best round (least disturbed by other load): round trip p50 $(fmt '%.0f us' "$b1")," \
+       "execution_time_ms p50 $(fmt '%.1f us' "$b2"), pipelined $(fmt '%.0f/s' "$b3") unbounded," \
+       "$(fmt '%.0f/s' "$b4") windowed."
   [ "${MB[seq_errors]}" = 0 ] || echo "NOTE: moonbox answered ${MB[seq_errors]} sequential calls with an error."
   [ "${MB[pipe_missing]}" = 0 ] || echo "NOTE: moonbox left ${MB[pipe_missing]} pipelined requests unanswered."
 
@@ -221,7 +261,7 @@ row() { # label lower moonbox-shown proxy-shown moonbox-raw proxy-raw
 
 # ---- instructions per execution (callgrind) ----------------------------------------------------
 echo
-if command -v valgrind >/dev/null; then
+if command -v valgrind >/dev/null && [ $HAVE_SANDBOX_BENCH = 1 ]; then
   "$OUT/bench_sandbox" 2000 | sed 's/^/in-process, native: /'
   cg=$OUT/callgrind.out
   # Only what runs inside mb_sandbox_run is counted: one-time set-up and the timing loop are not.
@@ -272,7 +312,7 @@ if command -v valgrind >/dev/null; then
   else
     echo "callgrind: whole-server run failed (see $OUT/callgrind-server.log)"
   fi
-else
+elif [ $HAVE_SANDBOX_BENCH = 1 ]; then
   echo "callgrind: valgrind not installed (make test-deps installs it)"
 fi
 
