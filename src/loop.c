@@ -23,6 +23,7 @@ typedef struct mb_server {
 	mb_pool *pool;
 	int eof;
 	int closing;
+	size_t pause_at;   /* executions in flight at which stdin reading pauses */
 } mb_server;
 
 static void maybe_finish(mb_server *s)
@@ -37,10 +38,15 @@ static void maybe_finish(mb_server *s)
 	mb_stdio_close(s->io);
 }
 
+/* Flow control: once enough executions are in flight, stop reading stdin so a client that
+ * pipelines faster than we execute is slowed down by its pipe instead of getting "busy" errors;
+ * read again when half of them are done. Lines already read are still handled. */
 static void on_line(void *ud, const char *line, size_t len)
 {
 	mb_server *s = ud;
 	mb_host_handle_line(s->host, line, len);
+	if (mb_pool_pending(s->pool) >= s->pause_at)
+		mb_stdio_pause(s->io);
 }
 
 static void on_oversize(void *ud, size_t bytes)
@@ -80,6 +86,8 @@ static void job_done(void *ud, uint64_t job, const mb_exec_result *res)
 {
 	mb_server *s = ud;
 	mb_host_job_done(s->host, job, res);
+	if (mb_pool_pending(s->pool) <= s->pause_at / 2)
+		mb_stdio_resume(s->io);
 	maybe_finish(s);
 }
 
@@ -103,6 +111,9 @@ int mb_server_run_stdio(const mb_config *cfg)
 	if (!s->pool)
 		return 1;
 	mb_host_set_pool(s->host, s->pool);
+	s->pause_at = (size_t)cfg->workers + (size_t)cfg->max_queue / 2;
+	if (s->pause_at < 1)
+		s->pause_at = 1;
 	mb_stdio_callbacks scb = { on_line, on_oversize, on_eof, on_drain, s };
 	s->io = mb_stdio_open(&s->loop, (size_t)cfg->max_message_bytes, &scb);
 	if (!s->io)

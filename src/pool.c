@@ -81,6 +81,7 @@ struct mb_pool {
 	size_t npending;
 	uint64_t next_id;
 	uint64_t submitted, completed, refused;
+	size_t unanswered;      /* submitted, on_done not yet called */
 	int closing;
 };
 
@@ -238,6 +239,7 @@ static void answer(mb_pool *p, mb_job *j, const mb_exec_result *res)
 		return;
 	j->answered = 1;
 	p->completed++;
+	p->unanswered--;
 	if (p->cb.on_done)
 		p->cb.on_done(p->cb.ud, j->id, res);
 }
@@ -415,6 +417,7 @@ int mb_pool_submit(mb_pool *p, const mb_exec_request *req, uint64_t *id_out, cha
 	p->pending = j;
 	p->npending++;
 	p->submitted++;
+	p->unanswered++;
 
 	uv_mutex_lock(&p->mu);
 	j->state = JOB_QUEUED;
@@ -450,10 +453,7 @@ int mb_pool_cancel(mb_pool *p, uint64_t job_id)
 
 size_t mb_pool_pending(const mb_pool *p)
 {
-	size_t n = 0;
-	for (mb_job *j = p->pending; j; j = j->pending_next)
-		n += !j->answered;
-	return n;
+	return p->unanswered;
 }
 
 void mb_pool_get_stats(mb_pool *p, mb_pool_stats *out)

@@ -33,6 +33,10 @@ struct mb_stdio {
 	size_t discarded;
 	size_t pending_writes;
 	int eof;
+	int paused;
+	char *held;       /* bytes read but not yet cut into lines because we paused */
+	size_t held_len;
+	int fs_reading;   /* a uv_fs_read is in flight (stdin is a file) */
 	int open_handles;
 };
 
@@ -103,13 +107,28 @@ static void deliver(mb_stdio *s, const char *data, size_t n)
 			break;
 		data = nl + 1;
 		n -= take + 1;
+		if (s->paused && n) {
+			/* keep the rest for mb_stdio_resume */
+			char *h = malloc(n);
+			if (h) {
+				memcpy(h, data, n);
+				s->held = h;
+				s->held_len = n;
+				return;
+			}
+			mb_log(MB_LOG_WARNING, "stdio: out of memory while pausing; reading on");
+		}
 	}
 }
 
 static void finish_input(mb_stdio *s)
 {
-	if (s->eof)
+	if (s->eof == 1)
 		return;
+	if (s->held) {
+		s->eof = 2; /* finish once the held lines are handled (mb_stdio_resume) */
+		return;
+	}
 	s->eof = 1;
 	/* A last line without a newline still counts. */
 	if (s->discarding) {
@@ -142,15 +161,28 @@ static void read_cb(uv_stream_t *st, ssize_t n, const uv_buf_t *buf)
 	}
 }
 
+static void fs_read_cb(uv_fs_t *req);
+
+static void fs_read_next(mb_stdio *s)
+{
+	uv_buf_t b = uv_buf_init(s->rbuf, sizeof s->rbuf);
+	s->fs_reading = 1;
+	if (uv_fs_read(s->loop, &s->fs_req, 0, &b, 1, -1, fs_read_cb) != 0) {
+		s->fs_reading = 0;
+		finish_input(s);
+	}
+}
+
 static void fs_read_cb(uv_fs_t *req)
 {
 	mb_stdio *s = req->data;
 	ssize_t n = req->result;
 	uv_fs_req_cleanup(req);
+	s->fs_reading = 0;
 	if (n > 0) {
 		deliver(s, s->rbuf, (size_t)n);
-		uv_buf_t b = uv_buf_init(s->rbuf, sizeof s->rbuf);
-		uv_fs_read(s->loop, &s->fs_req, 0, &b, 1, -1, fs_read_cb);
+		if (!s->paused)
+			fs_read_next(s);
 		return;
 	}
 	if (n < 0)
@@ -197,8 +229,8 @@ mb_stdio *mb_stdio_open(uv_loop_t *loop, size_t max_line, const mb_stdio_callbac
 	}
 	if (s->in_kind == UV_FILE) {
 		s->fs_req.data = s;
-		uv_buf_t b = uv_buf_init(s->rbuf, sizeof s->rbuf);
-		rc = uv_fs_read(loop, &s->fs_req, 0, &b, 1, -1, fs_read_cb);
+		fs_read_next(s);
+		rc = 0;
 	} else {
 		rc = uv_read_start((uv_stream_t *)&s->in, alloc_cb, read_cb);
 	}
@@ -272,6 +304,45 @@ int mb_stdio_write(mb_stdio *s, char *data, size_t len)
 	return 0;
 }
 
+void mb_stdio_pause(mb_stdio *s)
+{
+	if (s->paused || s->eof == 1)
+		return;
+	s->paused = 1;
+	if (s->in_kind != UV_FILE)
+		uv_read_stop((uv_stream_t *)&s->in);
+}
+
+void mb_stdio_resume(mb_stdio *s)
+{
+	if (!s->paused)
+		return;
+	s->paused = 0;
+	if (s->held) {
+		char *h = s->held;
+		size_t n = s->held_len;
+		s->held = NULL;
+		s->held_len = 0;
+		deliver(s, h, n);
+		free(h);
+		if (s->paused)
+			return; /* paused again while handling what was held */
+	}
+	if (s->eof) {
+		if (s->eof == 2)
+			finish_input(s);
+		return;
+	}
+	if (s->in_kind == UV_FILE) {
+		if (!s->fs_reading)
+			fs_read_next(s);
+	} else {
+		int rc = uv_read_start((uv_stream_t *)&s->in, alloc_cb, read_cb);
+		if (rc)
+			mb_log(MB_LOG_ERROR, "stdio: cannot resume reading: %s", uv_strerror(rc));
+	}
+}
+
 size_t mb_stdio_pending_writes(const mb_stdio *s)
 {
 	return s->pending_writes;
@@ -282,6 +353,7 @@ static void closed(uv_handle_t *h)
 	mb_stdio *s = h->data;
 	if (--s->open_handles == 0) {
 		free(s->buf);
+		free(s->held);
 		free(s);
 	}
 }
@@ -290,6 +362,7 @@ void mb_stdio_close(mb_stdio *s)
 {
 	if (s->open_handles == 0) {
 		free(s->buf);
+		free(s->held);
 		free(s);
 		return;
 	}

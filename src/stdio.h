@@ -30,6 +30,11 @@ mb_stdio *mb_stdio_open(uv_loop_t *loop, size_t max_line, const mb_stdio_callbac
 /// the malloc'd buffer. @returns 0 or a negative libuv error
 int mb_stdio_write(mb_stdio *s, char *data, size_t len);
 
+/// Stops reading stdin (flow control: the client's writes then block in the pipe) and starts
+/// again. Idempotent.
+void mb_stdio_pause(mb_stdio *s);
+void mb_stdio_resume(mb_stdio *s);
+
 /// Writes still in flight.
 size_t mb_stdio_pending_writes(const mb_stdio *s);
 
