@@ -234,9 +234,8 @@ typedef struct {
 	const mb_json_limits *lim;
 	int lenient;
 	int push;         /* enc_protected pushes the text as a Lua string (json.encode) */
-	int amt, rmt;     /* stack indexes of the array and raw metatables, 0 when the state has none */
-	int memo;         /* stack index of the set of tables that need enc_object_dedup (or nil) */
-	int has_memo;
+	int amt_loaded, rmt_loaded; /* SLOT_AMT / SLOT_RMT hold the metatables */
+	int has_memo;     /* SLOT_MEMO holds a table */
 	unsigned nodes;
 	char *buf;        /* the output: realloc'd, its capacity charged to b */
 	size_t len, cap, max;
@@ -557,22 +556,45 @@ static inline uint64_t special8(uint64_t w)
 	return (w | ((w - ONES * 0x20) & ~w) | ((q - ONES) & ~q) | ((bs - ONES) & ~bs)) & HIGHS;
 }
 
-/* Writes s as a JSON string: '"', '\\' and control characters escaped (\n \r \t \b \f, others
- * \u00XX), everything else verbatim. Checks UTF-8 on the way: strict mode fails at the first
- * invalid byte, lenient mode writes U+FFFD for each maximal invalid subsequence. Works through
- * long strings in chunks, polling the budget after each. Returns 1 when something was replaced. */
-static int put_string(enc *e, const char *str, size_t n, const seg *path, int is_key)
+/* Byte classes in strings: 0 copied as is, 1 escaped, 2 starts a UTF-8 sequence (or is invalid). */
+static const unsigned char byte_class[256] = {
+	1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1,
+	1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1,
+	0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+	0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+	0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+	0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1, 0, 0, 0,
+	0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+	0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+	2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2,
+	2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2,
+	2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2,
+	2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2,
+	2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2,
+	2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2,
+	2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2,
+	2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2,
+};
+
+/* Writes lead (unless 0), then s as a JSON string, then ':' when it is an object key. '"', '\\'
+ * and control characters are escaped (\n \r \t \b \f, others \u00XX), everything else is copied
+ * (8 bytes at a time over plain ASCII). UTF-8 is checked on the way: strict mode fails at the
+ * first invalid byte, lenient mode writes U+FFFD for each maximal invalid subsequence. Long
+ * strings go in chunks with a budget poll after each. Returns 1 when something was replaced. */
+static int put_string(enc *e, char lead, const char *str, size_t n, const seg *path, int is_key)
 {
 	static const char hex[] = "0123456789ABCDEF";
 	const unsigned char *s = (const unsigned char *)str;
-	size_t i = 0, bad;
+	size_t i = 0, bad, end = n > STR_CHUNK ? STR_CHUNK : n;
 	int replaced = 0;
 	if (e->max - e->len < 2 || n > e->max - e->len - 2)
 		enc_too_big(e);
-	out_byte(e, '"');
-	while (i < n) {
-		size_t end = n - i > STR_CHUNK ? i + STR_CHUNK : n;
-		char *o = out_reserve(e, (end - i) * 6 + 8);
+	/* room for the chunk at 6 bytes per input byte (\u00XX), lead, quotes and ':' */
+	char *o = out_reserve(e, end * 6 + 4);
+	if (lead)
+		*o++ = lead;
+	*o++ = '"';
+	for (;;) {
 		while (i < end) {
 			while (end - i >= 8) {
 				uint64_t w;
@@ -583,16 +605,15 @@ static int put_string(enc *e, const char *str, size_t n, const seg *path, int is
 				o += 8;
 				i += 8;
 			}
+			while (i < end && byte_class[s[i]] == 0)
+				*o++ = (char)s[i++];
 			if (i >= end)
 				break;
 			unsigned c = s[i];
-			if (c < 0x80) {
-				i++;
-				if (c >= 0x20 && c != '"' && c != '\\') {
-					*o++ = (char)c;
-					continue;
-				}
+			switch (byte_class[c]) {
+			case 1:
 				*o++ = '\\';
+				i++;
 				switch (c) {
 				case '"': *o++ = '"'; break;
 				case '\\': *o++ = '\\'; break;
@@ -609,9 +630,11 @@ static int put_string(enc *e, const char *str, size_t n, const seg *path, int is
 					break;
 				}
 				continue;
+			default:
+				break;
 			}
 			size_t k = utf8_seq(s + i, n - i, &bad);
-			if (k) {
+			if (k) { /* may end past the chunk: at most 4 bytes out for 1..4 in */
 				memcpy(o, s + i, k);
 				o += k;
 				i += k;
@@ -625,11 +648,17 @@ static int put_string(enc *e, const char *str, size_t n, const seg *path, int is
 			i += bad;
 			replaced = 1;
 		}
+		if (i >= n)
+			break;
 		out_commit(e, (size_t)(o - (e->buf + e->len)));
-		if (n > STR_CHUNK)
-			enc_poll(e);
+		enc_poll(e);
+		end = n - i > STR_CHUNK ? i + STR_CHUNK : n;
+		o = out_reserve(e, (end - i) * 6 + 4);
 	}
-	out_byte(e, '"');
+	*o++ = '"';
+	if (is_key)
+		*o++ = ':';
+	out_commit(e, (size_t)(o - (e->buf + e->len)));
 	return replaced;
 }
 
@@ -675,22 +704,29 @@ static size_t num_key(lua_State *L, int idx, char *buf, size_t cap)
 	return (size_t)snprintf(buf, cap, "%.*g", real_precision(d), d);
 }
 
-/* Is the table at idx a JSON array? Sets *n to its length. */
+/* Stack slots set up by enc_protected: the array and raw metatables (fetched from the registry
+ * on first need; nil when the state has none) and the memo set of enc_object_dedup tables. */
+#define SLOT_AMT 3
+#define SLOT_RMT 4
+#define SLOT_MEMO 5
+
+static int slot_mt(enc *e, int slot, const char *key, int *loaded)
+{
+	if (!*loaded) {
+		lua_rawgetp(e->L, LUA_REGISTRYINDEX, key);
+		lua_replace(e->L, slot);
+		*loaded = 1;
+	}
+	return slot;
+}
+
+/* Does the table at idx (with no array metatable) have exactly the keys 1..n? Sets *n. */
 static int enc_classify(enc *e, int idx, lua_Integer *n)
 {
 	lua_State *L = e->L;
-	if (lua_getmetatable(L, idx)) {
-		int marked = e->amt && lua_rawequal(L, -1, e->amt);
-		lua_pop(L, 1);
-		if (marked) {
-			*n = (lua_Integer)lua_rawlen(L, idx);
-			return 1;
-		}
-	}
-	/* an array has exactly the keys 1..n; stop at the first key that rules it out */
 	lua_Integer count = 0, maxk = 0;
 	lua_pushnil(L);
-	while (lua_next(L, idx)) {
+	while (lua_next(L, idx)) { /* stop at the first key that rules it out */
 		lua_pop(L, 1);
 		count++;
 		lua_Integer k = lua_isinteger(L, -1) ? lua_tointeger(L, -1) : 0;
@@ -758,33 +794,39 @@ static void push_key_text(enc *e, int idx)
 	luaL_pushresult(&B);
 }
 
-/* Writes an object key: the string key of s (escaped and checked like any string), or the
- * decimal text num of a number key (plain ASCII, nothing to escape). */
-static void put_key(enc *e, const seg *s, const char *num, size_t nlen)
+/* Writes lead (unless 0) and an object key with its ':': the string key of s (escaped and
+ * checked like any string), or the decimal text num of a number key (nothing to escape). Returns
+ * 1 when a lenient string key had invalid UTF-8 replaced. */
+static int put_key(enc *e, char lead, const seg *s, const char *num, size_t nlen)
 {
-	if (s->key) {
-		put_string(e, s->key, s->klen, s, 1);
-		return;
-	}
-	char *o = out_reserve(e, nlen + 2);
-	o[0] = '"';
-	memcpy(o + 1, num, nlen);
-	o[nlen + 1] = '"';
-	out_commit(e, nlen + 2);
+	if (s->key)
+		return put_string(e, lead, s->key, s->klen, s, 1);
+	char *o = out_reserve(e, nlen + 4), *p = o;
+	if (lead)
+		*p++ = lead;
+	*p++ = '"';
+	memcpy(p, num, nlen);
+	p += nlen;
+	*p++ = '"';
+	*p++ = ':';
+	out_commit(e, (size_t)(p - o));
+	return 0;
 }
 
 /* The object at idx when two of its keys have the same JSON text ({[1] = 'a', ['1'] = 'b'}, or
  * two invalid keys that both become "\uFFFD" in lenient mode). A JSON object cannot repeat a key,
  * so - as a jansson object built in table order did - each text appears once, at the place of
- * its first key, with the value of its last. Builds text -> value and first-seen key lists as Lua
- * tables, so this path costs memory (charged like any Lua allocation); it is only taken for such
- * tables. Keys of other types are kept in the order list so strict mode reports them in place. */
+ * its first key, with the value of its last key (whose path errors name). Builds text -> last key
+ * and first keys in order as Lua tables, so this path costs memory (charged like any Lua
+ * allocation); only such tables take it. Keys of other types stay in the order list so strict
+ * mode reports them in place. Values that a later key shadows are never written, so strict mode
+ * does not report their errors. */
 static void enc_object_dedup(enc *e, int idx, const seg *path, int depth)
 {
 	lua_State *L = e->L;
 	seg s = {path, NULL, 0, NULL, 0};
-	char num[48];
-	size_t nlen = 0;
+	char num[48], num1[48];
+	size_t nlen = 0, n1len = 0;
 	lua_Integer n = 0;
 	luaL_checkstack(L, 12, "JSON nesting");
 	lua_newtable(L);
@@ -794,76 +836,91 @@ static void enc_object_dedup(enc *e, int idx, const seg *path, int depth)
 	lua_pushnil(L);
 	while (lua_next(L, idx)) { /* k v */
 		enc_tick(e);
-		int kt = lua_type(L, -2);
+		lua_pop(L, 1);
+		int kt = lua_type(L, -1);
 		if (kt == LUA_TSTRING || kt == LUA_TNUMBER) {
-			push_key_text(e, -2); /* k v T */
+			push_key_text(e, -1); /* k T */
 			lua_pushvalue(L, -1);
 			if (lua_rawget(L, map) == LUA_TNIL) {
-				lua_pushvalue(L, -4);
+				lua_pushvalue(L, -3);
 				lua_rawseti(L, ord, ++n);
 			}
 			lua_pop(L, 1);
 			lua_pushvalue(L, -2);
-			lua_rawset(L, map); /* map[T] = v */
+			lua_rawset(L, map); /* map[T] = k */
 		} else if (!e->lenient) {
-			lua_pushvalue(L, -2);
+			lua_pushvalue(L, -1);
 			lua_rawseti(L, ord, ++n);
 		}
-		lua_pop(L, 1);
 	}
 	out_byte(e, '{');
 	for (lua_Integer i = 1; i <= n; i++) {
-		int kt = lua_rawgeti(L, ord, i); /* K */
+		seg first = {path, NULL, 0, NULL, 0};
+		int kt = lua_rawgeti(L, ord, i); /* K1 */
 		if (kt == LUA_TSTRING) {
-			s.key = lua_tolstring(L, -1, &s.klen);
-			s.num = NULL;
+			first.key = lua_tolstring(L, -1, &first.klen);
 		} else if (kt == LUA_TNUMBER) {
-			nlen = num_key(L, -1, num, sizeof num);
-			s.key = NULL, s.klen = 0, s.num = num;
+			n1len = num_key(L, -1, num1, sizeof num1);
+			first.num = num1;
 		} else {
 			enc_fail(e, path, "cannot encode a table key of type %s", lua_typename(L, kt));
 		}
-		if (i > 1)
-			out_byte(e, ',');
-		put_key(e, &s, num, nlen);
-		out_byte(e, ':');
 		push_key_text(e, -1);
-		lua_rawget(L, map); /* K v */
+		lua_rawget(L, map); /* K1 K2: the last key with this text */
+		if (lua_type(L, -1) == LUA_TSTRING) {
+			s.key = lua_tolstring(L, -1, &s.klen);
+			s.num = NULL;
+		} else {
+			nlen = num_key(L, -1, num, sizeof num);
+			s.key = NULL, s.klen = 0, s.num = num;
+		}
+		put_key(e, i > 1 ? ',' : 0, &first, num1, n1len);
+		lua_pushvalue(L, -1);
+		lua_rawget(L, idx); /* K1 K2 v */
 		enc_value(e, lua_gettop(L), &s, depth);
-		lua_pop(L, 2);
+		lua_pop(L, 3);
 	}
+	(void)nlen;
 	out_byte(e, '}');
 	lua_pop(L, 2);
 }
 
-static int memo_has(enc *e, int idx)
+/* The memo: tables whose text was dropped once in this call (enc_table, enc_object), so they go
+ * the slow way at once wherever else they appear. Without it a DAG of such tables would be
+ * rewritten an exponential number of times; with it each table is dropped at most once, and a
+ * value nested inside d such tables is written at most d + 1 times. Only tables built in Lua can
+ * trigger a drop (decoded JSON never does), and the budget bounds the time it costs. */
+enum { MEMO_NONE, MEMO_CLASSIFY, MEMO_DEDUP };
+
+static int memo_get(enc *e, int idx)
 {
 	lua_pushvalue(e->L, idx);
-	int t = lua_rawget(e->L, e->memo);
+	lua_rawget(e->L, SLOT_MEMO);
+	int m = (int)lua_tointeger(e->L, -1);
 	lua_pop(e->L, 1);
-	return t != LUA_TNIL;
+	return m;
 }
 
-static void memo_add(enc *e, int idx)
+static void memo_set(enc *e, int idx, int m)
 {
 	lua_State *L = e->L;
 	if (!e->has_memo) {
 		lua_newtable(L);
-		lua_replace(L, e->memo);
+		lua_replace(L, SLOT_MEMO);
 		e->has_memo = 1;
 	}
 	lua_pushvalue(L, idx);
-	lua_pushboolean(L, 1);
-	lua_rawset(L, e->memo);
+	lua_pushinteger(L, m);
+	lua_rawset(L, SLOT_MEMO);
 }
 
-/* Writes the object at idx in table order. Keys with the same text are rare and need
+/* Writes the object at idx in table order; when primed, its first key and value are already on
+ * the stack (enc_table looked at them). Keys with the same text are rare and need
  * enc_object_dedup: a number key whose decimal form is also a string key of the table is found
  * by a raw lookup, a lenient key that needed U+FFFD may equal another such key. Then the text
- * written so far for this object is dropped, the table is remembered (so it takes the dedup
- * path at once wherever else it appears: a value is never written more than twice), and the
- * object is written again by enc_object_dedup. */
-static void enc_object(enc *e, int idx, const seg *path, int depth)
+ * written so far for this object is dropped, the table goes in the memo, and the object is
+ * written again by enc_object_dedup. */
+static void enc_object(enc *e, int idx, const seg *path, int depth, int primed)
 {
 	lua_State *L = e->L;
 	size_t start = e->len;
@@ -871,19 +928,22 @@ static void enc_object(enc *e, int idx, const seg *path, int depth)
 	size_t nlen = 0;
 	seg s = {path, NULL, 0, NULL, 0};
 	int first = 1;
-	if (e->has_memo && memo_has(e, idx)) {
-		enc_object_dedup(e, idx, path, depth);
-		return;
-	}
 	out_byte(e, '{');
-	lua_pushnil(L);
-	while (lua_next(L, idx)) { /* k v */
-		int kt = lua_type(L, -2);
+	if (!primed) {
+		lua_pushnil(L);
+		if (!lua_next(L, idx)) {
+			out_byte(e, '}');
+			return;
+		}
+	}
+	int v = lua_gettop(L), k = v - 1;
+	do {
+		int kt = lua_type(L, k);
 		if (kt == LUA_TSTRING) {
-			s.key = lua_tolstring(L, -2, &s.klen);
+			s.key = lua_tolstring(L, k, &s.klen);
 			s.num = NULL;
 		} else if (kt == LUA_TNUMBER) {
-			nlen = num_key(L, -2, num, sizeof num);
+			nlen = num_key(L, k, num, sizeof num);
 			s.key = NULL, s.klen = 0, s.num = num;
 			lua_pushlstring(L, num, nlen);
 			int clash = lua_rawget(L, idx) != LUA_TNIL;
@@ -897,41 +957,92 @@ static void enc_object(enc *e, int idx, const seg *path, int depth)
 			enc_tick(e);
 			continue;
 		}
-		if (!first)
-			out_byte(e, ',');
+		if (put_key(e, first ? 0 : ',', &s, num, nlen))
+			goto dedup;
 		first = 0;
-		if (s.key) {
-			if (put_string(e, s.key, s.klen, &s, 1))
-				goto dedup;
-		} else {
-			put_key(e, &s, num, nlen);
-		}
-		out_byte(e, ':');
-		enc_value(e, lua_gettop(L), &s, depth);
+		enc_value(e, v, &s, depth);
 		lua_pop(L, 1);
-	}
+	} while (lua_next(L, idx));
 	out_byte(e, '}');
 	return;
 dedup:
 	lua_pop(L, 2);
 	e->len = start;
-	memo_add(e, idx);
+	memo_set(e, idx, MEMO_DEDUP);
 	enc_object_dedup(e, idx, path, depth);
 }
 
+/* Arrays: tables with the array metatable (keys 1..rawlen, holes as null), or whose keys are
+ * exactly 1..n (n > 0); everything else is an object. One traversal usually decides: a first key
+ * that is not a positive integer makes an object, and keys 1, 2, ... n in traversal order (a
+ * table whose array part holds all its keys) are written as array items as they come. Only a
+ * table that starts 1, 2, ... and then goes astray (a mixed table, or integer keys stored in the
+ * hash part) has its text so far dropped, goes in the memo, and is classified by counting its
+ * keys (enc_classify). */
 static void enc_table(enc *e, int idx, const seg *path, int depth)
 {
+	lua_State *L = e->L;
 	lua_Integer n;
 	if (depth >= e->lim->max_depth) {
 		depth_message(e->err, e->errlen, e->lim->max_depth, 1);
 		enc_throw(e);
 	}
-	if (!lua_checkstack(e->L, 8))
+	if (!lua_checkstack(L, 8))
 		enc_oom(e);
+	depth++;
+	if (lua_getmetatable(L, idx)) {
+		int marked = lua_rawequal(L, -1, slot_mt(e, SLOT_AMT, &array_mt_key, &e->amt_loaded));
+		lua_pop(L, 1);
+		if (marked) {
+			enc_array(e, idx, (lua_Integer)lua_rawlen(L, idx), path, depth);
+			return;
+		}
+	}
+	int memo = e->has_memo ? memo_get(e, idx) : MEMO_NONE;
+	if (memo == MEMO_DEDUP) {
+		enc_object_dedup(e, idx, path, depth);
+		return;
+	}
+	if (memo == MEMO_CLASSIFY)
+		goto classify;
+	lua_pushnil(L);
+	if (!lua_next(L, idx)) {
+		out_mem(e, "{}", 2);
+		return;
+	}
+	if (!lua_isinteger(L, -2) || lua_tointeger(L, -2) < 1) {
+		enc_object(e, idx, path, depth, 1);
+		return;
+	}
+	if (lua_tointeger(L, -2) != 1) {
+		lua_pop(L, 2);
+		goto classify;
+	}
+	size_t start = e->len;
+	seg s = {path, NULL, 0, NULL, 0};
+	int v = lua_gettop(L);
+	out_byte(e, '[');
+	for (lua_Integer i = 1;; i++) {
+		s.idx = i;
+		enc_value(e, v, &s, depth);
+		lua_pop(L, 1);
+		if (!lua_next(L, idx))
+			break;
+		if (!lua_isinteger(L, -2) || lua_tointeger(L, -2) != i + 1) {
+			lua_pop(L, 2);
+			e->len = start;
+			memo_set(e, idx, MEMO_CLASSIFY);
+			goto classify;
+		}
+		out_byte(e, ',');
+	}
+	out_byte(e, ']');
+	return;
+classify:
 	if (enc_classify(e, idx, &n))
-		enc_array(e, idx, n, path, depth + 1);
+		enc_array(e, idx, n, path, depth);
 	else
-		enc_object(e, idx, path, depth + 1);
+		enc_object(e, idx, path, depth, 0);
 }
 
 static void enc_unencodable(enc *e, int type, const seg *path)
@@ -965,7 +1076,7 @@ static void enc_value(enc *e, int idx, const seg *path, int depth)
 	case LUA_TSTRING: {
 		size_t n;
 		const char *s = lua_tolstring(L, idx, &n);
-		put_string(e, s, n, path, 0);
+		put_string(e, 0, s, n, path, 0);
 		return;
 	}
 	case LUA_TTABLE:
@@ -978,8 +1089,8 @@ static void enc_value(enc *e, int idx, const seg *path, int depth)
 		}
 		break;
 	case LUA_TUSERDATA:
-		if (e->rmt && lua_getmetatable(L, idx)) {
-			int raw = lua_rawequal(L, -1, e->rmt);
+		if (lua_getmetatable(L, idx)) {
+			int raw = lua_rawequal(L, -1, slot_mt(e, SLOT_RMT, &raw_mt_key, &e->rmt_loaded));
 			lua_pop(L, 1);
 			if (raw) {
 				put_raw(e, lua_touserdata(L, idx), lua_rawlen(L, idx));
@@ -998,12 +1109,7 @@ static void enc_value(enc *e, int idx, const seg *path, int depth)
 static int enc_protected(lua_State *L)
 {
 	enc *e = lua_touserdata(L, 1);
-	if (lua_rawgetp(L, LUA_REGISTRYINDEX, &array_mt_key) == LUA_TTABLE) /* 3 */
-		e->amt = 3;
-	if (lua_rawgetp(L, LUA_REGISTRYINDEX, &raw_mt_key) == LUA_TTABLE) /* 4 */
-		e->rmt = 4;
-	lua_pushnil(L); /* 5: memo */
-	e->memo = 5;
+	lua_settop(L, SLOT_MEMO); /* nil slots, see SLOT_AMT */
 	enc_value(e, 2, NULL, 0);
 	*out_reserve(e, 1) = '\0';
 	if (!e->push)
@@ -1064,7 +1170,7 @@ char *mb_json_encode(lua_State *L, int idx, const mb_json_limits *lim, int flags
 		     char *err, size_t errlen)
 {
 	mb_json_limits l = norm_limits(lim);
-	enc e = {L, pick_budget(L), &l, (flags & MB_JSON_LENIENT) != 0, 0, 0, 0, 0, 0, 0,
+	enc e = {L, pick_budget(L), &l, (flags & MB_JSON_LENIENT) != 0, 0, 0, 0, 0, 0,
 		 NULL, 0, 0, l.max_output_bytes, 0, err, errlen};
 	*len = 0;
 	if (enc_run(&e, idx) != 0)
@@ -1422,7 +1528,7 @@ static int l_encode(lua_State *L)
 	char err[256];
 	lua_settop(L, 1);
 	/* the text is pushed inside the encoder's lua_pcall, so a memory error cannot leak it */
-	enc e = {L, pick_budget(L), lim, 0, 1, 0, 0, 0, 0, 0, NULL, 0, 0, lim->max_output_bytes, 0,
+	enc e = {L, pick_budget(L), lim, 0, 1, 0, 0, 0, 0, NULL, 0, 0, lim->max_output_bytes, 0,
 		 err, sizeof err};
 	if (enc_run(&e, 1) != 0)
 		return raise_err(L, "json.encode", err);

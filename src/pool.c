@@ -1,10 +1,12 @@
 /* pool.c - worker threads, the execution queue, and supervision of the wall-clock limit.
  *
  * Shape: one mutex guards the job queue, the event queue and worker bookkeeping. Workers wait on
- * a condition variable for jobs. Everything a worker reports (start, notification, done) becomes
- * an event appended to one FIFO and announced with uv_async_send; the loop thread drains the FIFO
- * and calls the callbacks in order. Every job has a uv_timer on the loop thread, armed when the
- * worker reports the start: at the deadline it signals the worker thread (MB_SANDBOX_SIGNAL, so
+ * a condition variable for jobs, and while idle build the sandbox state for their next job
+ * (mb_sandbox_prepare), so a request finds its environment ready. Everything a worker reports
+ * (notifications, done) becomes an event appended to one FIFO and announced with uv_async_send;
+ * the loop thread drains the FIFO and calls the callbacks in order. Every job has a uv_timer on
+ * the loop thread, armed at submit; the worker writes the job's deadline when the code starts and
+ * the timer re-arms itself until that deadline: then it signals the worker thread (MB_SANDBOX_SIGNAL, so
  * the count hook fires on the next instruction), and timeout_grace_ms later, if the job is still
  * running, it answers the job with a timeout and abandons the worker: the thread is replaced and
  * exits once its current C call returns. Jobs are freed only on the loop thread.
@@ -23,7 +25,7 @@
 #include "sandbox_int.h"
 
 typedef enum { JOB_QUEUED, JOB_RUNNING, JOB_DONE, JOB_ABANDONED } job_state;
-typedef enum { EV_START, EV_NOTIFY, EV_DONE } event_type;
+typedef enum { EV_NOTIFY, EV_DONE } event_type;
 
 typedef struct mb_worker mb_worker;
 typedef struct mb_job mb_job;
@@ -38,7 +40,8 @@ struct mb_job {
 	job_state state;       /* guarded by pool->mu */
 	mb_worker *worker;     /* guarded by pool->mu */
 	uv_timer_t timer;      /* loop thread only */
-	int timer_stage;       /* 0 idle, 1 waiting for deadline, 2 waiting for grace */
+	int timer_stage;       /* 1 waiting for the deadline, 2 waiting for the grace period */
+	_Atomic uint64_t started_ns; /* the deadline, written by the worker when the code starts */
 	int answered;          /* on_done already called (abandoned) */
 	mb_job *next;          /* queue link, or pending-list link */
 	mb_job *pending_next, *pending_prev;
@@ -160,6 +163,9 @@ static void worker_main(void *arg)
 	mb_worker *w = arg;
 	mb_pool *p = w->pool;
 	mb_sandbox_thread_init();
+	/* The next execution's state is built while the thread would otherwise wait, so a request
+	 * finds its libraries and environment ready. */
+	mb_sandbox *next = mb_sandbox_prepare(p->cfg);
 	for (;;) {
 		uv_mutex_lock(&p->mu);
 		while (!p->q_head && !p->stopping && !w->abandoned)
@@ -171,6 +177,7 @@ static void worker_main(void *arg)
 			p->live_workers--;
 			uv_mutex_unlock(&p->mu);
 			uv_async_send(&p->async);
+			mb_sandbox_discard(next);
 			mb_arena_free_thread();
 			return;
 		}
@@ -189,7 +196,7 @@ static void worker_main(void *arg)
 
 		/* The limit clock starts when the code starts, not when it was queued. */
 		j->budget.deadline_ns = mb_now_ns() + j->budget.timeout_ms * 1000000ull;
-		post_simple(p, j, EV_START);
+		atomic_store(&j->started_ns, j->budget.deadline_ns); /* read by the loop's timer */
 		if (atomic_load(&j->budget.cancel)) {
 			mb_budget_trip(&j->budget, MB_STOP_CANCELLED);
 			char msg[160];
@@ -198,7 +205,9 @@ static void worker_main(void *arg)
 			j->res.error_type = "cancelled";
 			j->res.output = strdup("");
 		} else {
-			mb_sandbox_run(&j->req, &j->budget, &j->res);
+			mb_sandbox_run_prepared(next ? next : mb_sandbox_prepare(p->cfg), &j->req,
+						&j->budget, &j->res);
+			next = NULL;
 		}
 
 		uv_mutex_lock(&p->mu);
@@ -209,6 +218,8 @@ static void worker_main(void *arg)
 		}
 		uv_mutex_unlock(&p->mu);
 		post_simple(p, j, EV_DONE);
+		if (!next)
+			next = mb_sandbox_prepare(p->cfg);
 	}
 }
 
@@ -252,6 +263,13 @@ static void on_timer(uv_timer_t *t)
 	int running = j->state == JOB_RUNNING;
 	mb_worker *w = j->worker;
 	if (running && j->timer_stage == 1) {
+		/* The timer was armed at submit; the deadline counts from the start of the code. */
+		uint64_t dl = atomic_load(&j->started_ns), now = mb_now_ns();
+		if (dl == 0 || dl > now) { /* 0: picked up a moment ago, deadline not written yet */
+			uv_mutex_unlock(&p->mu);
+			uv_timer_start(t, on_timer, dl ? (dl - now + 999999) / 1000000 : j->budget.timeout_ms, 0);
+			return;
+		}
 		/* Deadline: make the hook fire on the next instruction. */
 		pthread_kill((pthread_t)w->tid, MB_SANDBOX_SIGNAL);
 		uv_mutex_unlock(&p->mu);
@@ -283,6 +301,12 @@ static void on_timer(uv_timer_t *t)
 			mb_log(MB_LOG_ERROR, "pool: could not start a replacement worker");
 		return;
 	}
+	if (j->state == JOB_QUEUED) {
+		/* still waiting for a worker: look again one timeout from now */
+		uv_mutex_unlock(&p->mu);
+		uv_timer_start(t, on_timer, j->budget.timeout_ms, 0);
+		return;
+	}
 	uv_mutex_unlock(&p->mu);
 }
 
@@ -297,14 +321,6 @@ static void drain(uv_async_t *a)
 		event *next = e->next;
 		mb_job *j = e->job;
 		switch (e->type) {
-		case EV_START: {
-			uint64_t now = mb_now_ns();
-			uint64_t dl = j->budget.deadline_ns;
-			uint64_t ms = dl > now ? (dl - now + 999999) / 1000000 : 0;
-			j->timer_stage = 1;
-			uv_timer_start(&j->timer, on_timer, ms, 0);
-			break;
-		}
 		case EV_NOTIFY:
 			if (!j->answered && p->cb.on_notify)
 				p->cb.on_notify(p->cb.ud, j->id, e->kind, e->level, e->data, e->len);
@@ -411,6 +427,8 @@ int mb_pool_submit(mb_pool *p, const mb_exec_request *req, uint64_t *id_out, cha
 	j->budget.timeout_ms = req->timeout_ms;
 	uv_timer_init(p->loop, &j->timer);
 	j->timer.data = j;
+	j->timer_stage = 1;
+	uv_timer_start(&j->timer, on_timer, req->timeout_ms, 0);
 	j->pending_next = p->pending;
 	if (p->pending)
 		p->pending->pending_prev = j;

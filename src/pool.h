@@ -1,7 +1,7 @@
 /* pool.h - where executions run: a fixed set of worker threads fed from a bounded queue.
  *
- * The loop thread submits jobs; a worker thread runs each in a fresh sandbox; progress events
- * (start, notifications, completion) come back to the loop thread through one ordered queue and
+ * The loop thread submits jobs; a worker thread runs each in a fresh sandbox (built ahead while
+ * the worker is idle); events (notifications, completion) come back to the loop thread through one ordered queue and
  * a uv_async handle, so callbacks always run on the loop thread, in order, notifications of a job
  * before its completion. The pool also supervises the wall-clock limit from outside the worker:
  * at the deadline it signals the worker (the hook then fires on the next instruction), and at

@@ -24,6 +24,7 @@
 #include <string.h>
 
 #include "embedded.h"
+#include "log.h"
 #include "json.h"
 #include "sandbox_int.h"
 #include "arena.h"
@@ -327,10 +328,9 @@ static int prelude_stub(lua_State *L)
 	return lua_gettop(L);
 }
 
-/* Runs inside lua_pcall: libraries, the restricted environment, prelude, context variables. */
+/* Runs inside lua_pcall while preparing: libraries, the restricted environment, prelude stubs. */
 static int sb_setup(lua_State *L)
 {
-	mb_sandbox_ctx *c = lua_touserdata(L, 1);
 	if (mb_sandbox_env_open(L) != 0)
 		return luaL_error(L, "sandbox: environment setup failed");
 	lua_pushglobaltable(L);
@@ -343,26 +343,31 @@ static int sb_setup(lua_State *L)
 		}
 	}
 	lua_pop(L, 1);
-	if (c->req->context_json && c->req->context_len) {
-		char err[256];
-		if (mb_json_decode(L, c->req->context_json, c->req->context_len, json_limits(c), err,
-				   sizeof err) != 0)
-			return luaL_error(L, "context_vars: %s", err);
-		if (!lua_istable(L, -1))
-			return luaL_error(L, "context_vars must be an object");
-		lua_pushglobaltable(L);
-		lua_pushnil(L);
-		while (lua_next(L, -3)) {
-			if (lua_type(L, -2) == LUA_TSTRING) {
-				lua_pushvalue(L, -2);
-				lua_insert(L, -2);
-				lua_rawset(L, -4);
-			} else {
-				lua_pop(L, 1);
-			}
+	return 0;
+}
+
+/* Runs inside lua_pcall when the execution starts: context_vars become globals. */
+static int sb_context(lua_State *L)
+{
+	mb_sandbox_ctx *c = lua_touserdata(L, 1);
+	char err[256];
+	if (mb_json_decode(L, c->req->context_json, c->req->context_len, json_limits(c), err,
+			   sizeof err) != 0)
+		return luaL_error(L, "context_vars: %s", err);
+	if (!lua_istable(L, -1))
+		return luaL_error(L, "context_vars must be an object");
+	lua_pushglobaltable(L);
+	lua_pushnil(L);
+	while (lua_next(L, -3)) {
+		if (lua_type(L, -2) == LUA_TSTRING) {
+			lua_pushvalue(L, -2);
+			lua_insert(L, -2);
+			lua_rawset(L, -4);
+		} else {
+			lua_pop(L, 1);
 		}
-		lua_pop(L, 2);
 	}
+	lua_pop(L, 2);
 	return 0;
 }
 
@@ -469,63 +474,132 @@ static void capture_result(lua_State *L, mb_sandbox_ctx *c, int base, mb_exec_re
 	res->success = 1;
 }
 
-int mb_sandbox_run(const mb_exec_request *req, mb_budget *b, mb_exec_result *res)
+struct mb_sandbox {
+	lua_State *L;
+	mb_arena_ud aud;      /* the allocator's view: arena and the budget it charges */
+	mb_budget prep;       /* charged while preparing; moved onto the execution's budget */
+	mb_sandbox_ctx c;     /* the registry points here, so it lives on the heap */
+	int msgh;             /* stack index of the message handler */
+	int setup_failed;
+};
+
+static void ctx_free(mb_sandbox_ctx *c)
+{
+	free(c->traceback);
+	free(c->head);
+	free(c->tail);
+}
+
+mb_sandbox *mb_sandbox_prepare(const mb_config *cfg)
+{
+	mb_sandbox *sb = calloc(1, sizeof *sb);
+	if (!sb)
+		return NULL;
+	mb_sandbox_ctx *c = &sb->c;
+	c->cfg = cfg;
+	c->b = &sb->prep;
+	c->json_lim.max_depth = (int)cfg->json_max_depth;
+	c->json_lim.max_output_bytes = 0; /* bounded by the memory cap; the result is checked */
+	c->json_lim.max_input_bytes = (size_t)cfg->max_message_bytes;
+	c->json_lim.input_limit_name = "max_message_bytes";
+	c->head_cap = (size_t)cfg->max_output_bytes / 2;
+	c->tail_cap = (size_t)cfg->max_output_bytes - c->head_cap;
+	c->head = malloc(c->head_cap);
+	c->tail = malloc(c->tail_cap);
+	/* Preparation may use up to the largest cap a call can ask for; the execution's own cap is
+	 * applied when it starts (the environment then counts against it). */
+	mb_budget_init(&sb->prep, (size_t)cfg->max_memory_mb << 20, 0, 0);
+	sb->aud.a = mb_arena_thread();
+	sb->aud.b = &sb->prep;
+	lua_State *L = c->head && c->tail ? lua_newstate(mb_arena_lua_alloc, &sb->aud) : NULL;
+	if (!L) {
+		ctx_free(c);
+		free(sb);
+		return NULL;
+	}
+	sb->L = L;
+	*(mb_budget **)lua_getextraspace(L) = &sb->prep;
+	lua_setwarnf(L, NULL, NULL);
+	mb_sandbox_sethook(L);
+	lua_pushlightuserdata(L, c);
+	lua_rawsetp(L, LUA_REGISTRYINDEX, &ctx_key);
+	lua_pushcfunction(L, sb_msgh);
+	sb->msgh = lua_gettop(L);
+	lua_pushcfunction(L, sb_setup);
+	mb_budget_set_current(&sb->prep);
+	/* Nothing made during setup is garbage: collecting while building the environment is
+	 * wasted work. The memory cap still applies. */
+	lua_gc(L, LUA_GCSTOP);
+	int status = lua_pcall(L, 0, 0, 0);
+	lua_gc(L, LUA_GCRESTART);
+	mb_budget_set_current(NULL);
+	if (status != LUA_OK) {
+		mb_log(MB_LOG_ERROR, "sandbox: preparing a state failed: %s",
+		       lua_type(L, -1) == LUA_TSTRING ? lua_tostring(L, -1) : "(error object)");
+		sb->setup_failed = 1;
+	}
+	lua_settop(L, sb->msgh);
+	return sb;
+}
+
+static void close_state(mb_sandbox *sb)
+{
+	if (sb->L) {
+		lua_close(sb->L);
+		mb_arena_trim(sb->aud.a);
+	}
+	ctx_free(&sb->c);
+	free(sb);
+}
+
+void mb_sandbox_discard(mb_sandbox *sb)
+{
+	if (!sb)
+		return;
+	/* the state may still be charged to the prep budget only */
+	sb->aud.b = &sb->prep;
+	close_state(sb);
+}
+
+int mb_sandbox_run_prepared(mb_sandbox *sb, const mb_exec_request *req, mb_budget *b,
+			    mb_exec_result *res)
 {
 	memset(res, 0, sizeof *res);
 	uint64_t t0 = mb_now_ns();
 	const mb_config *cfg = req->cfg;
-	mb_sandbox_ctx c;
-	memset(&c, 0, sizeof c);
-	c.req = req;
-	c.b = b;
-	c.json_lim.max_depth = (int)cfg->json_max_depth;
-	c.json_lim.max_output_bytes = 0; /* bounded by the memory cap; the result is checked below */
-	c.json_lim.max_input_bytes = (size_t)cfg->max_message_bytes;
-	c.json_lim.input_limit_name = "max_message_bytes";
-	c.head_cap = (size_t)cfg->max_output_bytes / 2;
-	c.tail_cap = (size_t)cfg->max_output_bytes - c.head_cap;
-	c.head = malloc(c.head_cap);
-	c.tail = malloc(c.tail_cap);
-	int rc = 0;
-	if (!c.head || !c.tail) {
+	if (!sb) {
 		set_error(res, "memory", "sandbox: out of host memory");
-		rc = -1;
-		goto done;
+		res->output = xstrdup("");
+		return -1;
 	}
+	lua_State *L = sb->L;
+	mb_sandbox_ctx *c = &sb->c;
+	int status;
+	c->req = req;
+	c->cfg = cfg;
+	c->b = b;
 
-	/* The per-thread arena charges every byte to the budget (see arena.c). */
-	mb_arena_ud aud = { mb_arena_thread(), b };
-	lua_State *L = lua_newstate(mb_arena_lua_alloc, &aud);
-	if (!L) {
-		char msg[160];
-		set_error(res, "memory", mb_budget_message(b, msg, sizeof msg));
-		rc = -1;
-		goto done;
-	}
-	*(mb_budget **)lua_getextraspace(L) = b;
-	lua_setwarnf(L, NULL, NULL);
-	mb_sandbox_sethook(L);
-	mb_budget_set_current(b);
-	running_state = L;
-
-	lua_pushlightuserdata(L, &c);
-	lua_rawsetp(L, LUA_REGISTRYINDEX, &ctx_key);
-
-	lua_pushcfunction(L, sb_msgh);
-	int msgh = lua_gettop(L);
-	lua_pushcfunction(L, sb_setup);
-	lua_pushlightuserdata(L, &c);
-	/* Nothing made during setup is garbage: collecting while building the environment is
-	 * wasted work (it was a third of the setup cost). The memory cap still applies. */
-	lua_gc(L, LUA_GCSTOP);
-	int status = lua_pcall(L, 1, 0, msgh);
-	lua_gc(L, LUA_GCRESTART);
-	if (status != LUA_OK) {
-		describe_error(L, &c, res, "runtime");
+	/* From here on every byte, including the environment already built, is the execution's. */
+	if (sb->setup_failed) {
+		set_error(res, "runtime", "sandbox: the environment could not be built (see the server log)");
 		goto finish;
 	}
-	lua_settop(L, msgh);
+	if (mb_budget_charge(b, sb->prep.mem_used) != 0)
+		goto finish; /* the cap is below what the environment needs: a memory error */
+	sb->prep.mem_used = 0;
+	sb->aud.b = b;
+	*(mb_budget **)lua_getextraspace(L) = b;
+	mb_budget_set_current(b);
+	mb_sandbox_set_running(L);
 
+	if (req->context_json && req->context_len) {
+		lua_pushcfunction(L, sb_context);
+		lua_pushlightuserdata(L, c);
+		if (lua_pcall(L, 1, 0, sb->msgh) != LUA_OK) {
+			describe_error(L, c, res, "runtime");
+			goto finish;
+		}
+	}
 	if (req->code_len > (size_t)cfg->max_code_bytes) {
 		char msg[160];
 		snprintf(msg, sizeof msg, "code is too large: %zu bytes, max_code_bytes=%lld",
@@ -535,17 +609,16 @@ int mb_sandbox_run(const mb_exec_request *req, mb_budget *b, mb_exec_result *res
 	}
 	status = luaL_loadbufferx(L, req->code, req->code_len, "=code", "t");
 	if (status != LUA_OK) {
-		describe_error(L, &c, res, status == LUA_ERRSYNTAX ? "syntax" : "runtime");
+		describe_error(L, c, res, status == LUA_ERRSYNTAX ? "syntax" : "runtime");
 		goto finish;
 	}
-	int base = msgh;
-	status = lua_pcall(L, 0, LUA_MULTRET, msgh);
+	status = lua_pcall(L, 0, LUA_MULTRET, sb->msgh);
 	if (status == LUA_OK && mb_budget_check(b) == MB_STOP_NONE) {
-		capture_result(L, &c, base, res);
+		capture_result(L, c, sb->msgh, res);
 	} else if (status != LUA_OK) {
-		describe_error(L, &c, res, "runtime");
-		res->traceback = c.traceback;
-		c.traceback = NULL;
+		describe_error(L, c, res, "runtime");
+		res->traceback = c->traceback;
+		c->traceback = NULL;
 	}
 
 finish:
@@ -559,24 +632,23 @@ finish:
 		free(res->result_json);
 		res->result_json = NULL;
 	}
-	running_state = NULL;
+	mb_sandbox_set_running(NULL);
 	res->instructions = b->instructions;
-	lua_close(L);
-	mb_arena_trim(aud.a);
+	res->output = output_join(c, &res->output_len);
+	close_state(sb); /* the allocator still charges b: the budget outlives the state */
 	mb_budget_set_current(NULL);
 	res->memory_peak_bytes = b->mem_peak;
-	res->output = output_join(&c, &res->output_len);
-
-done:
-	free(c.traceback);
-	free(c.head);
-	free(c.tail);
 	if (!res->result_json && res->success) {
 		res->result_json = xstrdup("null");
 		res->result_len = 4;
 	}
 	res->execution_time_ms = (double)(mb_now_ns() - t0) / 1e6;
-	return rc;
+	return 0;
+}
+
+int mb_sandbox_run(const mb_exec_request *req, mb_budget *b, mb_exec_result *res)
+{
+	return mb_sandbox_run_prepared(mb_sandbox_prepare(req->cfg), req, b, res);
 }
 
 void mb_exec_result_free(mb_exec_result *res)

@@ -50,7 +50,24 @@ typedef struct mb_exec_result {
 	size_t memory_peak_bytes;
 } mb_exec_result;
 
-/// Runs req under budget b (initialised by the caller with the request's limits).
+/// A fresh sandbox state built ahead of time: libraries, restricted environment, prelude stubs.
+/// Owned by the thread that prepared it; it runs exactly one execution.
+typedef struct mb_sandbox mb_sandbox;
+
+/// Builds a state on the calling thread, so that a worker can do this while idle and keep it
+/// off the request's path. @returns the state, or NULL when even that failed (out of memory)
+mb_sandbox *mb_sandbox_prepare(const mb_config *cfg);
+
+/// Runs req in a prepared state and closes it (sb is consumed, also on failure).
+/// Same contract as mb_sandbox_run.
+int mb_sandbox_run_prepared(mb_sandbox *sb, const mb_exec_request *req, mb_budget *b,
+			    mb_exec_result *res);
+
+/// Closes a prepared state that will not run (thread exit).
+void mb_sandbox_discard(mb_sandbox *sb);
+
+/// Runs req under budget b (initialised by the caller with the request's limits): prepare and
+/// run in one call.
 /// @param req  the code, globals and limits
 /// @param b    the execution budget; its cancel flag may be set from another thread
 /// @param res  filled on return; release with mb_exec_result_free

@@ -163,10 +163,10 @@ static int sb_load(lua_State *L)
 				   "allowed in the sandbox", mode);
 		return 2;
 	}
-	if (len > (size_t)c->req->cfg->max_code_bytes) {
+	if (len > (size_t)c->cfg->max_code_bytes) {
 		luaL_pushfail(L);
 		lua_pushfstring(L, "load: chunk is too large: %d bytes, max_code_bytes=%d", (int)len,
-				(int)c->req->cfg->max_code_bytes);
+				(int)c->cfg->max_code_bytes);
 		return 2;
 	}
 	int status = luaL_loadbufferx(L, s, len, name, "t");
@@ -560,9 +560,9 @@ static const char *const log_levels[] = { "debug", "info", "notice", "warning", 
 
 static void notify(lua_State *L, mb_sandbox_ctx *c, mb_notify_kind kind, int level, const char *fname)
 {
-	if (c->notifications >= (uint64_t)c->req->cfg->max_notifications)
+	if (c->notifications >= (uint64_t)c->cfg->max_notifications)
 		luaL_error(L, "%s: notification limit reached (max_notifications=%d)", fname,
-			   (int)c->req->cfg->max_notifications);
+			   (int)c->cfg->max_notifications);
 	/* the payload table is at the top of the stack */
 	char err[200];
 	size_t len;
@@ -571,10 +571,10 @@ static void notify(lua_State *L, mb_sandbox_ctx *c, mb_notify_kind kind, int lev
 		mb_budget_poll(L);
 		luaL_error(L, "%s: %s", fname, err);
 	}
-	if (len > (size_t)c->req->cfg->max_output_bytes) {
+	if (len > (size_t)c->cfg->max_output_bytes) {
 		free(j);
 		luaL_error(L, "%s: message is too large: %d bytes, max_output_bytes=%d", fname, (int)len,
-			   (int)c->req->cfg->max_output_bytes);
+			   (int)c->cfg->max_output_bytes);
 	}
 	c->notifications++;
 	if (c->req->notify)
@@ -729,11 +729,11 @@ int mb_sandbox_env_open(lua_State *L)
 	mb_json_open(L, &c->json_lim);
 	lua_setfield(L, -2, "json");
 	mb_regex_limits rl = {
-		.max_pattern_bytes = (size_t)c->req->cfg->regex_max_pattern_bytes,
-		.max_subject_bytes = (size_t)c->req->cfg->regex_max_subject_bytes,
-		.match_limit = (uint32_t)c->req->cfg->regex_match_limit,
-		.heap_limit_kb = (uint32_t)c->req->cfg->regex_heap_limit_kb,
-		.depth_limit = (uint32_t)c->req->cfg->regex_match_limit,
+		.max_pattern_bytes = (size_t)c->cfg->regex_max_pattern_bytes,
+		.max_subject_bytes = (size_t)c->cfg->regex_max_subject_bytes,
+		.match_limit = (uint32_t)c->cfg->regex_match_limit,
+		.heap_limit_kb = (uint32_t)c->cfg->regex_heap_limit_kb,
+		.depth_limit = (uint32_t)c->cfg->regex_match_limit,
 		.max_patterns = 128,
 		.parens_nest_limit = 50,
 	};

@@ -13,7 +13,8 @@
 #define MB_SANDBOX_SIGNAL (SIGRTMIN + 1)
 
 typedef struct mb_sandbox_ctx {
-	const mb_exec_request *req;
+	const mb_exec_request *req; /* NULL while the state is only prepared */
+	const mb_config *cfg;
 	mb_budget *b;
 	mb_json_limits json_lim;
 	/* output capture */

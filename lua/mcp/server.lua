@@ -214,7 +214,7 @@ local function valid_id(id)
   return type(id) == "string" or math.type(id) == "integer"
 end
 
-local function dispatch(msg)
+local function dispatch(msg, t0)
   if type(msg) ~= "table" then
     return send_error(nil, INVALID_REQUEST, "Invalid Request: a message must be a JSON object")
   end
@@ -272,7 +272,9 @@ local function dispatch(msg)
   if entry.cancelled then return end -- the client asked us not to answer
   if ok then
     if result == nil then result = {} end
-    return send_result(id, result)
+    send_result(id, result)
+    if method == "tools/call" then tools.record_request(mb.now_ms() - t0) end
+    return
   end
   if getmetatable(result) == rpc_error_mt then
     return send_error(id, result.code, result.message, result.data)
@@ -282,11 +284,12 @@ local function dispatch(msg)
 end
 
 function handle_line(line)
+  local t0 = mb.now_ms()
   local msg, err = mb.json_decode(line)
   if msg == nil then
     return send_error(nil, PARSE_ERROR, "Parse error: " .. tostring(err))
   end
-  return dispatch(msg)
+  return dispatch(msg, t0)
 end
 
 function handle_oversize(bytes)

@@ -65,8 +65,17 @@ local EXECUTE_ARGS = { code = true, context_vars = true, timeout_ms = true, memo
                        instruction_limit = true }
 
 local stats = { executions = 0, succeeded = 0, failed = 0, by_error_type = {},
-                total_ms = 0, max_ms = 0, recent = {}, recent_pos = 0 }
+                total_ms = 0, max_ms = 0, recent = {}, recent_pos = 0,
+                requests = {}, requests_pos = 0, request_max_ms = 0 }
 M.stats = stats
+
+-- Time inside the server for one tools/call: from the line being read to the response being
+-- handed to the transport (the last 1000 calls).
+function M.record_request(ms)
+  stats.requests_pos = stats.requests_pos % 1000 + 1
+  stats.requests[stats.requests_pos] = ms
+  if ms > stats.request_max_ms then stats.request_max_ms = ms end
+end
 
 local function record(res)
   stats.executions = stats.executions + 1
@@ -202,16 +211,19 @@ register({
   name = "get_execution_stats",
   title = "Execution statistics",
   description = "Counters of this moonbox server: executions by outcome, timing percentiles of the "
-    .. "last 1000 executions, the worker pool, and the configured limits.",
+    .. "last 1000 executions (execution_ms) and tools/call requests inside the server "
+    .. "(request_ms: line read to response written), the worker pool, and the configured limits.",
   inputSchema = { type = "object", additionalProperties = false },
   annotations = { title = "Execution statistics", readOnlyHint = true, openWorldHint = false },
 }, function(args)
   if next(args) ~= nil then
     return tool_error("invalid arguments: get_execution_stats takes no arguments")
   end
-  local sorted = {}
+  local sorted, req = {}, {}
   for i = 1, #stats.recent do sorted[i] = stats.recent[i] end
+  for i = 1, #stats.requests do req[i] = stats.requests[i] end
   table.sort(sorted)
+  table.sort(req)
   local by_type = {}
   for k, v in pairs(stats.by_error_type) do by_type[k] = v end
   local sc = {
@@ -223,6 +235,7 @@ register({
       mean = stats.executions > 0 and stats.total_ms / stats.executions or 0,
       p50 = percentile(sorted, 0.5), p95 = percentile(sorted, 0.95), max = stats.max_ms,
     },
+    request_ms = { p50 = percentile(req, 0.5), p95 = percentile(req, 0.95), max = stats.request_max_ms },
     pool = mb.pool_stats(),
     limits = {
       default_timeout_ms = cfg.default_timeout_ms, max_timeout_ms = cfg.max_timeout_ms,

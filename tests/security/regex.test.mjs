@@ -79,10 +79,10 @@ describe("re: size limits", { skip }, () => {
     hostile({
       code: 'return pcall(re.find, ("a"):rep(2^12):rep(2^12 + 1), "a")',
       memory_mb: 128, timeout_ms: 2000, bound: 1500,
-      expect: pcallFails(/^re: subject is 16781312 bytes, over the limit max_subject_bytes=16777216$/),
+      expect: pcallFails(/^re: subject is 16781312 bytes, over the limit max_subject_bytes=4194304$/),
     }));
   test("deeply nested parentheses are refused at compile time", () =>
     hostile({ code: 'return pcall(re.find, "x", ("("):rep(1000) .. "x" .. (")"):rep(1000))', bound: 300, expect: pcallFails(/parens_nest_limit=50/) }));
   test("compiling thousands of distinct patterns is refused", () =>
-    hostile({ code: 'for i = 1, 5000 do re.find("x", "x" .. i) end return 1', bound: 450, expect: { success: false, error_type: "runtime", error: /max_patterns=256/ } }));
+    hostile({ code: 'for i = 1, 5000 do re.find("x", "x" .. i) end return 1', bound: 450, expect: { success: false, error_type: "runtime", error: /max_patterns=128/ } }));
 });
