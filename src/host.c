@@ -292,6 +292,21 @@ static void push_result(lua_State *L, const mb_exec_result *r)
 	lua_createtable(L, 0, 10);
 	lua_pushboolean(L, r->success);
 	lua_setfield(L, -2, "success");
+	if (r->error_type) {
+		lua_pushstring(L, r->error_type);
+		lua_setfield(L, -2, "error_type");
+	}
+	lua_pushnumber(L, r->execution_time_ms);
+	lua_setfield(L, -2, "execution_time_ms");
+	if (r->sc_json && r->sc_text) {
+		/* Already serialized by the worker: hand them over as raw JSON, one copy each, so a
+		 * big result costs the loop thread little more than a memcpy. */
+		mb_json_push_raw(L, r->sc_json, r->sc_json_len);
+		lua_setfield(L, -2, "sc_json");
+		mb_json_push_raw(L, r->sc_text, r->sc_text_len);
+		lua_setfield(L, -2, "sc_text");
+		return;
+	}
 	if (r->result_json) {
 		lua_pushlstring(L, r->result_json, r->result_len);
 		lua_setfield(L, -2, "result_json");
@@ -302,16 +317,10 @@ static void push_result(lua_State *L, const mb_exec_result *r)
 		lua_pushstring(L, r->error);
 		lua_setfield(L, -2, "error");
 	}
-	if (r->error_type) {
-		lua_pushstring(L, r->error_type);
-		lua_setfield(L, -2, "error_type");
-	}
 	if (r->traceback) {
 		lua_pushstring(L, r->traceback);
 		lua_setfield(L, -2, "traceback");
 	}
-	lua_pushnumber(L, r->execution_time_ms);
-	lua_setfield(L, -2, "execution_time_ms");
 	lua_pushinteger(L, (lua_Integer)r->instructions);
 	lua_setfield(L, -2, "instructions");
 	lua_pushinteger(L, (lua_Integer)r->memory_peak_bytes);

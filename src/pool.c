@@ -178,6 +178,7 @@ static void worker_main(void *arg)
 			uv_mutex_unlock(&p->mu);
 			uv_async_send(&p->async);
 			mb_sandbox_discard(next);
+			mb_sandbox_thread_exit();
 			mb_arena_free_thread();
 			return;
 		}

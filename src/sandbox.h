@@ -48,6 +48,12 @@ typedef struct mb_exec_result {
 	double execution_time_ms;
 	uint64_t instructions;
 	size_t memory_peak_bytes;
+	/* The whole structuredContent object of execute_code as JSON text, and the same text as a
+	 * JSON string literal (for the text content block): built on the worker thread so the loop
+	 * thread only splices them. NULL when they could not be built (the host then shapes the
+	 * result itself from the fields above). */
+	char *sc_json, *sc_text;
+	size_t sc_json_len, sc_text_len;
 } mb_exec_result;
 
 /// A fresh sandbox state built ahead of time: libraries, restricted environment, prelude stubs.
@@ -84,6 +90,13 @@ int mb_sandbox_env_open(lua_State *L);
 
 /// Per-thread setup for the deadline signal; call once on each thread that runs executions.
 int mb_sandbox_thread_init(void);
+
+/// Frees what a thread kept for executions (its scratch state); call before the thread exits.
+void mb_sandbox_thread_exit(void);
+
+/// Builds res->sc_json and res->sc_text from the other fields (done by mb_sandbox_run*; the
+/// pool calls it for results it makes itself). Leaves them NULL when out of memory.
+void mb_exec_result_shape(mb_exec_result *res);
 
 /// Process-wide setup (signal handler); call once before starting worker threads.
 int mb_sandbox_global_init(void);

@@ -179,6 +179,14 @@ register({
     return nil -- cancelled: no response
   end
   record(res)
+  if res.sc_json then
+    -- the worker already serialized structuredContent and its text form: splice them
+    return {
+      content = { { type = "text", text = res.sc_text } },
+      structuredContent = res.sc_json,
+      isError = not res.success,
+    }
+  end
   local sc = {
     success = res.success,
     result = null,

@@ -5,8 +5,13 @@
  * integers exact, same array marks), and a third encode must give the same length. Whether or
  * not it decodes, the raw bytes are also encoded as a Lua string: strictly that succeeds exactly
  * when the bytes are valid UTF-8, leniently it always succeeds and decodes back to a string.
- * Every error message must itself be valid UTF-8 (it goes out inside JSON), and every byte
- * charged to the budget must be given back after each call. Any violation aborts.
+ * Then a table is built from the bytes (pieces as string keys, which may be invalid UTF-8 and
+ * collide once U+FFFD replaces their bad bytes, and small integer keys that may collide with
+ * "1", "2"...): its lenient encoding must be valid JSON text that decodes (unless a key holds
+ * "\u0000", which jansson refuses), and splicing that
+ * text as a raw value must reproduce it inside an array. Every error message must itself be
+ * valid UTF-8 (it goes out inside JSON), and every byte charged to the budget must be given
+ * back after each call. Any violation aborts.
  *
  * Build: clang -g -O1 -fsanitize=fuzzer,address,undefined -iquote src $(pkg-config --cflags
  *        lua5.4 jansson) tests/fuzz/fuzz_json.c src/json.c src/budget.c $(pkg-config --libs
@@ -109,7 +114,7 @@ static void check_message(const char *err)
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
-	static const mb_json_limits lim = {64, 0, 1 << 20, "value"};
+	static const mb_json_limits lim = {.max_depth = 64, .max_input_bytes = 1 << 20, .root_name = "value"};
 	char err[256];
 	size_t len, len2, len3;
 	if (!state) {
@@ -169,5 +174,48 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	free(s);
 	lua_settop(L, 0);
 	check_budget("lenient decode");
+
+	/* a Lua-built table from the bytes */
+	lua_newtable(L);
+	for (size_t i = 0, k = 0; i < size; k++) {
+		size_t n = data[i] % 8;
+		i++;
+		if (n > size - i)
+			n = size - i;
+		if (k % 3 == 2)
+			lua_pushinteger(L, data[i - 1] % 5);
+		else
+			lua_pushlstring(L, (const char *)data + i, n);
+		if (k % 4 == 3)
+			lua_pushinteger(L, (lua_Integer)k);
+		else
+			lua_pushlstring(L, (const char *)data + i, n);
+		lua_rawset(L, 1);
+		i += n;
+	}
+	s = mb_json_encode(L, 1, &lim, MB_JSON_LENIENT, &len, err, sizeof err);
+	check_budget("table encode");
+	if (!s)
+		FAIL("lenient table encode failed: %s", err);
+	if (memchr(s, '\n', len) || strlen(s) != len || !valid_utf8(s, len))
+		FAIL("table text has a raw newline, a NUL or invalid UTF-8");
+	if (mb_json_decode(L, s, len, &lim, err, sizeof err) == 0) {
+		if (lua_type(L, -1) != LUA_TTABLE)
+			FAIL("table text decodes to a %s", luaL_typename(L, -1));
+	} else if (!strstr(err, "NUL byte in object key")) { /* jansson refuses "\u0000" in keys */
+		FAIL("table text does not decode: %s\n%s", err, s);
+	}
+	check_budget("table decode");
+	lua_settop(L, 0);
+	lua_createtable(L, 1, 0);
+	mb_json_push_raw(L, s, len);
+	lua_rawseti(L, 1, 1);
+	char *r = mb_json_encode(L, 1, &lim, 0, &len2, err, sizeof err);
+	if (!r || len2 != len + 2 || r[0] != '[' || memcmp(r + 1, s, len) != 0 || r[len + 1] != ']')
+		FAIL("raw splice changed the text: %s -> %s", s, r ? r : err);
+	free(r);
+	free(s);
+	lua_settop(L, 0);
+	check_budget("raw encode");
 	return 0;
 }

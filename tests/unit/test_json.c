@@ -315,14 +315,17 @@ TEST(malformed)
 TEST(memory_cap_dag)
 {
 	mb_budget b;
-	mb_budget_init(&b, 64u << 20, 0, 10000);
+	/* the output buffer is what grows (about 4 bytes per table here): 2^25 tables would make
+	 * 200 MB of text, the cap stops it when the buffer would pass 8 MB */
+	mb_budget_init(&b, 8u << 20, 0, 10000);
 	lua_State *L = new_state(&b, NULL);
 	uint64_t t0 = mb_now_ns();
 	const char *r = run(L, "local t = {1} for i = 1, 25 do t = {t, t} end return json.encode(t)");
-	CHECK(starts_with(r, "ERR: memory limit: execution exceeded memory_mb=64") || starts_with(r, "ERR: timeout"));
-	CHECK(starts_with(r, "ERR: memory limit"));
+	CHECK_STR(r, "ERR: memory limit: execution exceeded memory_mb=8 (8388608 bytes)");
 	CHECK(b.mem_used == 0);
 	CHECK(mb_now_ns() - t0 < 2000000000ull);
+	fprintf(stderr, "  DAG encode hit the 8 MB cap after %llu ms\n",
+		(unsigned long long)((mb_now_ns() - t0) / 1000000));
 	lua_close(L);
 
 	mb_budget_init(&b, 64u << 20, 0, 10000);
@@ -429,6 +432,232 @@ TEST(c_api)
 	lua_close(L);
 }
 
+/* lenient(v): mb_json_encode(v, MB_JSON_LENIENT) for tests written in Lua */
+static int l_lenient(lua_State *L)
+{
+	char err[256];
+	size_t len;
+	lua_settop(L, 1);
+	char *s = mb_json_encode(L, 1, NULL, MB_JSON_LENIENT, &len, err, sizeof err);
+	if (!s)
+		return luaL_error(L, "%s", err);
+	lua_pushlstring(L, s, len);
+	free(s);
+	return 1;
+}
+
+/* A host-like state: json plus raw() (mb_json_raw_lua) and lenient() as globals. */
+static lua_State *new_host_state(mb_budget *b, const mb_json_limits *lim)
+{
+	lua_State *L = new_state(b, lim);
+	lua_pushcfunction(L, mb_json_raw_lua);
+	lua_setglobal(L, "raw");
+	lua_pushcfunction(L, l_lenient);
+	lua_setglobal(L, "lenient");
+	return L;
+}
+
+TEST(raw_values)
+{
+	lua_State *L = new_host_state(NULL, NULL);
+	char err[256];
+	size_t len;
+	/* the json table itself has no raw() */
+	CHECK_STR(run(L, "return tostring(json.raw)"), "nil");
+	/* top level, array items, object values, nested, strict and lenient */
+	CHECK_STR(run(L, "return json.encode(raw('{\"a\":[1,2]}'))"), "{\"a\":[1,2]}");
+	CHECK_STR(run(L, "return json.encode({1, raw('[true,{}]'), 'x'})"), "[1,[true,{}],\"x\"]");
+	CHECK_STR(run(L, "return json.encode({r = raw('{\"x\":null}')})"), "{\"r\":{\"x\":null}}");
+	CHECK_STR(run(L, "return json.encode(json.array({raw('1'), raw('\"s\"')}))"), "[1,\"s\"]");
+	CHECK_STR(run(L, "return json.encode({a = {b = {raw('2.50'), raw('\"\\\\u00e9\"')}}})"), "{\"a\":{\"b\":[2.50,\"\\u00e9\"]}}");
+	CHECK_STR(run(L, "return lenient({raw('[1]'), print})"), "[[1],null]");
+	CHECK_STR(run(L, "local r = raw('7') return json.encode({r, r, {r}})"), "[7,7,[7]]");
+	/* line breaks (whitespace in valid JSON) become spaces: no raw newline in the output */
+	CHECK_STR(run(L, "return json.encode({raw('{\\n  \"a\": 1\\r\\n}')})"), "[{   \"a\": 1  }]");
+	/* a protected userdata */
+	CHECK_STR(run(L, "local r = raw('1') return type(r) .. ' ' .. getmetatable(r)"), "userdata json.raw");
+	CHECK(starts_with(run(L, "return setmetatable(raw('1'), {})"), "ERR: t:1: bad argument #1 to 'setmetatable' (table expected, got userdata)"));
+	CHECK_STR(run(L, "return raw(1)"), "ERR: t:1: bad argument #1 to 'raw' (string expected, got number)");
+	CHECK_STR(run(L, "return raw('')"), "ERR: t:1: bad argument #1 to 'raw' (JSON text expected, got an empty string)");
+	/* other userdata is still not encodable */
+	CHECK_STR(run(L, "return json.encode({raw('1'), io.stdout})"), "ERR: t:1: json.encode: cannot encode userdata at value[2]");
+	/* C API: length-bounded copy; an empty raw value is written as null */
+	mb_json_push_raw(L, "[1]garbage", 3);
+	char *s = mb_json_encode(L, -1, NULL, 0, &len, err, sizeof err);
+	CHECK_STR(s, "[1]");
+	free(s);
+	lua_pop(L, 1);
+	mb_json_push_raw(L, "", 0);
+	s = mb_json_encode(L, -1, NULL, 0, &len, err, sizeof err);
+	CHECK_STR(s, "null");
+	free(s);
+	lua_pop(L, 1);
+	CHECK(lua_gettop(L) == 0);
+	lua_close(L);
+
+	/* raw text counts toward max_output_bytes and the memory budget */
+	mb_json_limits lim = {.max_output_bytes = 10};
+	L = new_host_state(NULL, &lim);
+	CHECK_STR(run(L, "return json.encode({raw('12345678')})"), "[12345678]");
+	CHECK_STR(run(L, "return json.encode({raw('123456789')})"), "ERR: t:1: json.encode: JSON output exceeds max_output_bytes=10");
+	lua_close(L);
+	mb_budget b;
+	mb_budget_init(&b, 64u << 20, 0, 10000);
+	L = new_host_state(&b, NULL);
+	CHECK_STR(run(L, "local r = raw(string.rep('1', 1000)) local t = {} for i = 1, 100 do t[i] = r end return #json.encode(t)"), "<number>");
+	CHECK_STR(run(L, "local r = raw(string.rep('1', 1000)) local t = {} for i = 1, 100 do t[i] = r end return tostring(#json.encode(t))"), "100101");
+	CHECK(b.mem_used == 0);
+	lua_close(L);
+}
+
+TEST(limit_names)
+{
+	mb_json_limits lim = {.max_output_bytes = 10, .max_input_bytes = 20,
+			      .input_limit_name = "max_message_bytes", .output_limit_name = "max_result_bytes"};
+	lua_State *L = new_state(NULL, &lim);
+	CHECK_STR(run(L, "return json.encode('123456789')"), "ERR: t:1: json.encode: JSON output exceeds max_result_bytes=10");
+	CHECK_STR(run(L, "return json.encode({'12', '34', '56'})"), "ERR: t:1: json.encode: JSON output exceeds max_result_bytes=10");
+	CHECK_STR(run(L, "return json.decode('[1,2,3,4,5,6,7,8,9,10]')"), "ERR: t:1: json.decode: JSON input is 22 bytes, exceeds max_message_bytes=20");
+	CHECK_STR(run(L, "return json.encode({1,2,3,4})"), "[1,2,3,4]");
+	lua_close(L);
+	/* exactly at the limit is fine, one more byte is not */
+	mb_json_limits lim2 = {.max_output_bytes = 5};
+	L = new_state(NULL, &lim2);
+	CHECK_STR(run(L, "return json.encode('abc')"), "\"abc\"");
+	CHECK_STR(run(L, "return json.encode('abcd')"), "ERR: t:1: json.encode: JSON output exceeds max_output_bytes=5");
+	CHECK_STR(run(L, "return json.encode(12345)"), "12345");
+	CHECK_STR(run(L, "return json.encode(123456)"), "ERR: t:1: json.encode: JSON output exceeds max_output_bytes=5");
+	CHECK_STR(run(L, "return json.encode('\\n\\n')"), "ERR: t:1: json.encode: JSON output exceeds max_output_bytes=5");
+	lua_close(L);
+}
+
+/* Reference in Lua for tables whose keys collide as text: each text once, at the place of its
+ * first key in next() order, with the value of its last (what a jansson object did). text(k)
+ * gives the key text, or false to skip the key. */
+static const char *expect_lua =
+	"function EXPECT(t, text, enc) "
+	"  local order, val = {}, {} "
+	"  for k, v in next, t do "
+	"    local s = tostring(k) "
+	"    if text then s = text(k) end "
+	"    if s and val[s] == nil then order[#order + 1] = s end "
+	"    if s then val[s] = v end "
+	"  end "
+	"  local parts = {} "
+	"  for i, s in ipairs(order) do "
+	"    local v = val[s] "
+	"    parts[i] = '\"' .. s .. '\":' .. (type(v) == 'table' and EXPECT(v, text, enc) or (enc or json.encode)(v)) "
+	"  end "
+	"  return '{' .. table.concat(parts, ',') .. '}' "
+	"end ";
+
+TEST(colliding_keys)
+{
+	lua_State *L = new_host_state(NULL, NULL);
+	CHECK(luaL_dostring(L, expect_lua) == LUA_OK);
+	CHECK_STR(run(L, "local t = {[1] = 'a', ['1'] = 'b'} return json.encode(t)"), run(L, "return EXPECT({[1] = 'a', ['1'] = 'b'})"));
+	CHECK_STR(run(L, "local t = {[1] = 'a', ['1'] = 'b'} return tostring(#json.encode(t))"), "9");
+	CHECK_STR(run(L, "local t = {[1] = 'a', ['1'] = 'b', x = 1, [2] = 'c', ['2'] = 'd', y = {[5] = 1, ['5'] = 2, z = 3}} "
+			 "return tostring(json.encode(t) == EXPECT(t))"), "true");
+	/* many collisions, negative and hash-part keys */
+	CHECK_STR(run(L, "local t = {} for i = -50, 1000 do t[i] = i t[tostring(i)] = -i end "
+			 "local s = json.encode(t) return tostring(s == EXPECT(t)) .. ' ' .. #json.decode(s) .. select(2, s:gsub(':', ''))"), "true 01051");
+	/* a DAG of such tables: each occurrence is written the same way */
+	CHECK_STR(run(L, "local inner = {[1] = 'a', ['1'] = 'b', [2] = true} local t = {inner, inner, {inner}, x = inner} "
+			 "local e = EXPECT(inner) local s = json.encode({inner, inner, {inner}}) "
+			 "return tostring(s == '[' .. e .. ',' .. e .. ',[' .. e .. ']]')"), "true");
+	/* strict mode still reports other key types */
+	CHECK_STR(run(L, "return json.encode({[1] = 1, ['1'] = 2, [true] = 3})"), "ERR: t:1: json.encode: cannot encode a table key of type boolean at value");
+	CHECK_STR(run(L, "return json.encode({a = {[3] = 1, ['3'] = 2, [4] = 4, f = print}})"), "ERR: t:1: json.encode: cannot encode function at value.a.f");
+	/* lenient: keys that become the same text once U+FFFD replaces invalid bytes */
+	CHECK_STR(run(L, "local t = {['a\\xff'] = 1, ['a\\xfe'] = 2, ['a\\xef\\xbf\\xbd'] = 3, b = 4, [true] = 5} "
+			 "local function text(k) return type(k) == 'string' and (k:gsub('[\\xfe\\xff]', '\\xef\\xbf\\xbd')) end "
+			 "return tostring(lenient(t) == EXPECT(t, text)) .. ' ' .. #lenient(t)"), "true 16");
+	/* a float key and its decimal text */
+	CHECK_STR(run(L, "local t = {[1.5] = 'f', ['1.5'] = 's'} return tostring(json.encode(t) == EXPECT(t))"), "true");
+	lua_close(L);
+}
+
+TEST(arrays_and_mixed_tables)
+{
+	lua_State *L = new_host_state(NULL, NULL);
+	CHECK_STR(run(L, "return json.encode({1, 2, x = 3})"), "{\"1\":1,\"2\":2,\"x\":3}");
+	CHECK_STR(run(L, "return json.encode({1, 2, nil, 4})"), run(L, "return json.encode({['1'] = 1, ['2'] = 2, ['4'] = 4})"));
+	CHECK_STR(run(L, "return json.encode(table.pack(1, 2))"), run(L, "return json.encode({['1'] = 1, ['2'] = 2, n = 2})"));
+	/* integer keys 1..n in any storage order are an array */
+	CHECK_STR(run(L, "local t = {} for i = 5, 1, -1 do t[i] = i end return json.encode(t)"), "[1,2,3,4,5]");
+	CHECK_STR(run(L, "local t = {x = 1, y = 2} t[3] = 3 t[2] = 2 t[1] = 1 t.x = nil t.y = nil return json.encode(t)"), "[1,2,3]");
+	CHECK_STR(run(L, "local t = {} for i = 1, 100 do t[i] = i end t[50] = nil t[50] = 50 return json.encode(t) == json.encode(json.decode(json.encode(t))) and 'same'"), "same");
+	CHECK_STR(run(L, "local t = {[2] = 'b', [1] = 'a', [3] = 'c'} return json.encode(t)"), "[\"a\",\"b\",\"c\"]");
+	CHECK_STR(run(L, "return json.encode({[2] = 'b'})"), "{\"2\":\"b\"}");
+	/* a mixed table shared many times, and a deep chain of them, stay linear in time */
+	CHECK_STR(run(L, "local m = {1, 2, x = 3} local t = {m, m, {m, m}} return json.encode(t)"),
+		  "[{\"1\":1,\"2\":2,\"x\":3},{\"1\":1,\"2\":2,\"x\":3},[{\"1\":1,\"2\":2,\"x\":3},{\"1\":1,\"2\":2,\"x\":3}]]");
+	uint64_t t0 = mb_now_ns();
+	CHECK_STR(run(L, "local t = {1} for i = 1, 12 do t = {t, t, x = i} end return json.encode(t):sub(1, 20)"), "{\"1\":{\"1\":{\"1\":{\"1\":");
+	CHECK(mb_now_ns() - t0 < 1000000000ull);
+	CHECK_STR(run(L, "local t = {1} for i = 1, 120 do t = {t, x = i} end local s = json.encode(t) return #s .. ' ' .. s:sub(-12)"), "1575 19},\"x\":120}");
+	/* nested arrays in every position */
+	CHECK_STR(run(L, "return json.encode({{}, {{1}}, {a = {1, {2, {3}}}}, json.array({})})"), "[{},[[1]],{\"a\":[1,[2,[3]]]},[]]");
+	lua_close(L);
+}
+
+/* The reference float text: "%.{p}g" with the fewest p of 15..17 that reads back, then ".0"
+ * when it would read as an integer, no '+' and no leading zeros in the exponent. */
+static const char *float_ref_lua =
+	"function REF(x) "
+	"  local s "
+	"  for p = 15, 17 do s = string.format('%.' .. p .. 'g', x) if tonumber(s) == x then break end end "
+	"  if not s:find('[.e]') then s = s .. '.0' end "
+	"  s = s:gsub('e%+', 'e'):gsub('e(%-?)0+(%d)', 'e%1%2') "
+	"  return s "
+	"end ";
+
+TEST(float_text)
+{
+	lua_State *L = new_host_state(NULL, NULL);
+	CHECK(luaL_dostring(L, float_ref_lua) == LUA_OK);
+	/* every value prints with its own shortest precision */
+	CHECK_STR(run(L, "return json.encode({0.1, 1/3, 0.05, 2^53, 1e15, 1e-5, 123.456, -0.0001, 1e21})"),
+		  "[0.1,0.3333333333333333,0.05,9007199254740992.0,1e15,1e-5,123.456,-0.0001,1e21]");
+	CHECK_STR(run(L, "return json.encode({5e-324, -1.7976931348623157e308, 0.30000000000000004, 100.0, -3.0})"),
+		  "[4.94065645841247e-324,-1.7976931348623157e308,0.30000000000000004,100.0,-3.0]");
+	/* random doubles of every magnitude, and short decimals (the printf-free path) */
+	CHECK_STR(run(L, "math.randomseed(42) "
+			 "for i = 1, 200000 do "
+			 "  local x "
+			 "  if i % 3 == 0 then x = string.unpack('d', string.pack('i8', math.random(math.mininteger, math.maxinteger))) "
+			 "  elseif i % 3 == 1 then x = math.random(-10^9, 10^9) / 10^math.random(0, 12) "
+			 "  else x = (math.random() - 0.5) * 10^math.random(-6, 17) end "
+			 "  if x == x and x ~= math.huge and x ~= -math.huge and math.type(x) == 'float' then "
+			 "    local s = json.encode(x) "
+			 "    if s ~= REF(x) then return 'mismatch ' .. s .. ' ' .. REF(x) end "
+			 "    if json.decode(s) ~= x then return 'no round trip ' .. s end "
+			 "  end "
+			 "end return 'ok'"), "ok");
+	lua_close(L);
+}
+
+TEST(timeout_in_long_string)
+{
+	/* one string value: only the escape loop's polls can stop it */
+	mb_budget b;
+	lua_State *L = new_state(NULL, NULL);
+	CHECK_STR(run(L, "S = string.rep('abcdefghijklmnopqrstuvwxyz\"0123456789', 2000000) return 'built'"), "built");
+	mb_budget_init(&b, 1u << 30, 0, 5);
+	*(mb_budget **)lua_getextraspace(L) = &b;
+	uint64_t t0 = mb_now_ns();
+	const char *r = run(L, "return json.encode(S)");
+	uint64_t ms = (mb_now_ns() - t0) / 1000000;
+	CHECK_STR(r, "ERR: timeout: execution exceeded timeout_ms=5");
+	CHECK(ms < 50);
+	CHECK(b.mem_used == 0);
+	fprintf(stderr, "  74 MB string encode stopped after %llu ms (deadline 5)\n", (unsigned long long)ms);
+	*(mb_budget **)lua_getextraspace(L) = NULL;
+	CHECK_STR(run(L, "return tostring(#json.encode(S))"), "76000002");
+	lua_close(L);
+}
+
 int main(void)
 {
 	mb_json_global_init();
@@ -446,5 +675,11 @@ int main(void)
 	RUN(memory_cap_dag);
 	RUN(timeout_huge_encode);
 	RUN(c_api);
+	RUN(raw_values);
+	RUN(limit_names);
+	RUN(colliding_keys);
+	RUN(arrays_and_mixed_tables);
+	RUN(float_text);
+	RUN(timeout_in_long_string);
 	return UNIT_END();
 }

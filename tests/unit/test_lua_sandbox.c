@@ -82,5 +82,6 @@ int main(void)
 		return 1;
 	mb_sandbox_thread_init();
 	RUN(sandbox_scripts);
+	mb_sandbox_thread_exit();
 	return UNIT_END();
 }

@@ -341,5 +341,6 @@ int main(void)
 	RUN(long_c_calls);
 	RUN(context_vars);
 	RUN(cancel);
+	mb_sandbox_thread_exit();
 	return UNIT_END();
 }
