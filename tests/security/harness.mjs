@@ -104,7 +104,8 @@ async function workerFree(peer, t0, answeredMs) {
 /**
  * Runs one hostile script on a fresh server and checks everything listed at the top.
  * opts: { code, timeout_ms=300, memory_mb, instruction_limit, context_vars, args, expect,
- *         bound (answer bound in ms; default timeout_ms + ANSWER_SLACK_MS), marker (text the
+ *         bound (answer bound in ms; default timeout_ms + ANSWER_SLACK_MS), overrun_ms (how long
+ *         the worker may run past the deadline; default OVERRUN_MS), marker (text the
  *         script prints right before its long call: proves the vector was reached),
  *         skipIfNotReached (the test context: skip instead of failing when the setup already
  *         hit the deadline, so the marker never printed), after (async (peer, sc) -> problems,
@@ -142,11 +143,12 @@ export async function hostile(opts) {
       problems.push(`marker ${JSON.stringify(marker)} missing from output ${clip(sc.output, 100)}: the long call was not reached before the answer`);
     }
     const { abandoned, freeMs } = await workerFree(peer, t0, ms);
-    const limit = timeout_ms + OVERRUN_MS + POLL_SLACK_MS;
+    const overrun = opts.overrun_ms ?? OVERRUN_MS;
+    const limit = timeout_ms + overrun + POLL_SLACK_MS;
     if (abandoned && freeMs > limit) {
       problems.push(`worker thread overran: the pool abandoned it at the grace deadline and it was ` +
         (freeMs === Infinity ? `still running ${STUCK_WATCH_MS} ms after the call was sent` : `busy until ${freeMs.toFixed(0)} ms after the call was sent`) +
-        ` (limit timeout_ms + ${OVERRUN_MS} = ${timeout_ms + OVERRUN_MS} ms)`);
+        ` (limit timeout_ms + ${overrun} = ${timeout_ms + overrun} ms)`);
     }
     if (opts.after) problems.push(...(await opts.after(peer, sc)));
     problems.push(...(await servesProblems(peer)));
