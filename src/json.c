@@ -9,9 +9,12 @@
  * the buffer and reports the message kept in the enc struct. A stop therefore costs one free(),
  * whatever the size of the value. Strings are escaped and their UTF-8 checked in one pass
  * (8 bytes at a time over plain ASCII); long strings go in chunks with a budget poll after each,
- * and the walk polls every 2048 nodes. Objects whose keys collide once turned into text
- * ({[1] = 1, ["1"] = 2}) take a slower path that writes each key once (enc_object_dedup). Raw
- * values (mb_json_push_raw: a userdata with the "json.raw" metatable) are copied verbatim.
+ * and the walk polls every 2048 nodes. A table is classified as array or object in the same
+ * traversal that writes it (enc_table). The rare tables that need a second look - a mixed table
+ * that started like an array, an object whose keys collide once turned into text
+ * ({[1] = 1, ["1"] = 2}, written once each by enc_object_dedup) - have their text so far dropped
+ * and are remembered in a memo for the rest of the call. Raw values (mb_json_push_raw: a
+ * userdata with the "json.raw" metatable) are copied verbatim.
  *
  * Decoding bounds the input size, scans the nesting depth (so jansson's recursive parser stays
  * within max_depth), lets jansson parse it (through a reader callback that polls the budget for
@@ -633,6 +636,23 @@ static int put_string(enc *e, char lead, const char *str, size_t n, const seg *p
 			default:
 				break;
 			}
+			/* 2-byte and common 3-byte sequences inline, the rest by utf8_seq */
+			if (c >= 0xC2 && c <= 0xDF && n - i >= 2 && (s[i + 1] & 0xC0) == 0x80) {
+				o[0] = (char)c;
+				o[1] = (char)s[i + 1];
+				o += 2;
+				i += 2;
+				continue;
+			}
+			if (c >= 0xE1 && c <= 0xEC && n - i >= 3 && (s[i + 1] & 0xC0) == 0x80 &&
+			    (s[i + 2] & 0xC0) == 0x80) {
+				o[0] = (char)c;
+				o[1] = (char)s[i + 1];
+				o[2] = (char)s[i + 2];
+				o += 3;
+				i += 3;
+				continue;
+			}
 			size_t k = utf8_seq(s + i, n - i, &bad);
 			if (k) { /* may end past the chunk: at most 4 bytes out for 1..4 in */
 				memcpy(o, s + i, k);
@@ -826,7 +846,7 @@ static void enc_object_dedup(enc *e, int idx, const seg *path, int depth)
 	lua_State *L = e->L;
 	seg s = {path, NULL, 0, NULL, 0};
 	char num[48], num1[48];
-	size_t nlen = 0, n1len = 0;
+	size_t n1len = 0;
 	lua_Integer n = 0;
 	luaL_checkstack(L, 12, "JSON nesting");
 	lua_newtable(L);
@@ -871,7 +891,7 @@ static void enc_object_dedup(enc *e, int idx, const seg *path, int depth)
 			s.key = lua_tolstring(L, -1, &s.klen);
 			s.num = NULL;
 		} else {
-			nlen = num_key(L, -1, num, sizeof num);
+			num_key(L, -1, num, sizeof num);
 			s.key = NULL, s.klen = 0, s.num = num;
 		}
 		put_key(e, i > 1 ? ',' : 0, &first, num1, n1len);
@@ -880,7 +900,6 @@ static void enc_object_dedup(enc *e, int idx, const seg *path, int depth)
 		enc_value(e, lua_gettop(L), &s, depth);
 		lua_pop(L, 3);
 	}
-	(void)nlen;
 	out_byte(e, '}');
 	lua_pop(L, 2);
 }
@@ -1170,8 +1189,8 @@ char *mb_json_encode(lua_State *L, int idx, const mb_json_limits *lim, int flags
 		     char *err, size_t errlen)
 {
 	mb_json_limits l = norm_limits(lim);
-	enc e = {L, pick_budget(L), &l, (flags & MB_JSON_LENIENT) != 0, 0, 0, 0, 0, 0,
-		 NULL, 0, 0, l.max_output_bytes, 0, err, errlen};
+	enc e = {.L = L, .b = pick_budget(L), .lim = &l, .lenient = (flags & MB_JSON_LENIENT) != 0,
+		 .max = l.max_output_bytes, .err = err, .errlen = errlen};
 	*len = 0;
 	if (enc_run(&e, idx) != 0)
 		return NULL;
@@ -1528,8 +1547,8 @@ static int l_encode(lua_State *L)
 	char err[256];
 	lua_settop(L, 1);
 	/* the text is pushed inside the encoder's lua_pcall, so a memory error cannot leak it */
-	enc e = {L, pick_budget(L), lim, 0, 1, 0, 0, 0, 0, NULL, 0, 0, lim->max_output_bytes, 0,
-		 err, sizeof err};
+	enc e = {.L = L, .b = pick_budget(L), .lim = lim, .push = 1, .max = lim->max_output_bytes,
+		 .err = err, .errlen = sizeof err};
 	if (enc_run(&e, 1) != 0)
 		return raise_err(L, "json.encode", err);
 	free(e.buf);

@@ -39,9 +39,10 @@ typedef struct {
 } mb_json_limits;
 
 enum {
-	/* Encoding flag: NaN/inf and values JSON cannot hold (functions, userdata, threads) become
-	 * null, object keys of other types than string/number are skipped, and invalid UTF-8 bytes
-	 * become U+FFFD. Without it each of those is an error naming the path. */
+	/* Encoding flag: NaN/inf and values JSON cannot hold (functions, threads, userdata other
+	 * than raw values) become null, object keys of other types than string/number are skipped,
+	 * and invalid UTF-8 bytes become U+FFFD. Without it each of those is an error naming the
+	 * path. */
 	MB_JSON_LENIENT = 1,
 };
 
@@ -53,7 +54,8 @@ enum {
 void mb_json_global_init(void);
 
 /// Pushes a new table {encode=, decode=, null=, array=} whose functions use these limits
-/// (copied; root_name must be a static string). encode(v) is strict and returns the JSON text;
+/// (copied; root_name and the limit names must be static strings). It has no raw(): see
+/// mb_json_raw_lua. encode(v) is strict and returns the JSON text;
 /// decode(s) returns the value; null is json.null; array(t) marks t as a JSON array and returns
 /// it (an error if t already has another metatable). Errors are raised as Lua errors; a tripped
 /// budget raises its sticky limit error.

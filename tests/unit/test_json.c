@@ -1,8 +1,10 @@
 /* test_json.c - unit tests of src/json.c: exact round trips, the null and array conventions,
  * UTF-8 rules, every limit (depth, cycles, output and input size, memory and time budgets), no
- * metamethod ever running, and error messages with paths. Each test runs Lua snippets in a
- * state that has the codec as the global `json`; budgeted tests attach an mb_budget to the state
- * the way the sandbox does and check that every byte charged to it is given back. */
+ * metamethod ever running, error messages with paths and configurable limit names, raw values,
+ * tables whose keys collide as text, mixed tables, and the text of reals against a printf
+ * reference. Each test runs Lua snippets in a state that has the codec as the global `json`
+ * (host-like states also get raw() and lenient()); budgeted tests attach an mb_budget to the
+ * state the way the sandbox does and check that every byte charged to it is given back. */
 #include "budget.h"
 #include "json.h"
 #include "unit.h"
