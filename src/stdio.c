@@ -32,6 +32,11 @@ struct mb_stdio {
 	int discarding;
 	size_t discarded;
 	size_t pending_writes;
+	/* Messages written during one loop iteration are batched and flushed together from a
+	 * check handle: one write(2) for many responses under pipelined load. */
+	char *obuf;
+	size_t olen, ocap;
+	uv_check_t flusher;
 	int eof;
 	int paused;
 	char *held;       /* bytes read but not yet cut into lines because we paused */
@@ -227,6 +232,9 @@ mb_stdio *mb_stdio_open(uv_loop_t *loop, size_t max_line, const mb_stdio_callbac
 		mb_log(MB_LOG_ERROR, "stdio: cannot open stdin/stdout: %s", uv_strerror(rc));
 		return NULL;
 	}
+	uv_check_init(loop, &s->flusher);
+	s->flusher.data = s;
+	s->open_handles++;
 	if (s->in_kind == UV_FILE) {
 		s->fs_req.data = s;
 		fs_read_next(s);
@@ -254,6 +262,55 @@ static void write_cb(uv_write_t *req, int status)
 		s->cb.on_drain(s->cb.ud);
 }
 
+/* Hands the batch to libuv: as much as the pipe takes now, the rest as one queued write. */
+static void flush(uv_check_t *h)
+{
+	mb_stdio *s = h->data;
+	uv_check_stop(h);
+	if (!s->olen)
+		return;
+	uv_stream_t *st = (uv_stream_t *)&s->out;
+	uv_buf_t b = uv_buf_init(s->obuf, (unsigned)s->olen);
+	if (!s->pending_writes) {
+		int n = uv_try_write(st, &b, 1);
+		if (n == (int)s->olen) {
+			s->olen = 0;
+			if (s->cb.on_drain)
+				s->cb.on_drain(s->cb.ud);
+			return;
+		}
+		if (n > 0) {
+			b.base += n;
+			b.len -= (size_t)n;
+		} else if (n != UV_EAGAIN) {
+			mb_log(MB_LOG_ERROR, "stdio: write error: %s", uv_strerror(n));
+			s->olen = 0;
+			return;
+		}
+	}
+	write_req *w = malloc(sizeof *w);
+	char *copy = w ? malloc(b.len) : NULL;
+	if (!copy) {
+		free(w);
+		mb_log(MB_LOG_ERROR, "stdio: out of memory queueing %zu bytes of output", (size_t)b.len);
+		s->olen = 0;
+		return;
+	}
+	memcpy(copy, b.base, b.len);
+	s->olen = 0;
+	w->data = copy;
+	w->s = s;
+	b.base = copy;
+	int rc = uv_write(&w->req, st, &b, 1, write_cb);
+	if (rc) {
+		mb_log(MB_LOG_ERROR, "stdio: write error: %s", uv_strerror(rc));
+		free(copy);
+		free(w);
+		return;
+	}
+	s->pending_writes++;
+}
+
 int mb_stdio_write(mb_stdio *s, char *data, size_t len)
 {
 	if (s->out_kind == UV_FILE) {
@@ -271,36 +328,22 @@ int mb_stdio_write(mb_stdio *s, char *data, size_t len)
 		free(data);
 		return 0;
 	}
-	uv_stream_t *st = (uv_stream_t *)&s->out;
-	uv_buf_t b = uv_buf_init(data, (unsigned)len);
-	if (!s->pending_writes) {
-		int n = uv_try_write(st, &b, 1);
-		if (n == (int)len) {
+	if (s->olen + len > s->ocap) {
+		size_t cap = s->ocap ? s->ocap : 65536;
+		while (cap < s->olen + len)
+			cap *= 2;
+		char *nb = realloc(s->obuf, cap);
+		if (!nb) {
 			free(data);
-			return 0;
+			return UV_ENOMEM;
 		}
-		if (n > 0) {
-			b.base += n;
-			b.len -= (size_t)n;
-		} else if (n != UV_EAGAIN) {
-			free(data);
-			return n;
-		}
+		s->obuf = nb;
+		s->ocap = cap;
 	}
-	write_req *w = malloc(sizeof *w);
-	if (!w) {
-		free(data);
-		return UV_ENOMEM;
-	}
-	w->data = data;
-	w->s = s;
-	int rc = uv_write(&w->req, st, &b, 1, write_cb);
-	if (rc) {
-		free(data);
-		free(w);
-		return rc;
-	}
-	s->pending_writes++;
+	memcpy(s->obuf + s->olen, data, len);
+	s->olen += len;
+	free(data);
+	uv_check_start(&s->flusher, flush);
 	return 0;
 }
 
@@ -345,7 +388,7 @@ void mb_stdio_resume(mb_stdio *s)
 
 size_t mb_stdio_pending_writes(const mb_stdio *s)
 {
-	return s->pending_writes;
+	return s->pending_writes + (s->olen ? 1 : 0);
 }
 
 static void closed(uv_handle_t *h)
@@ -354,6 +397,7 @@ static void closed(uv_handle_t *h)
 	if (--s->open_handles == 0) {
 		free(s->buf);
 		free(s->held);
+		free(s->obuf);
 		free(s);
 	}
 }
@@ -370,4 +414,5 @@ void mb_stdio_close(mb_stdio *s)
 		uv_close((uv_handle_t *)&s->in, closed);
 	if (s->out_kind != UV_FILE)
 		uv_close((uv_handle_t *)&s->out, closed);
+	uv_close((uv_handle_t *)&s->flusher, closed);
 }
