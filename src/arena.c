@@ -24,7 +24,7 @@
  * Accounting: the budget is charged the requested size (what the plain malloc allocator
  * charged), before any growth; growth beyond the cap is refused and trips MB_STOP_MEMORY; a
  * shrink never fails (a block that cannot move to a smaller class stays where it is and is later
- * filed under the smaller class, which wastes a few bytes but is safe). charge()/credit() below
+ * filed under the smaller class, which wastes a few bytes but is safe). mb_budget_charge()/mb_budget_credit() below
  * are the inline twins of mb_budget_charge/mb_budget_credit and must keep their semantics.
  *
  * Debug mode (-DMB_ARENA_DEBUG, the default under AddressSanitizer): every block comes from
@@ -92,30 +92,6 @@ _Static_assert(MB_ARENA_MAX_SMALL == 4096, "class layout assumes 4096");
 
 static _Thread_local mb_arena *thread_arena;
 static _Thread_local mb_arena thread_fallback; /* used when the arena itself cannot be allocated */
-
-/* ---- budget (inline twins of mb_budget_charge / mb_budget_credit) ----------------------- */
-
-static inline int charge(mb_budget *b, size_t n)
-{
-	if (!b)
-		return 0;
-	size_t lim = b->mem_limit;
-	if (lim && (n > lim || b->mem_used > lim - n)) {
-		mb_budget_trip(b, MB_STOP_MEMORY);
-		return -1;
-	}
-	b->mem_used += n;
-	if (b->mem_used > b->mem_peak)
-		b->mem_peak = b->mem_used;
-	return 0;
-}
-
-static inline void credit(mb_budget *b, size_t n)
-{
-	if (!b)
-		return;
-	b->mem_used = n > b->mem_used ? 0 : b->mem_used - n;
-}
 
 /* ---- arena lifetime --------------------------------------------------------------------- */
 
@@ -412,11 +388,11 @@ static __attribute__((noinline)) void *alloc_any(mb_arena *a, mb_budget *b, void
 	if (ptr == NULL) {
 		if (nsize == 0)
 			return NULL;
-		if (charge(b, nsize) != 0)
+		if (mb_budget_charge(b, nsize) != 0)
 			return NULL;
 		void *p = block_new(a, nsize);
 		if (p == NULL) {
-			credit(b, nsize);
+			mb_budget_credit(b, nsize);
 			if (b)
 				mb_budget_trip(b, MB_STOP_MEMORY);
 		}
@@ -424,20 +400,20 @@ static __attribute__((noinline)) void *alloc_any(mb_arena *a, mb_budget *b, void
 	}
 	if (nsize == 0) {
 		block_free(a, ptr, osize);
-		credit(b, osize);
+		mb_budget_credit(b, osize);
 		return NULL;
 	}
-	if (nsize > osize && charge(b, nsize - osize) != 0)
+	if (nsize > osize && mb_budget_charge(b, nsize - osize) != 0)
 		return NULL;
 	void *p = block_resize(a, ptr, osize, nsize);
 	if (p == NULL) {
-		credit(b, nsize - osize);
+		mb_budget_credit(b, nsize - osize);
 		if (b)
 			mb_budget_trip(b, MB_STOP_MEMORY);
 		return NULL;
 	}
 	if (nsize < osize)
-		credit(b, osize - nsize);
+		mb_budget_credit(b, osize - nsize);
 	return p;
 }
 

@@ -118,27 +118,6 @@ void mb_budget_set_current(mb_budget *b)
 	current_budget = b;
 }
 
-int mb_budget_charge(mb_budget *b, size_t n)
-{
-	if (!b)
-		return 0;
-	if (b->mem_limit && (n > b->mem_limit || b->mem_used > b->mem_limit - n)) {
-		mb_budget_trip(b, MB_STOP_MEMORY);
-		return -1;
-	}
-	b->mem_used += n;
-	if (b->mem_used > b->mem_peak)
-		b->mem_peak = b->mem_used;
-	return 0;
-}
-
-void mb_budget_credit(mb_budget *b, size_t n)
-{
-	if (!b)
-		return;
-	b->mem_used = n > b->mem_used ? 0 : b->mem_used - n;
-}
-
 typedef struct {
 	size_t size;
 	mb_budget *owner;

@@ -92,8 +92,27 @@ void *mb_budget_malloc(size_t n);
 void mb_budget_free(void *p);
 
 /* Account a change of n bytes against b; returns 0 or -1 when growth would exceed the cap (and
- * then trips MB_STOP_MEMORY). Used by the Lua allocator and by mb_budget_malloc. */
-int mb_budget_charge(mb_budget *b, size_t n);
-void mb_budget_credit(mb_budget *b, size_t n);
+ * then trips MB_STOP_MEMORY). Used by the Lua allocator and by mb_budget_malloc; inline because
+ * the arena allocator calls them on every allocation. A NULL budget accounts nothing. */
+static inline int mb_budget_charge(mb_budget *b, size_t n)
+{
+	if (!b)
+		return 0;
+	size_t lim = b->mem_limit;
+	if (lim && (n > lim || b->mem_used > lim - n)) {
+		mb_budget_trip(b, MB_STOP_MEMORY);
+		return -1;
+	}
+	b->mem_used += n;
+	if (b->mem_used > b->mem_peak)
+		b->mem_peak = b->mem_used;
+	return 0;
+}
+
+static inline void mb_budget_credit(mb_budget *b, size_t n)
+{
+	if (b)
+		b->mem_used = n > b->mem_used ? 0 : b->mem_used - n;
+}
 
 #endif

@@ -85,6 +85,21 @@ static void deadline_signal(int sig)
 		lua_sethook(L, sb_hook, LUA_MASKCOUNT, 1);
 }
 
+/* With a loaded chunk at the top, makes a fresh table whose __index is the globals, sets it as
+ * the chunk's _ENV, and leaves [env, chunk] on the stack: running the chunk then defines its
+ * globals in env, not in the state's global table. */
+static void bind_private_env(lua_State *L)
+{
+	lua_newtable(L);
+	lua_newtable(L);
+	lua_pushglobaltable(L);
+	lua_setfield(L, -2, "__index");
+	lua_setmetatable(L, -2);
+	lua_pushvalue(L, -1);
+	lua_setupvalue(L, -3, 1);
+	lua_insert(L, -2);
+}
+
 typedef struct {
 	char *data;
 	size_t len, cap;
@@ -144,14 +159,7 @@ int mb_sandbox_global_init(void)
 			return -1;
 		}
 		/* Run it once in a scratch environment to learn which globals it defines. */
-		lua_newtable(L);
-		lua_newtable(L);
-		lua_pushglobaltable(L);
-		lua_setfield(L, -2, "__index");
-		lua_setmetatable(L, -2);
-		lua_pushvalue(L, -1);
-		lua_setupvalue(L, -3, 1);
-		lua_insert(L, -2);
+		bind_private_env(L);
 		if (lua_pcall(L, 0, 0, 0) != LUA_OK) {
 			fprintf(stderr, "moonbox: prelude %s: %s\n", f->name, lua_tostring(L, -1));
 			free(d.data);
@@ -307,14 +315,7 @@ static int prelude_stub(lua_State *L)
 		lua_pop(L, 1);
 		if (luaL_loadbufferx(L, prelude[i].code, prelude[i].len, prelude[i].name, "b") != LUA_OK)
 			return lua_error(L);
-		lua_newtable(L); /* private environment */
-		lua_newtable(L);
-		lua_pushglobaltable(L);
-		lua_setfield(L, -2, "__index");
-		lua_setmetatable(L, -2);
-		lua_pushvalue(L, -1);
-		lua_setupvalue(L, -3, 1);
-		lua_insert(L, -2);
+		bind_private_env(L);
 		lua_call(L, 0, 0);
 		lua_pushvalue(L, -1);
 		lua_rawseti(L, -3, i);
