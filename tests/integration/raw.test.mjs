@@ -432,3 +432,47 @@ describe("stdout hygiene", () => {
     await finish(p);
   });
 });
+
+describe("flow control and queue limits", () => {
+  it("a client pipelining far more calls than the queue holds gets every answer, none busy", T, async () => {
+    const p = peer({ args: ["--workers", "1", "--max-queue", "4"] });
+    await p.initialize();
+    const m = p.mark();
+    const n = 3000;
+    let lines = "";
+    for (let i = 0; i < n; i++) {
+      lines += JSON.stringify({ jsonrpc: "2.0", id: 10000 + i, method: "tools/call",
+        params: { name: "execute_code", arguments: { code: `return ${i}` } } }) + "\n";
+    }
+    await p.sendRaw(lines);
+    await p.response(10000 + n - 1, { from: m, timeout: 20000 });
+    await sleep(100);
+    const answers = p.messages(m).filter((x) => x && x.id >= 10000);
+    assert.equal(answers.length, n);
+    const bad = answers.filter((x) => !x.result || x.result.isError || x.result.structuredContent.result !== x.id - 10000);
+    assert.deepEqual(bad.slice(0, 3), []);
+    await finish(p);
+  });
+
+  it("queued code beyond max_queue_bytes is answered busy, naming the limit", T, async () => {
+    const p = peer({ args: ["--workers", "1", "--max-queue", "100", "--max-queue-bytes", "4096"] });
+    await p.initialize();
+    const m = p.mark();
+    const busy = { code: "local t = os.clock() while os.clock() - t < 0.4 do end return 1",
+      timeout_ms: 5000, instruction_limit: 10_000_000_000 };
+    const pad = "--" + "x".repeat(3000) + "\nreturn 2";
+    p.send({ jsonrpc: "2.0", id: 1, method: "tools/call", params: { name: "execute_code", arguments: busy } });
+    await sleep(100); // the first call is running, not queued
+    p.send({ jsonrpc: "2.0", id: 2, method: "tools/call", params: { name: "execute_code", arguments: { code: pad } } });
+    p.send({ jsonrpc: "2.0", id: 3, method: "tools/call", params: { name: "execute_code", arguments: { code: pad } } });
+    const r3 = await p.response(3, { from: m, timeout: 10000 });
+    assert.equal(r3.result.isError, true);
+    assert.equal(r3.result.structuredContent.error_type, "busy");
+    assert.match(r3.result.structuredContent.error, /max_queue_bytes=4096/);
+    const r2 = await p.response(2, { from: m, timeout: 10000 });
+    assert.equal(r2.result.structuredContent.result, 2);
+    const r1 = await p.response(1, { from: m, timeout: 10000 });
+    assert.equal(r1.result.structuredContent.result, 1);
+    await finish(p);
+  });
+});
