@@ -29,7 +29,7 @@ LIB_OBJ   := $(filter-out $(BUILD)/obj/main.o,$(OBJ))
 UNIT_SRC  := $(sort $(wildcard tests/unit/test_*.c))
 UNIT_BIN  := $(patsubst tests/unit/%.c,$(BUILD)/tests/%,$(UNIT_SRC))
 
-.PHONY: all deps test-deps run test test-unit test-lua test-integration test-security \
+.PHONY: all deps test-deps run test test-unit test-lua test-valgrind test-integration test-security \
         test-asan bench fuzz clean
 
 all: $(BUILD)/moonbox
@@ -91,7 +91,7 @@ run: deps
 test: test-deps
 	@$(MAKE) --no-print-directory all
 	@$(MAKE) --no-print-directory test-asan
-	@$(MAKE) --no-print-directory test-lua test-integration test-security
+	@$(MAKE) --no-print-directory test-lua test-valgrind test-integration test-security
 
 test-unit: $(UNIT_BIN)
 	@tests/run-unit.sh $(UNIT_BIN)
@@ -103,6 +103,9 @@ test-asan:
 
 test-lua:
 	@tests/run-lua.sh
+
+test-valgrind: $(BUILD)/moonbox $(BUILD)/tests/test_config $(BUILD)/tests/test_lua_sandbox
+	@BUILD=$(BUILD) tests/run-valgrind.sh
 
 test-integration: $(BUILD)/moonbox
 	@cd tests && MOONBOX=../$(BUILD)/moonbox node --test --test-reporter=spec integration/

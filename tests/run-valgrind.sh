@@ -1,0 +1,26 @@
+#!/bin/sh
+# valgrind memcheck on a subset (DESIGN.md): two unit-test binaries of the normal build and a
+# short real server session over stdio (initialize, executions that succeed, fail, time out, use
+# re/json/the prelude, a parse error, stats, EOF). Any memory error or definite leak fails.
+# Prints "valgrind: N passed, N failed".
+cd "$(dirname "$0")/.." || exit 1
+B=${BUILD:-build}
+pass=0; fail=0
+run() { # name command...
+  name=$1; shift
+  if valgrind -q --error-exitcode=99 --leak-check=full --errors-for-leak-kinds=definite "$@" \
+       >/tmp/moonbox-vg.out 2>/tmp/moonbox-vg.err; then
+    pass=$((pass+1)); echo "ok   $name"
+  else
+    fail=$((fail+1)); echo "FAIL $name"; tail -30 /tmp/moonbox-vg.err
+  fi
+}
+run test_config "$B/tests/test_config"
+run test_lua_sandbox "$B/tests/test_lua_sandbox"
+d=$(mktemp -d)
+run "server session" sh -c "exec $B/moonbox --data-dir $d --log-level error < tests/valgrind/session.jsonl"
+n=$(grep -c '"jsonrpc"' /tmp/moonbox-vg.out)
+if [ "$n" -ne 56 ]; then fail=$((fail+1)); echo "FAIL server session answered $n of 56 messages"; fi
+rm -rf "$d"
+echo "valgrind: $pass passed, $fail failed"
+[ $fail -eq 0 ]
