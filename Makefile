@@ -80,10 +80,11 @@ $(BUILD)/tests/%: tests/unit/%.c $(LIB_OBJ) tests/unit/unit.h
 	$(CC) $(CFLAGS) -Itests/unit $< $(LIB_OBJ) $(LDLIBS) -o $@
 
 # ---- run -----------------------------------------------------------------------------------
-run: deps
-	@$(MAKE) --no-print-directory all
+# stdout carries MCP messages only: build output goes to stderr.
+run:
+	@$(MAKE) --no-print-directory deps all >&2
 	@mkdir -p data
-	./$(BUILD)/moonbox --data-dir ./data
+	@exec ./$(BUILD)/moonbox --data-dir ./data
 
 # ---- tests ---------------------------------------------------------------------------------
 # `make test` runs the C unit tests and Lua tests under ASan+UBSan, then the integration and
