@@ -361,10 +361,18 @@ describe("concurrency", () => {
       return r;
     });
     await sleep(200);
-    const t0 = performance.now();
-    assert.deepEqual(await s.client.ping(), {});
-    const pingMs = performance.now() - t0;
-    assert.ok(pingMs < 50, `ping took ${pingMs.toFixed(1)} ms`);
+    // The issue's figure: ping answered within 10 ms while a CPU-bound execution runs. The
+    // median of 20 pings is held to that; a single one to 50 ms (a shared CI machine).
+    const pings = [];
+    for (let i = 0; i < 20; i++) {
+      const t0 = performance.now();
+      assert.deepEqual(await s.client.ping(), {});
+      pings.push(performance.now() - t0);
+      await sleep(10);
+    }
+    const sorted = [...pings].sort((a, b) => a - b);
+    assert.ok(sorted[10] <= 10, `ping median ${sorted[10].toFixed(1)} ms: ${pings.map((x) => x.toFixed(1)).join(", ")}`);
+    assert.ok(sorted[19] < 50, `slowest ping ${sorted[19].toFixed(1)} ms`);
     const short = await execute(s.client, { code: "return 'short'" });
     assert.equal(short.structuredContent.success, true);
     assert.equal(short.structuredContent.result, "short");
