@@ -125,6 +125,8 @@ static int lp_class(int c, int cl)
 	return isupper(cl) ? !r : r;
 }
 
+#define LP_MAX_SET 4096
+
 /* Is c in the set whose '[' is at p and whose closing ']' is at close? */
 static int lp_in_set(int c, const char *p, const char *close)
 {
@@ -161,12 +163,19 @@ static const char *lp_item_end_slow(lp_match *m, const char *p)
 		return p + 1;
 	}
 	if (c == '[') {
+		const char *open = p;
 		if (p < pe && *p == '^')
 			p++;
 		/* the first member is taken literally, so "[]]" is a set holding ']' */
 		do {
 			if (p >= pe)
 				luaL_error(m->L, "malformed pattern (missing ']')");
+			/* A set is tested once per subject character and its end found by scanning, so
+			 * its length multiplies the cost of every step between budget polls. No useful
+			 * set is this long (256 byte values); stock Lua has no limit. */
+			if (p - open > LP_MAX_SET)
+				luaL_error(m->L, "pattern set too long (more than %d bytes, not allowed in "
+					   "the sandbox)", LP_MAX_SET);
 			c = *p++;
 			if (c == LP_ESC && p < pe)
 				p++;

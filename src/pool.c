@@ -104,9 +104,10 @@ static int spawn_worker(mb_pool *p)
 	uv_mutex_unlock(&p->mu);
 	if (uv_thread_create_ex(&w->tid, &opt, worker_main, w) != 0) {
 		uv_mutex_lock(&p->mu);
-		w->exited = 1;
+		p->workers = w->next; /* still the head: only the loop thread adds workers */
 		p->live_workers--;
 		uv_mutex_unlock(&p->mu);
+		free(w);
 		return -1;
 	}
 	return 0;
@@ -176,7 +177,8 @@ static void worker_main(void *arg)
 				p->abandoned_alive--;
 			p->live_workers--;
 			uv_mutex_unlock(&p->mu);
-			uv_async_send(&p->async);
+			/* p may be gone from here on (an abandoned thread outliving the pool's close):
+			 * touch only what this thread owns. */
 			mb_sandbox_discard(next);
 			mb_sandbox_thread_exit();
 			mb_arena_free_thread();
@@ -219,7 +221,10 @@ static void worker_main(void *arg)
 		}
 		uv_mutex_unlock(&p->mu);
 		post_simple(p, j, EV_DONE);
-		if (!next)
+		uv_mutex_lock(&p->mu);
+		int leaving = w->abandoned;
+		uv_mutex_unlock(&p->mu);
+		if (!next && !leaving)
 			next = mb_sandbox_prepare(p->cfg);
 	}
 }

@@ -110,7 +110,8 @@ static int sb_close(lua_State *L)
 {
 	lua_State *co = lua_tothread(L, 1);
 	luaL_argexpected(L, co, 1, "coroutine");
-	return call_original_on(L, NULL);
+	/* its pending __close handlers run on co: the deadline signal must re-arm co's hook */
+	return call_original_on(L, co);
 }
 
 /* coroutine.wrap: the stock one resumes from C without our wrapper; rebuild it on resume. */

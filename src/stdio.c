@@ -32,11 +32,13 @@ struct mb_stdio {
 	int discarding;
 	size_t discarded;
 	size_t pending_writes;
-	/* Messages written during one loop iteration are batched and flushed together from a
-	 * check handle: one write(2) for many responses under pipelined load. */
+	/* Messages written during one loop iteration are batched and flushed together from an
+	 * idle handle: one write(2) for many responses under pipelined load. An idle handle (not a
+	 * check handle) because while it is active the loop does not block in poll, so a message
+	 * written from a timer callback leaves at once too. */
 	char *obuf;
 	size_t olen, ocap;
-	uv_check_t flusher;
+	uv_idle_t flusher;
 	int eof;
 	int paused;
 	char *held;       /* bytes read but not yet cut into lines because we paused */
@@ -51,9 +53,25 @@ typedef struct {
 	mb_stdio *s;
 } write_req;
 
+/* Appends bytes to the held (not yet cut) input, keeping their order. */
+static int hold(mb_stdio *s, const char *data, size_t n)
+{
+	char *h = realloc(s->held, s->held_len + n);
+	if (!h) {
+		mb_log(MB_LOG_WARNING, "stdio: out of memory while pausing; reading on");
+		return -1;
+	}
+	memcpy(h + s->held_len, data, n);
+	s->held = h;
+	s->held_len += n;
+	return 0;
+}
+
 static void deliver(mb_stdio *s, const char *data, size_t n)
 {
 	while (n) {
+		if (s->paused && hold(s, data, n) == 0)
+			return; /* the rest waits for mb_stdio_resume */
 		const char *nl = memchr(data, '\n', n);
 		size_t take = nl ? (size_t)(nl - data) : n;
 		if (s->discarding) {
@@ -112,17 +130,6 @@ static void deliver(mb_stdio *s, const char *data, size_t n)
 			break;
 		data = nl + 1;
 		n -= take + 1;
-		if (s->paused && n) {
-			/* keep the rest for mb_stdio_resume */
-			char *h = malloc(n);
-			if (h) {
-				memcpy(h, data, n);
-				s->held = h;
-				s->held_len = n;
-				return;
-			}
-			mb_log(MB_LOG_WARNING, "stdio: out of memory while pausing; reading on");
-		}
 	}
 }
 
@@ -232,7 +239,7 @@ mb_stdio *mb_stdio_open(uv_loop_t *loop, size_t max_line, const mb_stdio_callbac
 		mb_log(MB_LOG_ERROR, "stdio: cannot open stdin/stdout: %s", uv_strerror(rc));
 		return NULL;
 	}
-	uv_check_init(loop, &s->flusher);
+	uv_idle_init(loop, &s->flusher);
 	s->flusher.data = s;
 	s->open_handles++;
 	if (s->in_kind == UV_FILE) {
@@ -263,10 +270,10 @@ static void write_cb(uv_write_t *req, int status)
 }
 
 /* Hands the batch to libuv: as much as the pipe takes now, the rest as one queued write. */
-static void flush(uv_check_t *h)
+static void flush(uv_idle_t *h)
 {
 	mb_stdio *s = h->data;
-	uv_check_stop(h);
+	uv_idle_stop(h);
 	if (!s->olen)
 		return;
 	uv_stream_t *st = (uv_stream_t *)&s->out;
@@ -343,7 +350,7 @@ int mb_stdio_write(mb_stdio *s, char *data, size_t len)
 	memcpy(s->obuf + s->olen, data, len);
 	s->olen += len;
 	free(data);
-	uv_check_start(&s->flusher, flush);
+	uv_idle_start(&s->flusher, flush);
 	return 0;
 }
 

@@ -44,8 +44,13 @@ local function int_arg(args, name, default, max, unit)
   if type(v) ~= "number" or v ~= v or v ~= math.floor(v) then
     return nil, string.format("invalid arguments: %s must be an integer%s", name, unit or "")
   end
-  v = math.tointeger(v)
-  if not v or v < 1 then
+  local iv = math.tointeger(v)
+  if not iv then -- integral but beyond 64 bits
+    return nil, string.format("invalid arguments: %s=%g exceeds the configured maximum %s=%d",
+      name, v, "max_" .. name, max)
+  end
+  v = iv
+  if v < 1 then
     return nil, string.format("invalid arguments: %s must be at least 1", name)
   end
   if v > max then

@@ -192,3 +192,30 @@ describe("native calls poll the budget (cancellation, independent of machine spe
     test(name, () => cancelProbe({ setup, call, memory_mb }));
   }
 });
+
+describe("deadline signal reaches coroutines", () => {
+  // A __close handler run by coroutine.close executes on the coroutine: the deadline signal must
+  // re-arm that coroutine's hook, or each of its 1,000-instruction hook intervals is 1,000 long
+  // string comparisons (found in review: 3.2 s instead of 0.3 s).
+  test("__close loop of long comparisons inside coroutine.close", () =>
+    hostile({
+      code: "local s = ('x'):rep(2^26) local t = s .. '' local co = coroutine.create(function()" +
+        " local x <close> = setmetatable({}, {__close = function() while true do local _ = s < t end" +
+        " end}) coroutine.yield() end) coroutine.resume(co) print('go') coroutine.close(co)",
+      memory_mb: 512, marker: "go", expect: TIMEOUT,
+    }));
+});
+
+describe("watchdog", () => {
+  // One C call that cannot be split or polled (string.pack filling 600 MB) runs well past the
+  // deadline: the pool must answer at deadline + timeout_grace_ms (50 ms) while the thread is
+  // still busy, and the answer must leave at once (it is written from a timer callback), then
+  // the server keeps serving with a replacement worker.
+  test("an unpollable C call is answered at deadline + grace, from the watchdog", () =>
+    hostile({
+      code: "local a = string.pack('c600000000', '') return #a",
+      timeout_ms: 100, memory_mb: 1000, args: ["--max-memory-mb", "1024"],
+      bound: 100 + 50 + 60, overrun_ms: 10000,
+      expect: { success: false, error_type: "timeout", error: "timeout: execution exceeded timeout_ms=100" },
+    }));
+});

@@ -176,6 +176,8 @@ TEST(error_shapes)
 	expect_error("return string.format('%q', ('x'):rep(2^21))", "runtime", "is not allowed in the sandbox");
 	expect_error("return os.date(('%c'):rep(2000))", "runtime", "format longer than 1024 bytes");
 	expect_error("setmetatable('', {})", "runtime", "bad argument #1 to 'setmetatable'");
+	expect_error("return ('x'):find('[' .. ('a'):rep(5000) .. ']')", "runtime",
+		     "pattern set too long (more than 4096 bytes, not allowed in the sandbox)");
 	run_out *big = run("error(('x'):rep(1e6))");
 	CHECK(big->r.error && strlen(big->r.error) < 70000 && strstr(big->r.error, "error message truncated"));
 	done(big);
