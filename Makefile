@@ -76,7 +76,7 @@ $(BUILD)/moonbox: $(OBJ)
 $(BUILD)/obj:
 	@mkdir -p $@ $(BUILD)/gen $(BUILD)/tests
 
-$(BUILD)/tests/%: tests/unit/%.c $(LIB_OBJ) tests/unit/unit.h
+$(BUILD)/tests/%: tests/unit/%.c $(LIB_OBJ) $(wildcard tests/unit/*.h)
 	$(CC) $(CFLAGS) -Itests/unit $< $(LIB_OBJ) $(LDLIBS) -o $@
 
 # ---- run -----------------------------------------------------------------------------------

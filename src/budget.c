@@ -63,7 +63,6 @@ const char *mb_stop_name(mb_stop_reason why)
 	case MB_STOP_MEMORY: return "memory";
 	case MB_STOP_INSTRUCTIONS: return "instructions";
 	case MB_STOP_CANCELLED: return "cancelled";
-	case MB_STOP_OUTPUT: return "output";
 	default: return "none";
 	}
 }

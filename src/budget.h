@@ -28,7 +28,6 @@ typedef enum {
 	MB_STOP_MEMORY,       /* allocator refused growth beyond the cap */
 	MB_STOP_INSTRUCTIONS, /* instruction budget spent */
 	MB_STOP_CANCELLED,    /* the client cancelled the request */
-	MB_STOP_OUTPUT,       /* reserved: output is capped, never fatal today */
 } mb_stop_reason;
 
 typedef struct mb_budget {

@@ -81,7 +81,6 @@ struct mb_pool {
 	int stopping;
 	/* loop-thread only */
 	mb_job *pending;        /* every job not yet freed */
-	size_t npending;
 	uint64_t next_id;
 	uint64_t submitted, completed, refused;
 	size_t unanswered;      /* submitted, on_done not yet called */
@@ -238,7 +237,6 @@ static void job_free(mb_job *j)
 		p->pending = j->pending_next;
 	if (j->pending_next)
 		j->pending_next->pending_prev = j->pending_prev;
-	p->npending--;
 	mb_exec_result_free(&j->res);
 	free(j->code);
 	free(j->context);
@@ -439,7 +437,6 @@ int mb_pool_submit(mb_pool *p, const mb_exec_request *req, uint64_t *id_out, cha
 	if (p->pending)
 		p->pending->pending_prev = j;
 	p->pending = j;
-	p->npending++;
 	p->submitted++;
 	p->unanswered++;
 

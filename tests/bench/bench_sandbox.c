@@ -8,6 +8,7 @@
 #include "config.h"
 #include "json.h"
 #include "sandbox.h"
+#include "../unit/sandbox_setup.h"
 
 static int cmp(const void *a, const void *b)
 {
@@ -20,13 +21,8 @@ int main(int argc, char **argv)
 	int n = argc > 1 ? atoi(argv[1]) : 2000;
 	const char *code = argc > 2 ? argv[2] : "return 1+1";
 	static mb_config cfg;
-	char *args[] = { "bench", "--data-dir", "/tmp/moonbox-bench", NULL };
-	if (mb_config_load(&cfg, 3, args) != 0)
+	if (sandbox_setup(&cfg) != 0)
 		return 1;
-	mb_json_global_init();
-	if (mb_sandbox_global_init() != 0)
-		return 1;
-	mb_sandbox_thread_init();
 	double *t = calloc((size_t)n, sizeof *t);
 	for (int i = 0; i < n; i++) {
 		mb_budget b;

@@ -8,6 +8,7 @@
 #include "config.h"
 #include "json.h"
 #include "sandbox.h"
+#include "sandbox_setup.h"
 #include "unit.h"
 
 static mb_config cfg;
@@ -74,13 +75,8 @@ TEST(sandbox_scripts)
 
 int main(void)
 {
-	char *args[] = { "test", "--data-dir", "/tmp/moonbox-unit", NULL };
-	if (mb_config_load(&cfg, 3, args) != 0)
+	if (sandbox_setup(&cfg) != 0)
 		return 1;
-	mb_json_global_init();
-	if (mb_sandbox_global_init() != 0)
-		return 1;
-	mb_sandbox_thread_init();
 	RUN(sandbox_scripts);
 	mb_sandbox_thread_exit();
 	return UNIT_END();

@@ -8,6 +8,7 @@
 #include "config.h"
 #include "json.h"
 #include "sandbox.h"
+#include "sandbox_setup.h"
 #include "unit.h"
 
 static mb_config cfg;
@@ -327,13 +328,8 @@ TEST(cancel)
 
 int main(void)
 {
-	char *args[] = { "test", "--data-dir", "/tmp/moonbox-unit", NULL };
-	if (mb_config_load(&cfg, 3, args) != 0)
+	if (sandbox_setup(&cfg) != 0)
 		return 1;
-	mb_json_global_init();
-	if (mb_sandbox_global_init() != 0)
-		return 1;
-	mb_sandbox_thread_init();
 	RUN(results);
 	RUN(output_and_notifications);
 	RUN(error_shapes);
