@@ -13,7 +13,10 @@
 
 import { test, describe } from "node:test";
 
+import assert from "node:assert/strict";
+
 import { hostile, cancelProbe } from "./harness.mjs";
+import { startPeer, sleep } from "./peer.mjs";
 
 const TIMEOUT = { success: false, error_type: "timeout", error: "timeout: execution exceeded timeout_ms=300" };
 const memory = (mb) => ({ success: false, error_type: "memory", error: `memory limit: execution exceeded memory_mb=${mb} (${mb * 1048576} bytes)` });
@@ -218,4 +221,32 @@ describe("watchdog", () => {
       bound: 100 + 50 + 60, overrun_ms: 10000,
       expect: { success: false, error_type: "timeout", error: "timeout: execution exceeded timeout_ms=100" },
     }));
+
+  // Stuck threads are tolerated up to max_abandoned; beyond that new executions are refused as
+  // busy (naming the limit) instead of piling up threads, and served again once the stuck
+  // thread's C call returns.
+  test("more stuck threads than max_abandoned: busy, then served again", async () => {
+    const peer = await startPeer(["--workers", "1", "--max-abandoned", "0", "--max-memory-mb", "1024"]);
+    try {
+      const first = await peer.exec({ code: "local a = string.pack('c600000000', '') return #a",
+        timeout_ms: 100, memory_mb: 1000 });
+      assert.equal(first.sc.error_type, "timeout");
+      const refused = await peer.exec({ code: "return 1" });
+      assert.equal(refused.sc.error_type, "busy", JSON.stringify(refused.sc));
+      assert.match(refused.sc.error, /max_abandoned=0/);
+      const t0 = performance.now();
+      for (;;) {
+        const again = await peer.exec({ code: "return 1" });
+        if (again.sc.success) {
+          assert.equal(again.sc.result, 1);
+          break;
+        }
+        assert.equal(again.sc.error_type, "busy");
+        assert.ok(performance.now() - t0 < 10000, "still refused 10 s later");
+        await sleep(50);
+      }
+    } finally {
+      await peer.dispose();
+    }
+  });
 });
