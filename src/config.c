@@ -62,6 +62,15 @@ static const option options[] = {
 	I(regex_heap_limit_kb, 8192, 64, 4194304, "PCRE2 backtracking heap per match, KiB"),
 	I(regex_max_pattern_bytes, 4096, 16, 1048576, "longest re.* pattern"),
 	I(regex_max_subject_bytes, 4194304, 1024, 1 << 30, "longest re.* subject"),
+	S(skills_dir, "", "skills directory, the source of truth for skills (default DATA_DIR/skills)"),
+	S(catalog_dir, "", "tool catalog directory of *.json files (default DATA_DIR/catalog)"),
+	I(store_busy_timeout_ms, 5000, 0, 600000, "how long a store write waits for a lock"),
+	I(max_skill_bytes, 262144, 64, 16777216, "size of one skill's source"),
+	I(workspace_max_file_bytes, 10485760, 1, (int64_t)1 << 40, "largest workspace file"),
+	I(workspace_max_bytes, 104857600, 1, (int64_t)1 << 50, "total workspace bytes per tenant"),
+	I(workspace_max_files, 10000, 1, 100000000, "workspace files per tenant"),
+	I(history_max_rows, 10000, 0, 100000000, "execution records kept in the store (oldest dropped)"),
+	I(max_host_calls, 10000, 0, 100000000, "skill, workspace-tool and upstream calls per execution"),
 };
 #define NOPTS (sizeof options / sizeof options[0])
 
@@ -318,6 +327,14 @@ int mb_config_load(mb_config *cfg, int argc, char **argv)
 		fprintf(stderr, "moonbox: default_instruction_limit=%lld is above max_instruction_limit=%lld\n",
 			(long long)cfg->default_instruction_limit, (long long)cfg->max_instruction_limit);
 		return -1;
+	}
+	for (int k = 0; k < 2; k++) {
+		char *dir = k == 0 ? cfg->skills_dir : cfg->catalog_dir;
+		if (!dir[0] && snprintf(dir, sizeof cfg->skills_dir, "%s/%s", cfg->data_dir,
+					k == 0 ? "skills" : "catalog") >= (int)sizeof cfg->skills_dir) {
+			fprintf(stderr, "moonbox: data directory path is too long\n");
+			return -1;
+		}
 	}
 	if (cfg->workers == 0) {
 		long n = sysconf(_SC_NPROCESSORS_ONLN);

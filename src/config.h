@@ -47,6 +47,17 @@ typedef struct mb_config {
 	int64_t regex_heap_limit_kb;
 	int64_t regex_max_pattern_bytes;
 	int64_t regex_max_subject_bytes;
+
+	/* store, skills, workspace, history */
+	char skills_dir[4096];          /* default DATA_DIR/skills */
+	char catalog_dir[4096];         /* default DATA_DIR/catalog */
+	int64_t store_busy_timeout_ms;
+	int64_t max_skill_bytes;        /* one skill's source */
+	int64_t workspace_max_file_bytes;
+	int64_t workspace_max_bytes;    /* per tenant */
+	int64_t workspace_max_files;    /* per tenant */
+	int64_t history_max_rows;       /* execution records kept */
+	int64_t max_host_calls;         /* skills/workspace/upstream calls per execution */
 } mb_config;
 
 /* Fills cfg from defaults, config file, environment and argv. Returns 0, 1 when the program

@@ -34,6 +34,17 @@ typedef struct mb_exec_request {
 	/* host calls: may be NULL; called on the executing thread; must copy what it keeps */
 	void (*notify)(void *ud, mb_notify_kind kind, int level, const char *json, size_t len);
 	void *notify_ud;
+	/* A call from sandbox code to the host (skills; later upstream tools): a name and JSON
+	 * arguments in, JSON out. Blocks the executing thread until the host answers, or the
+	 * execution's deadline passes or it is cancelled. Returns 0 with *reply the answer (JSON
+	 * text), 1 with *reply an error message from the host, -1 when the budget stopped the wait
+	 * (the budget is tripped; *reply NULL). *reply is malloc'd; the caller frees it. May be NULL
+	 * (no host: such calls fail with a clear error). */
+	int (*host_call)(void *ud, const char *name, const char *args, size_t args_len, char **reply,
+			 size_t *reply_len);
+	void *host_ud;
+	/* The tenant's workspace (workspace.h; thread-safe), or NULL when there is none. */
+	struct mb_workspace *workspace;
 } mb_exec_request;
 
 typedef struct mb_exec_result {
