@@ -15,6 +15,7 @@ local function register(definition, handler)
   M.list[#M.list + 1] = t
   M.by_name[definition.name] = t
 end
+M.register = register
 
 -- A tool-level error result: isError with a text block, and structuredContent when given.
 local function tool_error(message, structured)
@@ -32,6 +33,8 @@ local function structured_result(sc, is_error)
     isError = is_error or false,
   }
 end
+M.tool_error = tool_error
+M.structured_result = structured_result
 
 local function is_object(v)
   return type(v) == "table" and getmetatable(v) ~= "json.array"
