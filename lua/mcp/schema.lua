@@ -1,0 +1,57 @@
+-- mcp/schema.lua - the store's schema as an ordered list of migrations.
+--
+-- Entry i moves the database from user_version i-1 to i. The host applies the missing ones at
+-- start (mb.db.migrate), each in its own transaction; a database whose user_version is above
+-- #migrations comes from a newer moonbox and is refused rather than touched. Append only: never
+-- edit a migration that has shipped, add a new one.
+
+return {
+  -- 1: skills and their versions, execution history
+  [[
+  CREATE TABLE skills (
+    tenant       TEXT NOT NULL,
+    name         TEXT NOT NULL,
+    path         TEXT,               -- file the skill lives in, relative to the skills dir
+    form         TEXT,               -- 'file' (name.lua) or 'dir' (name/SKILL.md + init.lua)
+    description  TEXT,
+    params       TEXT,               -- JSON array of {name, type, description, optional}
+    returns      TEXT,
+    tool         TEXT,               -- JSON {inputSchema, outputSchema?, title?} when published
+    hash         TEXT,               -- BLAKE2b of the current source
+    mtime        INTEGER,
+    size         INTEGER,
+    status       TEXT NOT NULL,      -- 'ok', 'error' (current source does not compile), 'deleted'
+    error        TEXT,
+    error_line   INTEGER,
+    good_version INTEGER,            -- the last version that compiled: the one in use
+    updated_at   INTEGER NOT NULL,   -- ms since the epoch
+    PRIMARY KEY (tenant, name)
+  );
+  CREATE TABLE skill_versions (
+    tenant      TEXT NOT NULL,
+    name        TEXT NOT NULL,
+    version     INTEGER NOT NULL,
+    code        TEXT NOT NULL,
+    hash        TEXT NOT NULL,
+    description TEXT,
+    params      TEXT,
+    tool        TEXT,
+    source      TEXT NOT NULL,       -- 'save', 'file' (picked up from disk), 'restore'
+    compiled    INTEGER NOT NULL,    -- 1 when this source compiled
+    created_at  INTEGER NOT NULL,
+    PRIMARY KEY (tenant, name, version)
+  );
+  CREATE TABLE executions (
+    id           INTEGER PRIMARY KEY,
+    tenant       TEXT NOT NULL,
+    started_at   INTEGER NOT NULL,   -- ms since the epoch
+    duration_ms  REAL NOT NULL,
+    outcome      TEXT NOT NULL,      -- 'ok' or the error_type
+    instructions INTEGER,
+    memory_peak  INTEGER,
+    code_hash    TEXT,
+    tool         TEXT                -- execute_code or the published skill's name
+  );
+  CREATE INDEX executions_by_tenant ON executions (tenant, id);
+  ]],
+}
