@@ -8,7 +8,8 @@ local mb = mb
 local null = mb.null
 local cfg = mb.config
 
-local M = { list = {}, by_name = {} }
+-- stats_providers[name] = fn() -> table: each adds a section to get_execution_stats.
+local M = { list = {}, by_name = {}, stats_providers = {} }
 
 local function register(definition, handler)
   local t = { definition = definition, handler = handler }
@@ -262,6 +263,7 @@ register({
     },
     version = mb.version,
   }
+  for name, provider in pairs(M.stats_providers) do sc[name] = provider() end
   return structured_result(sc)
 end)
 
