@@ -84,7 +84,7 @@ $(BUILD)/tests/%: tests/unit/%.c $(LIB_OBJ) $(wildcard tests/unit/*.h)
 run:
 	@$(MAKE) --no-print-directory deps all >&2
 	@mkdir -p data
-	@exec ./$(BUILD)/moonbox --data-dir ./data
+	@exec ./$(BUILD)/moonbox --data-dir ./data --skills-dir ./skills --catalog-dir ./catalog
 
 # ---- tests ---------------------------------------------------------------------------------
 # `make test` runs the C unit tests and Lua tests under ASan+UBSan, then the integration and

@@ -16,6 +16,11 @@
 #include <time.h>
 
 #include "embedded.h"
+#include "codec.h"
+#include "host_fs.h"
+#include "host_uv.h"
+#include "store.h"
+#include "workspace.h"
 #include "json.h"
 #include "log.h"
 
@@ -28,8 +33,9 @@ struct mb_host {
 	const mb_config *cfg;
 	mb_host_io io;
 	mb_pool *pool;
+	mb_host_deps deps;
 	mb_json_limits jl;
-	int ref_handle_line, ref_handle_oversize, ref_on_notify, ref_waiting;
+	int ref_handle_line, ref_handle_oversize, ref_on_notify, ref_on_host_call, ref_waiting;
 	size_t inflight;
 	uint64_t start_ns;
 };
@@ -146,6 +152,13 @@ static int l_submit(lua_State *L)
 	req.cfg = h->cfg;
 	uint64_t id;
 	char err[256];
+	lua_getfield(L, 1, "tenant");
+	if (h->deps.workspaces) {
+		const char *tenant = lua_isstring(L, -1) ? lua_tostring(L, -1) : "default";
+		req.workspace = mb_workspaces_get(h->deps.workspaces, tenant, err, sizeof err);
+		if (!req.workspace)
+			mb_log(MB_LOG_WARNING, "workspace of tenant %s: %s", tenant, err);
+	}
 	if (!h->pool) {
 		lua_pushnil(L);
 		lua_pushliteral(L, "no execution pool");
@@ -182,6 +195,28 @@ static int l_cancel(lua_State *L)
 	return 1;
 }
 
+/* mb.host_reply(job, seq, ok, text): answers a host call from sandbox code; ok=false makes text
+ * an error message raised in the sandbox. */
+static int l_host_reply(lua_State *L)
+{
+	mb_host *h = host_of(L);
+	lua_Integer job = luaL_checkinteger(L, 1), seq = luaL_checkinteger(L, 2);
+	int ok = lua_toboolean(L, 3);
+	size_t len;
+	const char *text = luaL_checklstring(L, 4, &len);
+	lua_pushboolean(L, h->pool && mb_pool_reply(h->pool, (uint64_t)job, (uint64_t)seq, ok ? 0 : 1,
+						    text, len) == 0);
+	return 1;
+}
+
+/* mb.json_raw_text(raw) -> the JSON text of a raw value (mb_json_push_raw) */
+static int l_raw_text(lua_State *L)
+{
+	luaL_checktype(L, 1, LUA_TUSERDATA);
+	lua_pushlstring(L, lua_touserdata(L, 1), lua_rawlen(L, 1));
+	return 1;
+}
+
 static int l_log(lua_State *L)
 {
 	int level = mb_log_level_from_name(luaL_checkstring(L, 1));
@@ -192,6 +227,15 @@ static int l_log(lua_State *L)
 static int l_now_ms(lua_State *L)
 {
 	lua_pushnumber(L, (lua_Number)mb_now_ns() / 1e6);
+	return 1;
+}
+
+/* wall clock, ms since the epoch (mb.now_ms is monotonic) */
+static int l_wall_ms(lua_State *L)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_REALTIME, &ts);
+	lua_pushinteger(L, (lua_Integer)ts.tv_sec * 1000 + ts.tv_nsec / 1000000);
 	return 1;
 }
 
@@ -230,8 +274,15 @@ static void push_config(lua_State *L, const mb_config *c)
 	CI(max_code_bytes); CI(max_result_bytes); CI(max_notifications); CI(workers);
 	CI(max_queue); CI(timeout_grace_ms); CI(max_message_bytes); CI(json_max_depth);
 	CI(tools_page_size); CI(regex_match_limit); CI(regex_heap_limit_kb);
-	CI(regex_max_pattern_bytes); CI(regex_max_subject_bytes);
+	CI(regex_max_pattern_bytes); CI(regex_max_subject_bytes); CI(store_busy_timeout_ms);
+	CI(max_skill_bytes); CI(workspace_max_file_bytes); CI(workspace_max_bytes);
+	CI(workspace_max_files); CI(history_max_rows); CI(max_host_calls); CI(max_queue_bytes);
+	CI(max_abandoned);
 #undef CI
+	lua_pushstring(L, c->skills_dir);
+	lua_setfield(L, -2, "skills_dir");
+	lua_pushstring(L, c->catalog_dir);
+	lua_setfield(L, -2, "catalog_dir");
 	lua_pushstring(L, c->log_level);
 	lua_setfield(L, -2, "log_level");
 	lua_pushstring(L, c->data_dir);
@@ -287,6 +338,19 @@ void mb_host_job_notify(mb_host *h, uint64_t job, mb_notify_kind kind, int level
 	}
 }
 
+void mb_host_job_call(mb_host *h, uint64_t job, uint64_t seq, const char *name, const char *args,
+		      size_t len)
+{
+	lua_State *co = lua_newthread(h->L);
+	lua_rawgeti(co, LUA_REGISTRYINDEX, h->ref_on_host_call);
+	lua_pushinteger(co, (lua_Integer)job);
+	lua_pushinteger(co, (lua_Integer)seq);
+	lua_pushstring(co, name);
+	lua_pushlstring(co, args, len);
+	run_coroutine(h, co, 4);
+	lua_pop(h->L, 1);
+}
+
 static void push_result(lua_State *L, const mb_exec_result *r)
 {
 	lua_createtable(L, 0, 10);
@@ -298,6 +362,10 @@ static void push_result(lua_State *L, const mb_exec_result *r)
 	}
 	lua_pushnumber(L, r->execution_time_ms);
 	lua_setfield(L, -2, "execution_time_ms");
+	lua_pushinteger(L, (lua_Integer)r->instructions);
+	lua_setfield(L, -2, "instructions");
+	lua_pushinteger(L, (lua_Integer)r->memory_peak_bytes);
+	lua_setfield(L, -2, "memory_peak_bytes");
 	if (r->sc_json && r->sc_text) {
 		/* Already serialized by the worker: hand them over as raw JSON, one copy each, so a
 		 * big result costs the loop thread little more than a memcpy. */
@@ -321,10 +389,6 @@ static void push_result(lua_State *L, const mb_exec_result *r)
 		lua_pushstring(L, r->traceback);
 		lua_setfield(L, -2, "traceback");
 	}
-	lua_pushinteger(L, (lua_Integer)r->instructions);
-	lua_setfield(L, -2, "instructions");
-	lua_pushinteger(L, (lua_Integer)r->memory_peak_bytes);
-	lua_setfield(L, -2, "memory_peak_bytes");
 }
 
 void mb_host_job_done(mb_host *h, uint64_t job, const mb_exec_result *res)
@@ -366,13 +430,15 @@ static int ref_global(lua_State *L, const char *name)
 	return luaL_ref(L, LUA_REGISTRYINDEX);
 }
 
-mb_host *mb_host_new(const mb_config *cfg, const mb_host_io *io)
+mb_host *mb_host_new(const mb_config *cfg, const mb_host_io *io, const mb_host_deps *deps)
 {
 	mb_host *h = calloc(1, sizeof *h);
 	if (!h)
 		return NULL;
 	h->cfg = cfg;
 	h->io = *io;
+	if (deps)
+		h->deps = *deps;
 	h->start_ns = mb_now_ns();
 	h->jl.max_depth = (int)cfg->json_max_depth;
 	h->jl.max_input_bytes = (size_t)cfg->max_message_bytes;
@@ -395,8 +461,22 @@ mb_host *mb_host_new(const mb_config *cfg, const mb_host_io *io)
 	static const luaL_Reg fns[] = {
 		{ "send", l_send }, { "json_encode", l_json_encode }, { "json_decode", l_json_decode },
 		{ "submit", l_submit }, { "wait", l_wait }, { "cancel", l_cancel }, { "log", l_log },
-		{ "now_ms", l_now_ms }, { "pool_stats", l_pool_stats }, { NULL, NULL },
+		{ "now_ms", l_now_ms }, { "pool_stats", l_pool_stats }, { "host_reply", l_host_reply },
+		{ "wall_ms", l_wall_ms },
+		{ NULL, NULL },
 	};
+	mb_host_fs_open(L);
+	mb_codec_lua_open(L);
+	if (h->deps.loop)
+		mb_host_uv_open(L, h->deps.loop);
+	if (h->deps.store) {
+		mb_store_push_lua(L, h->deps.store);
+		lua_setfield(L, -2, "db");
+	}
+	if (h->deps.workspaces)
+		mb_workspace_lua_open(L, h->deps.workspaces);
+	lua_pushcfunction(L, l_raw_text);
+	lua_setfield(L, -2, "json_raw_text");
 	lua_pushcfunction(L, mb_json_raw_lua); /* JSON text spliced verbatim by the encoder */
 	lua_setfield(L, -2, "json_raw");
 	lua_pushlightuserdata(L, h);
@@ -425,8 +505,9 @@ mb_host *mb_host_new(const mb_config *cfg, const mb_host_io *io)
 	h->ref_handle_line = ref_global(L, "handle_line");
 	h->ref_handle_oversize = ref_global(L, "handle_oversize");
 	h->ref_on_notify = ref_global(L, "on_notify");
+	h->ref_on_host_call = ref_global(L, "on_host_call");
 	if (h->ref_handle_line == LUA_NOREF || h->ref_handle_oversize == LUA_NOREF ||
-	    h->ref_on_notify == LUA_NOREF)
+	    h->ref_on_notify == LUA_NOREF || h->ref_on_host_call == LUA_NOREF)
 		goto fail;
 	return h;
 fail:
@@ -434,6 +515,21 @@ fail:
 		lua_close(h->L);
 	free(h);
 	return NULL;
+}
+
+void mb_host_shutdown(mb_host *h)
+{
+	lua_State *L = h->L;
+	lua_getglobal(L, "on_shutdown");
+	if (lua_isfunction(L, -1)) {
+		if (lua_pcall(L, 0, 0, 0) != LUA_OK) {
+			mb_log(MB_LOG_ERROR, "host: on_shutdown: %s", lua_tostring(L, -1));
+			lua_pop(L, 1);
+		}
+	} else {
+		lua_pop(L, 1);
+	}
+	mb_host_uv_close_all(L);
 }
 
 void mb_host_free(mb_host *h)

@@ -16,6 +16,16 @@
 #include "sandbox.h"
 
 typedef struct mb_host mb_host;
+struct mb_store;
+struct mb_workspaces;
+
+/* What the host state reaches besides the pool: the loop (timers, watchers), the store and the
+ * tenants' workspaces. All owned by the caller and outliving the host. */
+typedef struct mb_host_deps {
+	uv_loop_t *loop;
+	struct mb_store *store;
+	struct mb_workspaces *workspaces;
+} mb_host_deps;
 
 typedef struct mb_host_io {
 	/* writes one message; takes ownership of the malloc'd buffer (which ends with '\n') */
@@ -25,7 +35,7 @@ typedef struct mb_host_io {
 
 /// Creates the host state and loads lua/mcp/server.lua from the embedded modules.
 /// @returns the host or NULL (message logged)
-mb_host *mb_host_new(const mb_config *cfg, const mb_host_io *io);
+mb_host *mb_host_new(const mb_config *cfg, const mb_host_io *io, const mb_host_deps *deps);
 
 /// Gives the host the pool it submits executions to.
 void mb_host_set_pool(mb_host *h, mb_pool *pool);
@@ -39,10 +49,15 @@ void mb_host_handle_oversize(mb_host *h, size_t bytes);
 /// Pool callbacks (loop thread).
 void mb_host_job_notify(mb_host *h, uint64_t job, mb_notify_kind kind, int level, const char *json,
 			size_t len);
+void mb_host_job_call(mb_host *h, uint64_t job, uint64_t seq, const char *name, const char *args,
+		      size_t len);
 void mb_host_job_done(mb_host *h, uint64_t job, const mb_exec_result *res);
 
 /// Requests still being handled (suspended coroutines).
 size_t mb_host_inflight(mb_host *h);
+
+/// Stops timers and watchers and flushes buffered history (before the loop's last run).
+void mb_host_shutdown(mb_host *h);
 
 /// Closes the host state.
 void mb_host_free(mb_host *h);

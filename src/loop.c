@@ -14,6 +14,8 @@
 #include "log.h"
 #include "pool.h"
 #include "stdio.h"
+#include "store.h"
+#include "workspace.h"
 
 typedef struct mb_server {
 	const mb_config *cfg;
@@ -21,6 +23,8 @@ typedef struct mb_server {
 	mb_stdio *io;
 	mb_host *host;
 	mb_pool *pool;
+	mb_store *store;
+	mb_workspaces *workspaces;
 	int eof;
 	int closing;
 	size_t pause_at;   /* executions in flight at which stdin reading pauses */
@@ -34,6 +38,7 @@ static void maybe_finish(mb_server *s)
 		return;
 	s->closing = 1;
 	mb_log(MB_LOG_DEBUG, "stdin closed and all work answered; exiting");
+	mb_host_shutdown(s->host);
 	mb_pool_close(s->pool);
 	mb_stdio_close(s->io);
 }
@@ -82,6 +87,13 @@ static void job_notify(void *ud, uint64_t job, mb_notify_kind kind, int level, c
 	mb_host_job_notify(s->host, job, kind, level, json, len);
 }
 
+static void job_call(void *ud, uint64_t job, uint64_t seq, const char *name, const char *args,
+		     size_t len)
+{
+	mb_server *s = ud;
+	mb_host_job_call(s->host, job, seq, name, args, len);
+}
+
 static void job_done(void *ud, uint64_t job, const mb_exec_result *res)
 {
 	mb_server *s = ud;
@@ -102,11 +114,26 @@ int mb_server_run_stdio(const mb_config *cfg)
 		free(s);
 		return 1;
 	}
+	char err[1024], path[4200];
+	snprintf(path, sizeof path, "%s/moonbox.db", cfg->data_dir);
+	if (mb_store_open(&s->store, path, (int)cfg->store_busy_timeout_ms, err, sizeof err) != 0) {
+		mb_log(MB_LOG_CRIT, "store: %s", err);
+		return 1;
+	}
+	snprintf(path, sizeof path, "%s/workspaces", cfg->data_dir);
+	mb_workspace_limits wl = { cfg->workspace_max_file_bytes, cfg->workspace_max_bytes,
+				   cfg->workspace_max_files };
+	s->workspaces = mb_workspaces_new(path, &wl, err, sizeof err);
+	if (!s->workspaces) {
+		mb_log(MB_LOG_CRIT, "workspaces: %s", err);
+		return 1;
+	}
 	mb_host_io hio = { host_send, s };
-	s->host = mb_host_new(cfg, &hio);
+	mb_host_deps deps = { &s->loop, s->store, s->workspaces };
+	s->host = mb_host_new(cfg, &hio, &deps);
 	if (!s->host)
 		return 1;
-	mb_job_callbacks jcb = { job_notify, job_done, s };
+	mb_job_callbacks jcb = { job_notify, job_call, job_done, s };
 	s->pool = mb_pool_new(&s->loop, cfg, &jcb);
 	if (!s->pool)
 		return 1;
@@ -122,6 +149,8 @@ int mb_server_run_stdio(const mb_config *cfg)
 	       cfg->data_dir);
 	uv_run(&s->loop, UV_RUN_DEFAULT);
 	mb_host_free(s->host);
+	mb_store_close(s->store);
+	mb_workspaces_free(s->workspaces);
 	if (uv_loop_close(&s->loop) != 0)
 		mb_log(MB_LOG_DEBUG, "loop closed with handles still open (stuck worker threads)");
 	free(s);

@@ -9,6 +9,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "codec.h"
 #include "config.h"
 #include "json.h"
 #include "log.h"
@@ -48,6 +49,10 @@ int main(int argc, char **argv)
 		return 1;
 	}
 	mb_json_global_init();
+	if (mb_codec_init() != 0) {
+		mb_log(MB_LOG_CRIT, "libsodium initialisation failed");
+		return 1;
+	}
 	if (mb_sandbox_global_init() != 0) {
 		mb_log(MB_LOG_CRIT, "sandbox initialisation failed");
 		return 1;

@@ -25,7 +25,7 @@
 #include "sandbox_int.h"
 
 typedef enum { JOB_QUEUED, JOB_RUNNING, JOB_DONE, JOB_ABANDONED } job_state;
-typedef enum { EV_NOTIFY, EV_DONE } event_type;
+typedef enum { EV_NOTIFY, EV_CALL, EV_DONE } event_type;
 
 typedef struct mb_worker mb_worker;
 typedef struct mb_job mb_job;
@@ -43,6 +43,13 @@ struct mb_job {
 	int timer_stage;       /* 1 waiting for the deadline, 2 waiting for the grace period */
 	_Atomic uint64_t started_ns; /* the deadline, written by the worker when the code starts */
 	int answered;          /* on_done already called (abandoned) */
+	/* host calls: the worker waits on call_cv for the loop thread's reply (all under pool->mu) */
+	uv_cond_t call_cv;
+	uint64_t call_seq;     /* the call being waited for */
+	int call_waiting, call_done, call_status;
+	char *call_reply;
+	size_t call_reply_len;
+	uint64_t calls;        /* worker thread only */
 	mb_job *next;          /* queue link, or pending-list link */
 	mb_job *pending_next, *pending_prev;
 };
@@ -52,6 +59,8 @@ typedef struct event {
 	mb_job *job;
 	mb_notify_kind kind;
 	int level;
+	uint64_t seq;          /* EV_CALL */
+	char *name;            /* EV_CALL */
 	char *data;
 	size_t len;
 	struct event *next;
@@ -158,6 +167,74 @@ static void job_notify(void *ud, mb_notify_kind kind, int level, const char *jso
 	post(j->pool, e);
 }
 
+/* Worker side of a host call: post the call to the loop, wait for the reply, the deadline or
+ * cancellation (mb_pool_cancel and the deadline timer wake call_cv). */
+static int job_host_call(void *ud, const char *name, const char *args, size_t len, char **reply,
+			 size_t *reply_len)
+{
+	mb_job *j = ud;
+	mb_pool *p = j->pool;
+	*reply = NULL;
+	*reply_len = 0;
+	if (j->calls >= (uint64_t)p->cfg->max_host_calls) {
+		char msg[128];
+		int n = snprintf(msg, sizeof msg, "too many calls to the server in one execution "
+				 "(max_host_calls=%lld)", (long long)p->cfg->max_host_calls);
+		*reply = strdup(msg);
+		*reply_len = *reply ? (size_t)n : 0;
+		return 1;
+	}
+	j->calls++;
+	event *e = calloc(1, sizeof *e);
+	char *d = malloc(len + 1), *nm = strdup(name);
+	if (!e || !d || !nm) {
+		free(e);
+		free(d);
+		free(nm);
+		*reply = strdup("out of memory");
+		*reply_len = *reply ? strlen(*reply) : 0;
+		return 1;
+	}
+	memcpy(d, args, len);
+	d[len] = 0;
+	e->type = EV_CALL;
+	e->job = j;
+	e->name = nm;
+	e->data = d;
+	e->len = len;
+	uv_mutex_lock(&p->mu);
+	e->seq = ++j->call_seq;
+	j->call_waiting = 1;
+	j->call_done = 0;
+	uv_mutex_unlock(&p->mu);
+	post(p, e);
+
+	int status;
+	uv_mutex_lock(&p->mu);
+	for (;;) {
+		if (j->call_done) {
+			status = j->call_status;
+			*reply = j->call_reply;
+			*reply_len = j->call_reply_len;
+			j->call_reply = NULL;
+			break;
+		}
+		if (mb_budget_check(&j->budget) != MB_STOP_NONE) {
+			status = -1;
+			break;
+		}
+		uint64_t now = mb_now_ns(), dl = j->budget.deadline_ns;
+		uint64_t wait = dl > now ? dl - now : 1000000;
+		if (wait > 100000000) /* re-check now and then; cancellation also signals */
+			wait = 100000000;
+		uv_cond_timedwait(&j->call_cv, &p->mu, wait);
+	}
+	j->call_waiting = 0;
+	j->call_done = 0;
+	uv_mutex_unlock(&p->mu);
+	return status;
+}
+
 static void worker_main(void *arg)
 {
 	mb_worker *w = arg;
@@ -238,6 +315,8 @@ static void job_free(mb_job *j)
 	if (j->pending_next)
 		j->pending_next->pending_prev = j->pending_prev;
 	mb_exec_result_free(&j->res);
+	free(j->call_reply);
+	uv_cond_destroy(&j->call_cv);
 	free(j->code);
 	free(j->context);
 	free(j);
@@ -274,8 +353,9 @@ static void on_timer(uv_timer_t *t)
 			uv_timer_start(t, on_timer, dl ? (dl - now + 999999) / 1000000 : j->budget.timeout_ms, 0);
 			return;
 		}
-		/* Deadline: make the hook fire on the next instruction. */
+		/* Deadline: make the hook fire on the next instruction, end a host-call wait. */
 		pthread_kill((pthread_t)w->tid, MB_SANDBOX_SIGNAL);
+		uv_cond_signal(&j->call_cv);
 		uv_mutex_unlock(&p->mu);
 		j->timer_stage = 2;
 		uv_timer_start(t, on_timer, (uint64_t)p->cfg->timeout_grace_ms, 0);
@@ -328,6 +408,14 @@ static void drain(uv_async_t *a)
 		case EV_NOTIFY:
 			if (!j->answered && p->cb.on_notify)
 				p->cb.on_notify(p->cb.ud, j->id, e->kind, e->level, e->data, e->len);
+			free(e->data);
+			break;
+		case EV_CALL:
+			if (!j->answered && p->cb.on_call)
+				p->cb.on_call(p->cb.ud, j->id, e->seq, e->name, e->data, e->len);
+			else
+				mb_pool_reply(p, j->id, e->seq, 1, "the execution has ended", 23);
+			free(e->name);
 			free(e->data);
 			break;
 		case EV_DONE:
@@ -427,6 +515,15 @@ int mb_pool_submit(mb_pool *p, const mb_exec_request *req, uint64_t *id_out, cha
 		j->req.context_len = 0;
 	j->req.notify = job_notify;
 	j->req.notify_ud = j;
+	j->req.host_call = job_host_call;
+	j->req.host_ud = j;
+	if (uv_cond_init(&j->call_cv) != 0) {
+		free(j->code);
+		free(j->context);
+		free(j);
+		snprintf(err, errlen, "out of resources");
+		return -1;
+	}
 	mb_budget_init(&j->budget, req->memory_bytes, req->instruction_limit, 0);
 	j->budget.timeout_ms = req->timeout_ms;
 	uv_timer_init(p->loop, &j->timer);
@@ -464,10 +561,40 @@ int mb_pool_cancel(mb_pool *p, uint64_t job_id)
 			return -1;
 		atomic_store(&j->budget.cancel, 1);
 		uv_mutex_lock(&p->mu);
-		if (j->state == JOB_RUNNING)
+		if (j->state == JOB_RUNNING) {
 			pthread_kill((pthread_t)j->worker->tid, MB_SANDBOX_SIGNAL);
+			uv_cond_signal(&j->call_cv);
+		}
 		uv_mutex_unlock(&p->mu);
 		return 0;
+	}
+	return -1;
+}
+
+int mb_pool_reply(mb_pool *p, uint64_t job_id, uint64_t seq, int status, const char *data, size_t len)
+{
+	for (mb_job *j = p->pending; j; j = j->pending_next) {
+		if (j->id != job_id)
+			continue;
+		char *copy = malloc(len + 1);
+		if (copy) {
+			memcpy(copy, data, len);
+			copy[len] = 0;
+		}
+		uv_mutex_lock(&p->mu);
+		int taken = j->call_waiting && !j->call_done && j->call_seq == seq;
+		if (taken) {
+			free(j->call_reply);
+			j->call_reply = copy ? copy : strdup("out of memory");
+			j->call_reply_len = copy ? len : (j->call_reply ? 13 : 0);
+			j->call_status = copy ? status : 1;
+			j->call_done = 1;
+			uv_cond_signal(&j->call_cv);
+		}
+		uv_mutex_unlock(&p->mu);
+		if (!taken)
+			free(copy);
+		return taken ? 0 : -1;
 	}
 	return -1;
 }

@@ -24,6 +24,10 @@ typedef struct mb_job_callbacks {
 	/* a notification from sandbox code (mcp.log / mcp.progress); json is valid during the call */
 	void (*on_notify)(void *ud, uint64_t job_id, mb_notify_kind kind, int level, const char *json,
 			  size_t len);
+	/* sandbox code called the host (a skill, a workspace tool, an upstream server): answer with
+	 * mb_pool_reply(job_id, seq, ...) now or later; name and args are valid during the call */
+	void (*on_call)(void *ud, uint64_t job_id, uint64_t seq, const char *name, const char *args,
+			size_t len);
 	/* the job finished (or was abandoned, cancelled while queued, ...); res is valid during the call */
 	void (*on_done)(void *ud, uint64_t job_id, const mb_exec_result *res);
 	void *ud;
@@ -42,6 +46,11 @@ int mb_pool_submit(mb_pool *p, const mb_exec_request *req, uint64_t *id_out, cha
 /// Asks a job to stop; its on_done still arrives (with error_type "cancelled").
 /// @returns 0, or -1 when the id is unknown or already done
 int mb_pool_cancel(mb_pool *p, uint64_t job_id);
+
+/// Answers a host call (loop thread). status 0: data is the JSON reply; 1: data is an error
+/// message. A reply that comes after the execution stopped waiting (deadline, cancel, end) is
+/// dropped. @returns 0 when delivered, -1 when dropped
+int mb_pool_reply(mb_pool *p, uint64_t job_id, uint64_t seq, int status, const char *data, size_t len);
 
 /// Number of jobs submitted and not yet reported done.
 size_t mb_pool_pending(const mb_pool *p);

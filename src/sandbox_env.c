@@ -23,6 +23,7 @@
 
 #include "lpattern.h"
 #include "sandbox_int.h"
+#include "workspace.h"
 
 #define POLL_EVERY 1024
 #define MAX_STRING_BYTES ((size_t)0x7fffffff)  /* Lua 5.4's own limit for string.rep */
@@ -746,6 +747,8 @@ int mb_sandbox_env_open(lua_State *L)
 	set_field(L, "log", sb_mcp_log);
 	set_field(L, "progress", sb_mcp_progress);
 	lua_setfield(L, -2, "mcp");
+	mb_sandbox_host_open(L); /* require, skills, save_skill, load_skill, list_skills */
+	mb_sandbox_ws_open(L); /* read_file, write_file, list_files, ..., json.read_file/write_file */
 
 	/* loaded libraries stay reachable only through globals */
 	lua_pop(L, 1);

@@ -42,4 +42,8 @@ void mb_sandbox_sethook(lua_State *L);
 void mb_sandbox_set_running(lua_State *L);
 lua_State *mb_sandbox_running(void);
 
+/// Adds require, skills, save_skill, load_skill and list_skills (host calls, sandbox_host.c) to
+/// the globals table at the top of the stack.
+int mb_sandbox_host_open(lua_State *L);
+
 #endif

@@ -31,7 +31,8 @@ return {
     tenant      TEXT NOT NULL,
     name        TEXT NOT NULL,
     version     INTEGER NOT NULL,
-    code        TEXT NOT NULL,
+    code        TEXT NOT NULL,       -- the Lua source (init.lua for directory skills)
+    skill_md    TEXT,                -- SKILL.md of a directory skill
     hash        TEXT NOT NULL,
     description TEXT,
     params      TEXT,
@@ -53,5 +54,43 @@ return {
     tool         TEXT                -- execute_code or the published skill's name
   );
   CREATE INDEX executions_by_tenant ON executions (tenant, id);
+  ]],
+
+  -- 2: the tool catalog (mcp/catalog.lua): sources, categories, entries and their FTS5 index
+  [[
+  CREATE TABLE catalog_sources (
+    source     TEXT PRIMARY KEY,   -- 'moonbox' (built in), 'file:<name>.json', or an importer's name
+    origin     TEXT,               -- the file's path, or what the importer gave
+    content    TEXT,               -- JSON text of the last good import (re-imported after clashes)
+    status     TEXT NOT NULL,      -- 'ok', or 'error': the last attempt failed, the last good
+                                   -- content stays indexed
+    error      TEXT,
+    tools      INTEGER NOT NULL,   -- entries indexed from this source
+    skipped    INTEGER NOT NULL,   -- entries hidden by a source that takes precedence
+    updated_at INTEGER NOT NULL    -- ms since the epoch
+  );
+  CREATE TABLE catalog_categories (
+    category    TEXT NOT NULL,
+    source      TEXT NOT NULL,
+    description TEXT,
+    PRIMARY KEY (category, source)
+  );
+  CREATE TABLE catalog_tools (
+    id         INTEGER PRIMARY KEY,  -- also the rowid in catalog_fts
+    category   TEXT NOT NULL,
+    name       TEXT NOT NULL,
+    source     TEXT NOT NULL,
+    summary    TEXT NOT NULL,        -- one-line description
+    definition TEXT NOT NULL,        -- the full definition as JSON, with its Lua example
+    UNIQUE (category, name)
+  );
+  CREATE INDEX catalog_tools_by_name ON catalog_tools (name);
+  CREATE INDEX catalog_tools_by_source ON catalog_tools (source);
+  -- Words are split in Lua before indexing (snake_case, camelCase, dotted names); '_' is a token
+  -- character so that a whole snake_case name is also one token. Prefix indexes serve "term"*.
+  CREATE VIRTUAL TABLE catalog_fts USING fts5(
+    name, category, description, params, use_cases,
+    tokenize = "porter unicode61 tokenchars '_'", prefix = '2 3'
+  );
   ]],
 }

@@ -9,6 +9,7 @@
 
 local mb = mb
 local null = mb.null
+mb.db.migrate(require("mcp.schema")) -- before anything reads the store
 local tools = require("mcp.tools")
 
 local LATEST = "2025-11-25"
@@ -32,6 +33,7 @@ globals). Limits (time, memory, instructions) are per call; errors name the limi
 
 -- Per connection: the client's chosen log level and the requests in flight.
 local state = {
+  tenant = "default", -- stdio serves one tenant
   log_level = "info",
   initialized = false,
   inflight = {},      -- request key -> { job = id?, cancelled = bool, progress_token = any }
@@ -80,7 +82,8 @@ function methods.initialize(params)
   state.initialized = true
   return {
     protocolVersion = version,
-    capabilities = { tools = { listChanged = false }, logging = {} },
+    capabilities = { tools = { listChanged = true }, logging = {},
+                     resources = { listChanged = false, subscribe = false } },
     serverInfo = {
       name = "moonbox", title = "moonbox", version = mb.version,
       description = "Code-execution MCP server: Lua 5.4 in a hardened sandbox",
@@ -110,16 +113,17 @@ methods["tools/list"] = function(params)
   if params.cursor ~= nil then
     local n = type(params.cursor) == "string" and params.cursor:match("^mbc1%.(%d+)$")
     offset = n and tonumber(n)
-    if not offset or offset >= #tools.list then
+    if not offset or offset >= #tools.all() then
       error(rpc_error(INVALID_PARAMS, "tools/list: invalid cursor", { cursor = params.cursor }))
     end
   end
+  local all = tools.all()
   local out = {}
-  for i = offset + 1, math.min(offset + page, #tools.list) do
-    out[#out + 1] = tools.list[i].definition
+  for i = offset + 1, math.min(offset + page, #all) do
+    out[#out + 1] = all[i].definition
   end
   local result = { tools = mb.array(out) }
-  if offset + page < #tools.list then
+  if offset + page < #all then
     result.nextCursor = "mbc1." .. tostring(offset + page)
   end
   return result
@@ -130,10 +134,10 @@ methods["tools/call"] = function(params, request)
   if type(name) ~= "string" then
     error(rpc_error(INVALID_PARAMS, "tools/call: params.name must be a string"))
   end
-  local tool = tools.by_name[name]
+  local tool = tools.find(name)
   if not tool then
     local names = {}
-    for _, t in ipairs(tools.list) do names[#names + 1] = t.definition.name end
+    for _, t in ipairs(tools.all()) do names[#names + 1] = t.definition.name end
     error(rpc_error(INVALID_PARAMS, "Unknown tool: " .. name, { available = mb.array(names) }))
   end
   local args = params.arguments
@@ -143,6 +147,13 @@ methods["tools/call"] = function(params, request)
     error(rpc_error(INVALID_PARAMS, "tools/call: params.arguments must be an object"))
   end
   return tool.handler(args, request)
+end
+
+for name, fn in pairs(tools.methods) do methods[name] = fn end
+tools.rpc_error = rpc_error
+
+tools.list_changed = function()
+  if state.initialized then notify("notifications/tools/list_changed", {}) end
 end
 
 ---------------------------------------------------------------------------------------------
@@ -170,6 +181,8 @@ request_mt.__index = request_mt
 -- Starts an execution and waits for it; returns the result table, or nil when cancelled.
 function request_mt:execute(spec)
   if self.entry.cancelled then return nil end
+  local started = mb.wall_ms()
+  spec.tenant = self.tenant
   local job, err = mb.submit(spec)
   if not job then return nil, err end
   self.entry.job = job
@@ -177,6 +190,7 @@ function request_mt:execute(spec)
   local res = mb.wait(job)
   state.by_job[job] = nil
   self.entry.job = nil
+  tools.history.add(self.tenant, started, spec, res)
   if self.entry.cancelled then return nil end
   return res
 end
@@ -205,6 +219,37 @@ function on_notify(job, kind, payload)
     -- log data is spliced into the notification as it came, without decoding it here
     entry.request:log(kind, mb.json_raw(payload), "execute_code")
   end
+end
+
+-- A call from running sandbox code (skills, ...): runs in its own coroutine, always answers.
+function on_host_call(job, seq, name, args)
+  local entry = state.by_job[job]
+  local handler = tools.host_calls[name]
+  local ok, value, message
+  if not entry or entry.cancelled then
+    ok, value = false, "the execution has ended"
+  elseif not handler then
+    ok, value = false, "unknown server call " .. tostring(name)
+  else
+    local a, err = mb.json_decode(args)
+    if a == nil then
+      ok, value = false, name .. ": bad arguments: " .. tostring(err)
+    else
+      ok, value, message = pcall(handler, a, entry.request)
+      if not ok then
+        mb.log("error", "host call " .. name .. ": " .. tostring(value))
+        value = name .. ": internal error: " .. tostring(value)
+      elseif value == nil and message ~= nil then
+        ok, value = false, tostring(message)
+      end
+    end
+  end
+  if ok then
+    local eok, text = pcall(mb.json_encode, value == nil and null or value)
+    if eok then return mb.host_reply(job, seq, true, text) end
+    ok, value = false, name .. ": the reply cannot be encoded: " .. tostring(text)
+  end
+  mb.host_reply(job, seq, false, value)
 end
 
 ---------------------------------------------------------------------------------------------
@@ -264,7 +309,7 @@ local function dispatch(msg, t0)
   local meta = params._meta
   local entry = { method = method, cancelled = false,
                   progress_token = is_object(meta) and valid_id(meta.progressToken) and meta.progressToken or nil }
-  local request = setmetatable({ id = id, entry = entry }, request_mt)
+  local request = setmetatable({ id = id, entry = entry, tenant = state.tenant }, request_mt)
   entry.request = request
   state.inflight[key] = entry
   local ok, result = pcall(handler, params, request)
@@ -290,6 +335,10 @@ function handle_line(line)
     return send_error(nil, PARSE_ERROR, "Parse error: " .. tostring(err))
   end
   return dispatch(msg, t0)
+end
+
+function on_shutdown()
+  tools.history.flush()
 end
 
 function handle_oversize(bytes)

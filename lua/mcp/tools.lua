@@ -9,7 +9,13 @@ local null = mb.null
 local cfg = mb.config
 
 -- stats_providers[name] = fn() -> table: each adds a section to get_execution_stats.
-local M = { list = {}, by_name = {}, stats_providers = {} }
+-- host_calls[name] = fn(args, request) -> value | nil, message: calls from sandbox code.
+-- history: the execution log in the store (mcp/history.lua).
+-- methods[name] = fn(params, request): protocol methods beyond tools (resources/*); handlers
+-- raise M.rpc_error(code, message, data) (set by the server) for JSON-RPC errors.
+local M = { list = {}, by_name = {}, stats_providers = {}, host_calls = {}, methods = {},
+            history = require("mcp.history") }
+M.stats_providers.history = function() return M.history.summary("default") end
 
 local function register(definition, handler)
   local t = { definition = definition, handler = handler }
@@ -17,6 +23,33 @@ local function register(definition, handler)
   M.by_name[definition.name] = t
 end
 M.register = register
+
+-- providers[i] = fn() -> array of { definition, handler }: tools that come and go (published
+-- skills). Built-in tools come first and win on a name clash.
+M.providers = {}
+function M.all()
+  local out = {}
+  for i = 1, #M.list do out[i] = M.list[i] end
+  for _, provider in ipairs(M.providers) do
+    for _, t in ipairs(provider()) do
+      if not M.by_name[t.definition.name] then out[#out + 1] = t end
+    end
+  end
+  return out
+end
+
+function M.find(name)
+  local t = M.by_name[name]
+  if t then return t end
+  for _, provider in ipairs(M.providers) do
+    for _, d in ipairs(provider()) do
+      if d.definition.name == name then return d end
+    end
+  end
+end
+
+-- Set by the server: sends notifications/tools/list_changed.
+M.list_changed = function() end
 
 -- A tool-level error result: isError with a text block, and structuredContent when given.
 local function tool_error(message, structured)
@@ -224,6 +257,8 @@ local function percentile(sorted, p)
   return sorted[i]
 end
 
+M.record = record
+
 register({
   name = "get_execution_stats",
   title = "Execution statistics",
@@ -266,5 +301,8 @@ register({
   for name, provider in pairs(M.stats_providers) do sc[name] = provider() end
   return structured_result(sc)
 end)
+
+require("mcp.skill_tools").init(M)
+require("mcp.workspace_tools").init(M)
 
 return M

@@ -1,9 +1,12 @@
 /* fuzz_protocol.c - libFuzzer target for the protocol path: arbitrary bytes, cut into lines, go
  * through the host exactly as stdio lines do (JSON decode, envelope validation, dispatch, tool
  * argument checks, response encoding). There is no execution pool, so tools/call execute_code
- * stops at submit with a clean error. Every response must be one line of valid JSON.
+ * stops at submit with a clean error; the store and workspaces are real (under /tmp/moonbox-fuzz),
+ * so skill and workspace tools run for real. Every response must be one line of valid JSON.
  * Build and run: tests/fuzz/run.sh fuzz_protocol */
 #include <jansson.h>
+#include <stdio.h>
+#include <sys/stat.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -11,6 +14,9 @@
 #include "config.h"
 #include "host.h"
 #include "json.h"
+#include "codec.h"
+#include "store.h"
+#include "workspace.h"
 
 static mb_config cfg;
 static mb_host *host;
@@ -35,8 +41,21 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		if (mb_config_load(&cfg, 5, args) != 0)
 			abort();
 		mb_json_global_init();
+		mb_codec_init();
+		mkdir(cfg.data_dir, 0700);
+		char err[512], path[4200];
+		static mb_store *store;
+		snprintf(path, sizeof path, "%s/moonbox.db", cfg.data_dir);
+		if (mb_store_open(&store, path, 1000, err, sizeof err) != 0)
+			abort();
+		snprintf(path, sizeof path, "%s/workspaces", cfg.data_dir);
+		mb_workspace_limits wl = { 1 << 20, 1 << 24, 1000 };
+		mb_workspaces *ws = mb_workspaces_new(path, &wl, err, sizeof err);
+		if (!ws)
+			abort();
 		mb_host_io io = { on_send, NULL };
-		host = mb_host_new(&cfg, &io);
+		mb_host_deps deps = { uv_default_loop(), store, ws };
+		host = mb_host_new(&cfg, &io, &deps);
 		if (!host)
 			abort();
 	}

@@ -1,0 +1,219 @@
+-- mcp/skill_format.lua - reading and writing the two skill file formats (no I/O here).
+--
+-- A skill is either `<name>.lua`, whose leading comment block documents it:
+--
+--   --- Summarise a list of orders by status.
+--   -- @param orders array the orders to summarise
+--   -- @param field string? the field to group by (default "status")
+--   -- @return table counts by status
+--   -- @tool Order summary
+--
+-- or a directory `<name>/` holding `SKILL.md` (front matter `name`, `description`, as in Agent
+-- Skills, plus optional `tool`, `title`, `input_schema`, `output_schema`) and `init.lua`.
+-- `@tool` (or `tool: true`) publishes the skill as an MCP tool; its input schema is generated
+-- from the @param lines unless `@input_schema {json}` gives one. This module parses both forms
+-- into one metadata table, generates the header that save_skill writes, and compiles source to
+-- report syntax errors with their line.
+
+local M = {}
+
+M.NAME_PATTERN = "^[A-Za-z_][A-Za-z0-9_]*$"
+
+function M.valid_name(name)
+  return type(name) == "string" and #name <= 64 and name:match(M.NAME_PATTERN) ~= nil
+end
+
+local TYPE_SCHEMA = {
+  string = "string", number = "number", integer = "integer", boolean = "boolean",
+  table = "object", object = "object", array = "array", list = "array",
+}
+
+-- Splits text into lines (without their line ends).
+local function lines(text)
+  local out, pos = {}, 1
+  while pos <= #text do
+    local nl = text:find("\n", pos, true)
+    local line = text:sub(pos, (nl or #text + 1) - 1)
+    out[#out + 1] = line:gsub("\r$", "")
+    if not nl then break end
+    pos = nl + 1
+  end
+  return out
+end
+
+-- Parses "@param name type description" (type may end in "?", or the name may, or the text may
+-- start with "(optional)"). Returns the param table or nil.
+local function parse_param(rest)
+  local name, ptype, desc = rest:match("^([%w_]+%??)%s+([%w_%.%[%]|]+%??)%s*(.*)$")
+  if not name then
+    name = rest:match("^([%w_]+%??)%s*$")
+    if not name then return nil end
+    ptype, desc = "any", ""
+  end
+  local optional = false
+  if name:sub(-1) == "?" then name, optional = name:sub(1, -2), true end
+  if ptype:sub(-1) == "?" then ptype, optional = ptype:sub(1, -2), true end
+  if desc:match("^%(optional%)") then optional = true end
+  return { name = name, type = ptype, description = desc, optional = optional }
+end
+
+-- Parses the leading comment block of Lua source. Returns meta, or nil and a message with the
+-- line number. meta = { description, params = {...}, returns, tool = {title?, input_schema?,
+-- output_schema?} or nil, header_lines = n }
+function M.parse_header(code, json_decode)
+  local meta = { params = {}, header_lines = 0 }
+  local desc = {}
+  local tags_started = false
+  local ls = lines(code)
+  local i = 1
+  while i <= #ls and ls[i]:match("^%s*$") do i = i + 1 end
+  if ls[i] and ls[i]:match("^#!") then i = i + 1 end
+  while i <= #ls do
+    local line = ls[i]
+    local body = line:match("^%s*%-%-%-?(.*)$")
+    if not body or line:match("^%s*%-%-%[=*%[") then break end
+    body = body:gsub("^ ", "")
+    local tag, rest = body:match("^@([%w_]+)%s*(.-)%s*$")
+    if tag then
+      tags_started = true
+      if tag == "param" then
+        local p = parse_param(rest)
+        if not p then return nil, string.format("line %d: @param needs a name: @param name type description", i) end
+        meta.params[#meta.params + 1] = p
+      elseif tag == "return" or tag == "returns" then
+        meta.returns = rest
+      elseif tag == "tool" then
+        meta.tool = meta.tool or {}
+        if rest ~= "" then meta.tool.title = rest end
+      elseif tag == "input_schema" or tag == "output_schema" then
+        local v, err = json_decode(rest)
+        if type(v) ~= "table" then
+          return nil, string.format("line %d: @%s must be a JSON object on one line%s", i, tag,
+            err and (": " .. err) or "")
+        end
+        meta.tool = meta.tool or {}
+        meta.tool[tag] = v
+      end
+    elseif not tags_started then
+      desc[#desc + 1] = body
+    end
+    meta.header_lines = i
+    i = i + 1
+  end
+  -- the description is the text before the first tag; blank comment lines become line breaks
+  local text = table.concat(desc, "\n"):gsub("^%s+", ""):gsub("%s+$", "")
+  meta.description = text ~= "" and text or nil
+  return meta
+end
+
+-- Splits "---\nkey: value\n---\nbody" front matter (a flat key: value subset of YAML).
+function M.parse_front_matter(md, json_decode)
+  local ls = lines(md)
+  if ls[1] ~= "---" then
+    return nil, "SKILL.md must start with front matter: a line '---', 'key: value' lines, a line '---'"
+  end
+  local fm, close = {}, nil
+  for i = 2, #ls do
+    local line = ls[i]
+    if line == "---" then close = i break end
+    if line:match("%S") and not line:match("^%s*#") then
+      local k, v = line:match("^([%w_%-]+):%s*(.-)%s*$")
+      if not k then
+        return nil, string.format("SKILL.md line %d: expected 'key: value' (multi-line YAML values are not supported)", i)
+      end
+      local q = v:match('^"(.*)"$') or v:match("^'(.*)'$")
+      fm[k] = q or v
+    end
+  end
+  if not close then return nil, "SKILL.md: front matter is not closed by a '---' line" end
+  local meta = { description = fm.description, params = {}, front = fm }
+  if fm.tool == "true" or fm.tool == "yes" then
+    meta.tool = { title = fm.title }
+  end
+  for _, key in ipairs({ "input_schema", "output_schema" }) do
+    if fm[key] and fm[key] ~= "" then
+      local v, err = json_decode(fm[key])
+      if type(v) ~= "table" then
+        return nil, string.format("SKILL.md: %s must be a JSON object on one line%s", key,
+          err and (": " .. err) or "")
+      end
+      meta.tool = meta.tool or {}
+      meta.tool[key] = v
+    end
+  end
+  meta.body = table.concat(ls, "\n", close + 1)
+  return meta
+end
+
+-- The input schema of a published skill: the declared one, else one made from @param lines.
+function M.input_schema(meta, array)
+  if meta.tool and meta.tool.input_schema then return meta.tool.input_schema end
+  local props, required = {}, {}
+  for _, p in ipairs(meta.params) do
+    local s = { description = p.description ~= "" and p.description or nil }
+    s.type = TYPE_SCHEMA[p.type]
+    props[p.name] = s
+    if not p.optional then required[#required + 1] = p.name end
+  end
+  local schema = { type = "object", properties = props }
+  if #required > 0 then schema.required = array(required) end
+  return schema
+end
+
+-- Compiles source without running it. Returns true, or false, message, line.
+function M.compile(name, code)
+  local f, err = load(code, "=skills/" .. name .. ".lua", "t", {})
+  if f then return true end
+  return false, err, tonumber(err:match("^skills/[%w_]+%.lua:(%d+):"))
+end
+
+-- Removes a leading documentation block (one that starts with "---") from code.
+function M.strip_header(code)
+  local ls = lines(code)
+  local i = 1
+  while i <= #ls and ls[i]:match("^%s*$") do i = i + 1 end
+  if not (ls[i] and ls[i]:match("^%s*%-%-%-")) then return code end
+  while i <= #ls and ls[i]:match("^%s*%-%-") and not ls[i]:match("^%s*%-%-%[=*%[") do i = i + 1 end
+  while i <= #ls and ls[i]:match("^%s*$") do i = i + 1 end
+  return table.concat(ls, "\n", i) .. (code:sub(-1) == "\n" and "\n" or "")
+end
+
+local function one_line(s)
+  return (tostring(s):gsub("[\r\n]+", " "))
+end
+
+-- The header save_skill writes above the code.
+function M.make_header(meta, json_encode)
+  local out = {}
+  local first = true
+  for line in ((meta.description or "") .. "\n"):gmatch("([^\n]*)\n") do
+    out[#out + 1] = (first and "--- " or "-- ") .. line
+    first = false
+  end
+  for _, p in ipairs(meta.params or {}) do
+    out[#out + 1] = string.format("-- @param %s %s%s%s", p.name, p.type or "any",
+      p.optional and "?" or "", (p.description and p.description ~= "") and (" " .. one_line(p.description)) or "")
+  end
+  if meta.returns and meta.returns ~= "" then out[#out + 1] = "-- @return " .. one_line(meta.returns) end
+  if meta.tool then
+    out[#out + 1] = "-- @tool" .. (meta.tool.title and (" " .. one_line(meta.tool.title)) or "")
+    if meta.tool.input_schema then out[#out + 1] = "-- @input_schema " .. json_encode(meta.tool.input_schema) end
+    if meta.tool.output_schema then out[#out + 1] = "-- @output_schema " .. json_encode(meta.tool.output_schema) end
+  end
+  return table.concat(out, "\n") .. "\n"
+end
+
+-- SKILL.md text for a directory skill, keeping an existing markdown body.
+function M.make_skill_md(name, meta, body, json_encode)
+  local out = { "---", "name: " .. name, "description: " .. one_line(meta.description or "") }
+  if meta.tool then
+    out[#out + 1] = "tool: true"
+    if meta.tool.title then out[#out + 1] = "title: " .. one_line(meta.tool.title) end
+    if meta.tool.input_schema then out[#out + 1] = "input_schema: " .. json_encode(meta.tool.input_schema) end
+    if meta.tool.output_schema then out[#out + 1] = "output_schema: " .. json_encode(meta.tool.output_schema) end
+  end
+  out[#out + 1] = "---"
+  return table.concat(out, "\n") .. "\n" .. (body or "")
+end
+
+return M

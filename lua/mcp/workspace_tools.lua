@@ -1,0 +1,264 @@
+-- mcp/workspace_tools.lua - the workspace as MCP tools and as MCP resources.
+--
+-- Tools: write_workspace_file, read_workspace_file, list_workspace_files, delete_workspace_file
+-- (text as UTF-8, anything else with encoding="base64"). Resources: every workspace file as
+-- moonbox://workspace/<path> and every skill as moonbox://skills/<name>, with templates for both,
+-- so clients can browse what the agent built. The files themselves are handled by the C
+-- workspace module (src/workspace.c: kernel-enforced confinement and quotas); this file only
+-- shapes arguments and results.
+
+local mb = mb
+local null = mb.null
+local cfg = mb.config
+local ws = mb.workspace
+local skills = require("mcp.skills")
+
+local M = {}
+
+local WS_PREFIX = "moonbox://workspace/"
+local SKILL_PREFIX = "moonbox://skills/"
+
+local function obj(props, required)
+  return { type = "object", properties = props, required = required and mb.array(required) or nil,
+           additionalProperties = false }
+end
+
+local MIME = {
+  txt = "text/plain", md = "text/markdown", json = "application/json", csv = "text/csv",
+  lua = "text/x-lua", html = "text/html", xml = "application/xml", yaml = "application/yaml",
+  yml = "application/yaml", png = "image/png", jpg = "image/jpeg", jpeg = "image/jpeg",
+  gif = "image/gif", svg = "image/svg+xml", pdf = "application/pdf", wav = "audio/wav",
+  mp3 = "audio/mpeg", log = "text/plain", tsv = "text/tab-separated-values",
+}
+
+local function mime_of(path)
+  local ext = path:match("%.([%w]+)$")
+  return ext and MIME[ext:lower()] or "application/octet-stream"
+end
+
+-- Percent-encodes a workspace path for a URI (keeps "/" and unreserved characters).
+local function uri_encode(path)
+  return (path:gsub("[^%w%-%._~/]", function(c) return string.format("%%%02X", c:byte()) end))
+end
+
+local function uri_decode(s)
+  if s:find("%%[^%x]") or s:find("%%%x?$") then return nil end
+  return (s:gsub("%%(%x%x)", function(h) return string.char(tonumber(h, 16)) end))
+end
+
+local function check_args(args, allowed, tool)
+  for k in pairs(args) do
+    if not allowed[k] then
+      local names = {}
+      for a in pairs(allowed) do names[#names + 1] = a end
+      table.sort(names)
+      return string.format("invalid arguments: %s has no argument %q (expected %s)", tool,
+        tostring(k), table.concat(names, ", "))
+    end
+  end
+end
+
+local function encoding_arg(args)
+  local e = args.encoding
+  if e == nil or e == null then return "utf8" end
+  if e ~= "utf8" and e ~= "base64" then return nil, 'invalid arguments: encoding must be "utf8" or "base64"' end
+  return e
+end
+
+function M.init(tools)
+  local tool_error, structured = tools.tool_error, tools.structured_result
+
+  local function with_path(args)
+    if type(args.path) ~= "string" then
+      return nil, args.path == nil and "invalid arguments: path is required"
+        or "invalid arguments: path must be a string"
+    end
+    return args.path
+  end
+
+  tools.register({
+    name = "write_workspace_file",
+    title = "Write a workspace file",
+    description = "Create or replace a file in your workspace (kept between calls; sandbox code "
+      .. "reads it with read_file). Paths are relative, '/' separated. The write is atomic. "
+      .. string.format("Limits: %d bytes per file, %d bytes and %d files in all.",
+        cfg.workspace_max_file_bytes, cfg.workspace_max_bytes, cfg.workspace_max_files),
+    inputSchema = obj({
+      path = { type = "string", description = "Relative path, e.g. data/orders.json" },
+      content = { type = "string", description = "The file content (UTF-8 text, or base64)" },
+      encoding = { type = "string", enum = mb.array({ "utf8", "base64" }), default = "utf8" },
+    }, { "path", "content" }),
+    annotations = { title = "Write a workspace file", readOnlyHint = false, destructiveHint = true,
+                    idempotentHint = true, openWorldHint = false },
+  }, function(args, request)
+    local bad = check_args(args, { path = true, content = true, encoding = true }, "write_workspace_file")
+    if bad then return tool_error(bad) end
+    local path, perr = with_path(args)
+    if not path then return tool_error(perr) end
+    if type(args.content) ~= "string" then return tool_error("invalid arguments: content must be a string") end
+    local enc, eerr = encoding_arg(args)
+    if not enc then return tool_error(eerr) end
+    local data = args.content
+    if enc == "base64" then
+      local d, derr = mb.base64_decode(data)
+      if not d then return tool_error("invalid arguments: content is not valid base64: " .. tostring(derr)) end
+      data = d
+    end
+    local ok, err = ws.write(request.tenant or "default", path, data)
+    if not ok then return tool_error(err, { error = err }) end
+    return structured({ path = path, bytes = #data })
+  end)
+
+  tools.register({
+    name = "read_workspace_file",
+    title = "Read a workspace file",
+    description = "Read a file from your workspace. Text comes back as UTF-8; use "
+      .. "encoding=\"base64\" for binary files.",
+    inputSchema = obj({
+      path = { type = "string" },
+      encoding = { type = "string", enum = mb.array({ "utf8", "base64" }), default = "utf8" },
+    }, { "path" }),
+    annotations = { title = "Read a workspace file", readOnlyHint = true, openWorldHint = false },
+  }, function(args, request)
+    local bad = check_args(args, { path = true, encoding = true }, "read_workspace_file")
+    if bad then return tool_error(bad) end
+    local path, perr = with_path(args)
+    if not path then return tool_error(perr) end
+    local enc, eerr = encoding_arg(args)
+    if not enc then return tool_error(eerr) end
+    local data, err = ws.read(request.tenant or "default", path)
+    if not data then return tool_error(err, { error = err }) end
+    if enc == "utf8" and not utf8.len(data) then
+      return tool_error(string.format("%s is not UTF-8 text (%d bytes); read it with encoding=\"base64\"",
+        path, #data))
+    end
+    return structured({ path = path, encoding = enc, bytes = #data,
+                        content = enc == "base64" and mb.base64_encode(data) or data })
+  end)
+
+  tools.register({
+    name = "list_workspace_files",
+    title = "List workspace files",
+    description = "Files in your workspace (or under a sub-directory) with sizes and modification "
+      .. "times, and the workspace's usage against its quotas.",
+    inputSchema = obj({ dir = { type = "string", description = "Sub-directory to list (default: all)" } }),
+    annotations = { title = "List workspace files", readOnlyHint = true, openWorldHint = false },
+  }, function(args, request)
+    local bad = check_args(args, { dir = true }, "list_workspace_files")
+    if bad then return tool_error(bad) end
+    local dir = args.dir
+    if dir == null then dir = nil end
+    if dir ~= nil and type(dir) ~= "string" then return tool_error("invalid arguments: dir must be a string") end
+    local tenant = request.tenant or "default"
+    local files, err = ws.list(tenant, dir)
+    if not files then return tool_error(err, { error = err }) end
+    local usage = ws.usage(tenant) or {}
+    return structured({ files = mb.array(files), count = #files, usage = {
+      files = usage.files, bytes = usage.bytes, max_files = cfg.workspace_max_files,
+      max_bytes = cfg.workspace_max_bytes, max_file_bytes = cfg.workspace_max_file_bytes } })
+  end)
+
+  tools.register({
+    name = "delete_workspace_file",
+    title = "Delete a workspace file",
+    description = "Delete a file from your workspace.",
+    inputSchema = obj({ path = { type = "string" } }, { "path" }),
+    annotations = { title = "Delete a workspace file", readOnlyHint = false, destructiveHint = true,
+                    idempotentHint = true, openWorldHint = false },
+  }, function(args, request)
+    local bad = check_args(args, { path = true }, "delete_workspace_file")
+    if bad then return tool_error(bad) end
+    local path, perr = with_path(args)
+    if not path then return tool_error(perr) end
+    local ok, err = ws.delete(request.tenant or "default", path)
+    if ok == nil then return tool_error(err, { error = err }) end
+    if ok == false then
+      return tool_error(string.format("no file %s in the workspace", path), { path = path, deleted = false })
+    end
+    return structured({ path = path, deleted = true })
+  end)
+
+  tools.stats_providers.workspace = function()
+    local u = ws.usage("default") or {}
+    return { files = u.files, bytes = u.bytes, max_files = cfg.workspace_max_files,
+             max_bytes = cfg.workspace_max_bytes, max_file_bytes = cfg.workspace_max_file_bytes }
+  end
+
+  -----------------------------------------------------------------------------------------
+  -- resources
+
+  local function all_resources(tenant)
+    local out = {}
+    for _, s in ipairs(skills.list(tenant).skills) do
+      out[#out + 1] = { uri = SKILL_PREFIX .. s.name, name = "skills/" .. s.name,
+        title = s.name, description = s.description, mimeType = "text/x-lua" }
+    end
+    for _, f in ipairs(ws.list(tenant) or {}) do
+      out[#out + 1] = { uri = WS_PREFIX .. uri_encode(f.path), name = f.path,
+        mimeType = mime_of(f.path), size = f.size }
+    end
+    return out
+  end
+
+  tools.methods["resources/list"] = function(params, request)
+    local all = all_resources(request.tenant or "default")
+    local page, offset = cfg.tools_page_size, 0
+    if params.cursor ~= nil then
+      local n = type(params.cursor) == "string" and params.cursor:match("^mbr1%.(%d+)$")
+      offset = n and tonumber(n)
+      if not offset or offset >= #all then
+        error(tools.rpc_error(-32602, "resources/list: invalid cursor", { cursor = params.cursor }))
+      end
+    end
+    local out = {}
+    for i = offset + 1, math.min(offset + page, #all) do out[#out + 1] = all[i] end
+    local result = { resources = mb.array(out) }
+    if offset + page < #all then result.nextCursor = "mbr1." .. tostring(offset + page) end
+    return result
+  end
+
+  tools.methods["resources/templates/list"] = function()
+    return { resourceTemplates = mb.array({
+      { uriTemplate = WS_PREFIX .. "{+path}", name = "workspace-file", title = "Workspace file",
+        description = "A file in the workspace, by relative path" },
+      { uriTemplate = SKILL_PREFIX .. "{name}", name = "skill", title = "Skill source",
+        description = "The source of a skill in use", mimeType = "text/x-lua" },
+    }) }
+  end
+
+  tools.methods["resources/read"] = function(params, request)
+    local uri = params.uri
+    if type(uri) ~= "string" then
+      error(tools.rpc_error(-32602, "resources/read: params.uri must be a string"))
+    end
+    local tenant = request.tenant or "default"
+    local function not_found(msg)
+      error(tools.rpc_error(-32002, "Resource not found: " .. msg, { uri = uri }))
+    end
+    if uri:sub(1, #SKILL_PREFIX) == SKILL_PREFIX then
+      local name = uri:sub(#SKILL_PREFIX + 1)
+      local s, err = skills.load(tenant, name)
+      if not s then not_found(err) end
+      return { contents = { { uri = uri, mimeType = "text/x-lua", text = s.code } } }
+    end
+    if uri:sub(1, #WS_PREFIX) == WS_PREFIX then
+      local path = uri_decode(uri:sub(#WS_PREFIX + 1))
+      if not path then
+        error(tools.rpc_error(-32602, "resources/read: bad percent-encoding in the uri", { uri = uri }))
+      end
+      local data, err, code = ws.read(tenant, path)
+      if not data then
+        if code == "not_found" then not_found(err) end
+        error(tools.rpc_error(-32602, "resources/read: " .. tostring(err), { uri = uri }))
+      end
+      local mime = mime_of(path)
+      if utf8.len(data) and not mime:match("^image/") and not mime:match("^audio/") then
+        return { contents = { { uri = uri, mimeType = mime, text = data } } }
+      end
+      return { contents = { { uri = uri, mimeType = mime, blob = mb.base64_encode(data) } } }
+    end
+    not_found("unknown uri scheme (expected " .. WS_PREFIX .. "<path> or " .. SKILL_PREFIX .. "<name>)")
+  end
+end
+
+return M

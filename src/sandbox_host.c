@@ -1,0 +1,259 @@
+/* sandbox_host.c - what sandbox code reaches through host calls: skills.
+ *
+ * Sandbox code never touches the store or the skills directory. `require("skills.x")`,
+ * `skills.x`, `save_skill`, `load_skill` and `list_skills` become host calls (a name plus JSON
+ * arguments, see mb_exec_request.host_call), answered by the trusted host Lua on the loop thread
+ * (lua/mcp/skills.lua). A required skill's source comes back as text and is compiled and run
+ * here, in the same state, under the same budget as the caller: a skill is just more sandbox
+ * code. Loaded modules are cached per execution; a module that requires itself, directly or
+ * through others, gets an error that shows the cycle.
+ */
+#include <lauxlib.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "json.h"
+#include "sandbox_int.h"
+
+static const char loaded_key = 0;  /* registry: skill name -> module value, or the marker */
+static const char loading_key = 0; /* registry: array of names being loaded (for cycle text) */
+static const char marker = 0;      /* loaded[name] while its chunk runs */
+
+/* Calls the host with the table at the top of the stack as arguments (popped) and pushes the
+ * decoded reply. Raises a Lua error with the host's message, or the sticky budget error. */
+static void host_call(lua_State *L, const char *name)
+{
+	mb_sandbox_ctx *c = mb_sandbox_ctx_of(L);
+	if (!c->req || !c->req->host_call)
+		luaL_error(L, "%s: not available here (no server to call)", name);
+	char err[200];
+	size_t len;
+	char *args = mb_json_encode(L, -1, &c->json_lim, 0, &len, err, sizeof err);
+	if (!args) {
+		mb_budget_poll(L);
+		luaL_error(L, "%s: %s", name, err);
+	}
+	lua_pop(L, 1);
+	char *reply = NULL;
+	size_t rlen = 0;
+	int rc = c->req->host_call(c->req->host_ud, name, args, len, &reply, &rlen);
+	free(args);
+	if (rc < 0) {
+		free(reply);
+		mb_budget_raise(L, c->b);
+	}
+	if (rc > 0) {
+		lua_pushlstring(L, reply ? reply : "error", reply ? rlen : 5);
+		free(reply);
+		lua_error(L);
+	}
+	int bad = mb_json_decode(L, reply, rlen, &c->json_lim, err, sizeof err);
+	free(reply);
+	if (bad) {
+		mb_budget_poll(L);
+		luaL_error(L, "%s: bad reply from the server: %s", name, err);
+	}
+}
+
+static void registry_table(lua_State *L, const void *key)
+{
+	if (lua_rawgetp(L, LUA_REGISTRYINDEX, key) != LUA_TTABLE) {
+		lua_pop(L, 1);
+		lua_newtable(L);
+		lua_pushvalue(L, -1);
+		lua_rawsetp(L, LUA_REGISTRYINDEX, key);
+	}
+}
+
+static int valid_name(const char *s, size_t n)
+{
+	if (n == 0 || n > 64 || !(s[0] == '_' || ((s[0] | 32) >= 'a' && (s[0] | 32) <= 'z')))
+		return 0;
+	for (size_t i = 1; i < n; i++) {
+		unsigned char ch = (unsigned char)s[i];
+		if (!(ch == '_' || (ch >= '0' && ch <= '9') || ((ch | 32) >= 'a' && (ch | 32) <= 'z')))
+			return 0;
+	}
+	return 1;
+}
+
+/* Pushes "a -> b -> ... -> name" from the loading stack. */
+static void push_cycle(lua_State *L, int stack, const char *name)
+{
+	luaL_Buffer b;
+	luaL_buffinit(L, &b);
+	lua_Integer n = luaL_len(L, stack), first = 1;
+	for (lua_Integer i = 1; i <= n; i++) {
+		lua_rawgeti(L, stack, i);
+		if (strcmp(lua_tostring(L, -1), name) == 0)
+			first = i;
+		lua_pop(L, 1);
+	}
+	for (lua_Integer i = first; i <= n; i++) {
+		lua_rawgeti(L, stack, i);
+		luaL_addstring(&b, "skills.");
+		luaL_addvalue(&b);
+		luaL_addstring(&b, " -> ");
+	}
+	luaL_addstring(&b, "skills.");
+	luaL_addstring(&b, name);
+	luaL_pushresult(&b);
+}
+
+/* Loads skill `name` (validated) and leaves its module value on the stack. */
+static int load_skill_module(lua_State *L, const char *name)
+{
+	mb_sandbox_ctx *c = mb_sandbox_ctx_of(L);
+	registry_table(L, &loaded_key);
+	int loaded = lua_gettop(L);
+	lua_getfield(L, loaded, name);
+	if (lua_touserdata(L, -1) == &marker) {
+		registry_table(L, &loading_key);
+		push_cycle(L, lua_gettop(L), name);
+		return luaL_error(L, "require: cycle between skills: %s", lua_tostring(L, -1));
+	}
+	if (!lua_isnil(L, -1))
+		return 1;
+	lua_pop(L, 1);
+
+	lua_createtable(L, 0, 1);
+	lua_pushstring(L, name);
+	lua_setfield(L, -2, "name");
+	host_call(L, "skill_source");
+	int reply = lua_gettop(L);
+	lua_getfield(L, reply, "code");
+	size_t len;
+	const char *code = lua_tolstring(L, -1, &len);
+	if (!code)
+		return luaL_error(L, "require: the server sent no code for skills.%s", name);
+	if (len > (size_t)c->cfg->max_code_bytes)
+		return luaL_error(L, "require: skills.%s is too large: %d bytes, max_code_bytes=%d", name,
+				  (int)len, (int)c->cfg->max_code_bytes);
+	char chunk[96];
+	snprintf(chunk, sizeof chunk, "@skills/%s.lua", name);
+	if (luaL_loadbufferx(L, code, len, chunk, "t") != LUA_OK)
+		return luaL_error(L, "require: skills.%s: %s", name, lua_tostring(L, -1));
+
+	lua_pushlightuserdata(L, (void *)&marker);
+	lua_setfield(L, loaded, name);
+	registry_table(L, &loading_key);
+	lua_pushstring(L, name);
+	lua_rawseti(L, -2, luaL_len(L, -2) + 1);
+	lua_pop(L, 1);
+
+	lua_pushstring(L, name);
+	int status = lua_pcall(L, 1, 1, 0);
+
+	registry_table(L, &loading_key);
+	lua_pushnil(L);
+	lua_rawseti(L, -2, luaL_len(L, -2));
+	lua_pop(L, 1);
+	if (status != LUA_OK) {
+		lua_pushnil(L);
+		lua_setfield(L, loaded, name);
+		mb_budget_poll(L); /* a limit stays a limit */
+		return lua_error(L);
+	}
+	if (lua_isnil(L, -1)) {
+		lua_pop(L, 1);
+		lua_pushboolean(L, 1);
+	}
+	lua_pushvalue(L, -1);
+	lua_setfield(L, loaded, name);
+	return 1;
+}
+
+static int sb_require(lua_State *L)
+{
+	size_t n;
+	const char *mod = luaL_checklstring(L, 1, &n);
+	if (n < 8 || memcmp(mod, "skills.", 7) != 0 || !valid_name(mod + 7, n - 7))
+		return luaL_error(L, "require: module '%s' not found: only skills can be required "
+				  "in the sandbox, as require(\"skills.<name>\")", mod);
+	lua_settop(L, 1);
+	return load_skill_module(L, mod + 7);
+}
+
+static int skills_index(lua_State *L)
+{
+	size_t n;
+	const char *name = lua_tolstring(L, 2, &n);
+	if (!name || !valid_name(name, n))
+		return 0;
+	return load_skill_module(L, name);
+}
+
+static int skills_newindex(lua_State *L)
+{
+	return luaL_error(L, "skills is read-only: save a skill with save_skill(name, code, description)");
+}
+
+/* save_skill(name, code, description[, params]) or save_skill{name=, code=, ...} */
+static int sb_save_skill(lua_State *L)
+{
+	if (lua_istable(L, 1)) {
+		lua_settop(L, 1);
+	} else {
+		luaL_checkstring(L, 1);
+		luaL_checkstring(L, 2);
+		lua_settop(L, 4);
+		lua_createtable(L, 0, 4);
+		lua_pushvalue(L, 1);
+		lua_setfield(L, -2, "name");
+		lua_pushvalue(L, 2);
+		lua_setfield(L, -2, "code");
+		lua_pushvalue(L, 3);
+		lua_setfield(L, -2, "description");
+		lua_pushvalue(L, 4);
+		lua_setfield(L, -2, "params");
+	}
+	host_call(L, "save_skill");
+	return 1;
+}
+
+static int sb_load_skill(lua_State *L)
+{
+	luaL_checkstring(L, 1);
+	lua_createtable(L, 0, 1);
+	lua_pushvalue(L, 1);
+	lua_setfield(L, -2, "name");
+	host_call(L, "load_skill");
+	return 1;
+}
+
+static int sb_list_skills(lua_State *L)
+{
+	lua_createtable(L, 0, 1);
+	if (!lua_isnoneornil(L, 1)) {
+		luaL_checkstring(L, 1);
+		lua_pushvalue(L, 1);
+		lua_setfield(L, -2, "query");
+	}
+	host_call(L, "list_skills");
+	return 1;
+}
+
+int mb_sandbox_host_open(lua_State *L)
+{
+	/* the globals table is at the top of the stack */
+	lua_pushcfunction(L, sb_require);
+	lua_setfield(L, -2, "require");
+	lua_pushcfunction(L, sb_save_skill);
+	lua_setfield(L, -2, "save_skill");
+	lua_pushcfunction(L, sb_load_skill);
+	lua_setfield(L, -2, "load_skill");
+	lua_pushcfunction(L, sb_list_skills);
+	lua_setfield(L, -2, "list_skills");
+	lua_newtable(L);
+	lua_createtable(L, 0, 3);
+	lua_pushcfunction(L, skills_index);
+	lua_setfield(L, -2, "__index");
+	lua_pushcfunction(L, skills_newindex);
+	lua_setfield(L, -2, "__newindex");
+	lua_pushboolean(L, 0);
+	lua_setfield(L, -2, "__metatable");
+	lua_setmetatable(L, -2);
+	lua_setfield(L, -2, "skills");
+	return 0;
+}

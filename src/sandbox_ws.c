@@ -1,0 +1,338 @@
+/* sandbox_ws.c - the tenant's workspace as sandbox code sees it.
+ *
+ * Adds read_file, write_file, list_files, delete_file and file_exists to the sandbox globals, and
+ * read_file / write_file to the `json` table. Each function looks up the running execution's
+ * workspace (mb_sandbox_ctx_of(L)->req->workspace) when it is called, because the environment
+ * is built before any request exists; with no workspace it raises "the workspace is not
+ * available here". All path rules, confinement and quotas live in workspace.c; this file only
+ * moves bytes between it and Lua without letting sandbox code escape its memory budget:
+ *   - a file is read into a buffer from mb_budget_malloc (charged to the execution, and bounded
+ *     by workspace_max_file_bytes), then copied into a Lua string inside a protected call, so a
+ *     memory error while making the string frees the buffer before the budget's sticky error
+ *     is raised;
+ *   - lists are pushed the same way; json.write_file encodes with the sandbox's JSON limits and
+ *     workspace_max_file_bytes as the output cap.
+ * Missing files are ordinary answers (nil plus a message, false, an empty list); every other
+ * failure is a Lua error carrying workspace.c's message, which names the path and the limit.
+ */
+#include <errno.h>
+#include <lauxlib.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "budget.h"
+#include "json.h"
+#include "sandbox_int.h"
+#include "workspace.h"
+
+#define ERRLEN 640
+
+static mb_workspace *need_ws(lua_State *L, const char *fn)
+{
+	mb_budget_poll(L);
+	mb_sandbox_ctx *c = mb_sandbox_ctx_of(L);
+	if (!c || !c->req || !c->req->workspace)
+		luaL_error(L, "%s: the workspace is not available here", fn);
+	return c->req->workspace;
+}
+
+/* Raises err (already "op path: reason"), or the budget's sticky error when a limit tripped. */
+static int raise_msg(lua_State *L, const char *err)
+{
+	mb_budget_poll(L);
+	return luaL_error(L, "%s", err);
+}
+
+/* After a failed protected push: the budget's error when it tripped, else the error itself. */
+static int rethrow(lua_State *L)
+{
+	mb_budget_poll(L);
+	return lua_error(L);
+}
+
+typedef struct {
+	const char *s;
+	size_t n;
+} bytes;
+
+static int push_bytes(lua_State *L)
+{
+	bytes *b = lua_touserdata(L, 1);
+	lua_pushlstring(L, b->s, b->n);
+	return 1;
+}
+
+typedef struct {
+	mb_workspace_entry *e;
+	size_t n;
+} entries;
+
+static int push_entries(lua_State *L)
+{
+	entries *es = lua_touserdata(L, 1);
+	lua_createtable(L, (int)(es->n < 1000000 ? es->n : 1000000), 0);
+	for (size_t i = 0; i < es->n; i++) {
+		if ((i & 1023) == 1023)
+			mb_budget_poll(L);
+		lua_createtable(L, 0, 3);
+		lua_pushstring(L, es->e[i].path);
+		lua_setfield(L, -2, "path");
+		lua_pushinteger(L, es->e[i].size);
+		lua_setfield(L, -2, "size");
+		lua_pushinteger(L, es->e[i].mtime_ms);
+		lua_setfield(L, -2, "modified");
+		lua_rawseti(L, -2, (lua_Integer)i + 1);
+	}
+	mb_json_mark_array(L, -1);
+	return 1;
+}
+
+/* Runs f(ud) in protected mode; returns the status with one value on top (result or error). */
+static int pcall1(lua_State *L, lua_CFunction f, void *ud)
+{
+	lua_pushcfunction(L, f);
+	lua_pushlightuserdata(L, ud);
+	return lua_pcall(L, 1, 1, 0);
+}
+
+/* Reads path into a budget-charged buffer. Returns 0 (free *data with mb_budget_free), 1 after
+ * pushing nil and the message (no such file), or raises. */
+static int read_bytes(lua_State *L, mb_workspace *ws, const char *path, size_t plen, char **data,
+		      size_t *n)
+{
+	char err[ERRLEN];
+	int rc = mb_workspace_read_with(ws, path, plen, mb_budget_malloc, mb_budget_free, data, n,
+					err, sizeof err);
+	if (rc == -ENOENT) {
+		luaL_pushfail(L);
+		lua_pushstring(L, err);
+		return 1;
+	}
+	if (rc)
+		raise_msg(L, err);
+	return 0;
+}
+
+/* read_file(path) -> string | nil, message */
+static int sb_read_file(lua_State *L)
+{
+	mb_workspace *ws = need_ws(L, "read_file");
+	size_t plen, n;
+	const char *path = luaL_checklstring(L, 1, &plen);
+	char *data;
+	if (read_bytes(L, ws, path, plen, &data, &n))
+		return 2;
+	bytes b = { data, n };
+	int status = pcall1(L, push_bytes, &b);
+	mb_budget_free(data);
+	if (status != LUA_OK)
+		return rethrow(L);
+	return 1;
+}
+
+/* write_file(path, data) -> true */
+static int sb_write_file(lua_State *L)
+{
+	mb_workspace *ws = need_ws(L, "write_file");
+	size_t plen, n;
+	const char *path = luaL_checklstring(L, 1, &plen);
+	luaL_argexpected(L, lua_type(L, 2) == LUA_TSTRING, 2, "string");
+	const char *data = lua_tolstring(L, 2, &n);
+	char err[ERRLEN];
+	if (mb_workspace_write(ws, path, plen, data, n, err, sizeof err) != 0)
+		return raise_msg(L, err);
+	mb_budget_poll(L);
+	lua_pushboolean(L, 1);
+	return 1;
+}
+
+/* list_files(dir?) -> { {path=, size=, modified=}, ... } sorted by path */
+static int sb_list_files(lua_State *L)
+{
+	mb_workspace *ws = need_ws(L, "list_files");
+	size_t dlen = 0;
+	const char *dir = luaL_optlstring(L, 1, NULL, &dlen);
+	char err[ERRLEN];
+	entries es = { NULL, 0 };
+	int rc = mb_workspace_list(ws, dir, dlen, &es.e, &es.n, err, sizeof err);
+	if (rc && rc != -ENOENT)
+		return raise_msg(L, err);
+	int status = pcall1(L, push_entries, &es);
+	mb_workspace_entries_free(es.e, es.n);
+	if (status != LUA_OK)
+		return rethrow(L);
+	return 1;
+}
+
+/* delete_file(path) -> true when deleted, false when there was no such file */
+static int sb_delete_file(lua_State *L)
+{
+	mb_workspace *ws = need_ws(L, "delete_file");
+	size_t plen;
+	const char *path = luaL_checklstring(L, 1, &plen);
+	char err[ERRLEN];
+	int rc = mb_workspace_delete(ws, path, plen, err, sizeof err);
+	if (rc && rc != -ENOENT)
+		return raise_msg(L, err);
+	lua_pushboolean(L, rc == 0);
+	return 1;
+}
+
+/* file_exists(path) -> true for a regular file, false when missing or a directory */
+static int sb_file_exists(lua_State *L)
+{
+	mb_workspace *ws = need_ws(L, "file_exists");
+	size_t plen;
+	const char *path = luaL_checklstring(L, 1, &plen);
+	char err[ERRLEN];
+	mb_workspace_info info;
+	int rc = mb_workspace_stat(ws, path, plen, &info, err, sizeof err);
+	if (rc && rc != -ENOENT && rc != -ENOTDIR)
+		return raise_msg(L, err);
+	lua_pushboolean(L, rc == 0 && !info.is_dir);
+	return 1;
+}
+
+/* json.read_file(path) -> value | nil, message */
+static int sb_json_read_file(lua_State *L)
+{
+	mb_workspace *ws = need_ws(L, "json.read_file");
+	mb_sandbox_ctx *c = mb_sandbox_ctx_of(L);
+	size_t plen, n;
+	const char *path = luaL_checklstring(L, 1, &plen);
+	char *data;
+	if (read_bytes(L, ws, path, plen, &data, &n))
+		return 2;
+	mb_json_limits lim = c->json_lim;
+	lim.max_input_bytes = (size_t)mb_workspace_limits_of(ws)->max_file_bytes;
+	lim.input_limit_name = "workspace_max_file_bytes";
+	char jerr[256];
+	int rc = mb_json_decode(L, data, n, &lim, jerr, sizeof jerr);
+	mb_budget_free(data);
+	if (rc != 0) {
+		mb_budget_poll(L);
+		return luaL_error(L, "json.read_file %s: %s", path, jerr);
+	}
+	return 1;
+}
+
+/* Pretty-prints compact JSON text (as made by mb_json_encode: no whitespace outside strings)
+ * with two-space indentation and a final newline. With out NULL only counts. */
+static size_t pretty(const char *s, size_t n, char *out)
+{
+	size_t o = 0;
+	int depth = 0, in_str = 0;
+#define PUT(ch) do { if (out) out[o] = (ch); o++; } while (0)
+#define NEWLINE(d) do { PUT('\n'); for (int k_ = 0; k_ < 2 * (d); k_++) PUT(' '); } while (0)
+	for (size_t i = 0; i < n; i++) {
+		char ch = s[i];
+		if (in_str) {
+			PUT(ch);
+			if (ch == '\\' && i + 1 < n)
+				PUT(s[++i]);
+			else if (ch == '"')
+				in_str = 0;
+			continue;
+		}
+		switch (ch) {
+		case '"':
+			in_str = 1;
+			PUT(ch);
+			break;
+		case '{':
+		case '[':
+			PUT(ch);
+			if (i + 1 < n && (s[i + 1] == '}' || s[i + 1] == ']')) {
+				PUT(s[++i]);
+				break;
+			}
+			depth++;
+			NEWLINE(depth);
+			break;
+		case '}':
+		case ']':
+			depth--;
+			NEWLINE(depth);
+			PUT(ch);
+			break;
+		case ',':
+			PUT(ch);
+			NEWLINE(depth);
+			break;
+		case ':':
+			PUT(ch);
+			PUT(' ');
+			break;
+		default:
+			PUT(ch);
+		}
+	}
+	PUT('\n');
+#undef PUT
+#undef NEWLINE
+	return o;
+}
+
+/* json.write_file(path, value[, pretty]) -> true */
+static int sb_json_write_file(lua_State *L)
+{
+	mb_workspace *ws = need_ws(L, "json.write_file");
+	mb_sandbox_ctx *c = mb_sandbox_ctx_of(L);
+	size_t plen, len;
+	const char *path = luaL_checklstring(L, 1, &plen);
+	luaL_checkany(L, 2);
+	int want_pretty = lua_toboolean(L, 3);
+	int64_t max = mb_workspace_limits_of(ws)->max_file_bytes;
+	mb_json_limits lim = c->json_lim;
+	lim.max_output_bytes = (size_t)max;
+	lim.output_limit_name = "workspace_max_file_bytes";
+	char jerr[256];
+	char *j = mb_json_encode(L, 2, &lim, 0, &len, jerr, sizeof jerr);
+	if (!j) {
+		mb_budget_poll(L);
+		return luaL_error(L, "json.write_file: %s", jerr);
+	}
+	if (want_pretty) {
+		size_t plen2 = pretty(j, len, NULL);
+		if (plen2 > (uint64_t)max) {
+			free(j);
+			return luaL_error(L, "json.write_file: the pretty-printed JSON is %I bytes, above "
+					  "workspace_max_file_bytes=%I", (lua_Integer)plen2, (lua_Integer)max);
+		}
+		char *p = malloc(plen2);
+		if (!p) {
+			free(j);
+			return luaL_error(L, "json.write_file: out of memory");
+		}
+		pretty(j, len, p);
+		free(j);
+		j = p;
+		len = plen2;
+	}
+	char err[ERRLEN];
+	int rc = mb_workspace_write(ws, path, plen, j, len, err, sizeof err);
+	free(j);
+	if (rc)
+		return raise_msg(L, err);
+	lua_pushboolean(L, 1);
+	return 1;
+}
+
+int mb_sandbox_ws_open(lua_State *L)
+{
+	static const luaL_Reg globals[] = {
+		{ "read_file", sb_read_file },     { "write_file", sb_write_file },
+		{ "list_files", sb_list_files },   { "delete_file", sb_delete_file },
+		{ "file_exists", sb_file_exists }, { NULL, NULL },
+	};
+	lua_pushglobaltable(L);
+	luaL_setfuncs(L, globals, 0);
+	if (lua_getfield(L, -1, "json") == LUA_TTABLE) {
+		lua_pushcfunction(L, sb_json_read_file);
+		lua_setfield(L, -2, "read_file");
+		lua_pushcfunction(L, sb_json_write_file);
+		lua_setfield(L, -2, "write_file");
+	}
+	lua_pop(L, 2);
+	return 0;
+}
