@@ -95,6 +95,9 @@ static int decode_run(unsigned char *bin, const char *s, size_t len, size_t *bin
 			} else if (e == ERANGE || (e == EINVAL && pos >= len)) {
 				snprintf(err, errlen, "invalid base64 at offset %zu: the input ends without "
 					 "the '=' padding it needs", pos);
+			} else if (pos < len && s[pos] != '=') {
+				describe_byte(what, sizeof what, (unsigned char)s[pos]);
+				snprintf(err, errlen, "invalid base64 at offset %zu: unexpected %s", pos, what);
 			} else {
 				snprintf(err, errlen, "invalid base64 at offset %zu: the last group is "
 					 "incomplete or has non-zero unused bits", pos);

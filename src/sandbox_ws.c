@@ -222,14 +222,16 @@ static size_t pretty(const char *s, size_t n, char *out)
 {
 	size_t o = 0;
 	int depth = 0, in_str = 0;
-#define PUT(ch) do { if (out) out[o] = (ch); o++; } while (0)
+#define PUT(c_) do { if (out) out[o] = (c_); o++; } while (0) /* c_ has no side effects */
 #define NEWLINE(d) do { PUT('\n'); for (int k_ = 0; k_ < 2 * (d); k_++) PUT(' '); } while (0)
 	for (size_t i = 0; i < n; i++) {
 		char ch = s[i];
 		if (in_str) {
 			PUT(ch);
-			if (ch == '\\' && i + 1 < n)
-				PUT(s[++i]);
+			if (ch == '\\' && i + 1 < n) {
+				i++;
+				PUT(s[i]);
+			}
 			else if (ch == '"')
 				in_str = 0;
 			continue;
@@ -243,7 +245,8 @@ static size_t pretty(const char *s, size_t n, char *out)
 		case '[':
 			PUT(ch);
 			if (i + 1 < n && (s[i + 1] == '}' || s[i + 1] == ']')) {
-				PUT(s[++i]);
+				i++;
+				PUT(s[i]);
 				break;
 			}
 			depth++;

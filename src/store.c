@@ -9,10 +9,11 @@
  *
  * Statements given to query/row/run are compiled once and kept in a small cache keyed by their
  * SQL text (FNV-1a hash plus exact comparison), evicting the least recently used. A statement is
- * reset and its bindings cleared when it is taken from the cache and again after each use,
- * including error paths, so a Lua error (which longjmps) can never leave a read snapshot or a
- * dangling string binding behind for the next caller. Strings are bound SQLITE_STATIC: they are
- * Lua arguments that stay on the stack for the whole call.
+ * reset and its bindings cleared after each use, including error paths; the one in use is
+ * remembered in s->active, and every entry point first resets a leftover one, so a Lua error
+ * that longjmps out mid-use (a memory error while building rows) cannot keep a read snapshot
+ * open (which would stop WAL checkpoints) or leave a binding to a freed string. Strings are
+ * bound SQLITE_STATIC: they are Lua arguments that stay on the stack for the whole call.
  *
  * Transactions belong to mb.db.tx alone: an authorizer refuses BEGIN/COMMIT/ROLLBACK/SAVEPOINT/
  * RELEASE in any SQL except our own (s->allow_tx set around them), so a stray COMMIT in a query
@@ -47,6 +48,8 @@ struct mb_store {
 	int tx_depth;           /* mb.db.tx nesting: 0 = no transaction of ours */
 	int allow_tx;           /* authorizer lets transaction control through (our own SQL) */
 	int denied_tx;          /* the authorizer refused transaction control since last cleared */
+	sqlite3_stmt *active;   /* bound or stepping now; reset by the next call if a longjmp
+	                         * (a Lua memory error while building rows) skipped its reset */
 	uint64_t tick;
 	uint64_t prepares, hits;
 	int ncache;
@@ -325,10 +328,20 @@ static uint64_t fnv1a(const char *p, size_t n)
 	return h;
 }
 
-static void stmt_done(sqlite3_stmt *st)
+static void stmt_done(mb_store *s, sqlite3_stmt *st)
 {
 	sqlite3_reset(st);
 	sqlite3_clear_bindings(st);
+	if (s->active == st)
+		s->active = NULL;
+}
+
+/* Called first by every entry point: finishes a statement a longjmp left behind, so it holds
+ * no read snapshot (which would stop WAL checkpoints) and no binding to a freed string. */
+static void reset_leftover(mb_store *s)
+{
+	if (s->active)
+		stmt_done(s, s->active);
 }
 
 /* Returns 1 when only white space and semicolons remain. Comments count as content, so a
@@ -356,7 +369,8 @@ static sqlite3_stmt *cache_get(mb_store *s, const char *sql, size_t len, char *m
 		if (e->hash == h && e->len == len && memcmp(e->sql, sql, len) == 0) {
 			e->used = ++s->tick;
 			s->hits++;
-			stmt_done(e->stmt); /* in case a longjmp skipped the reset after its last use */
+			stmt_done(s, e->stmt); /* in case a longjmp skipped the reset after its last use */
+			s->active = e->stmt;
 			return e->stmt;
 		}
 	}
@@ -401,6 +415,8 @@ static sqlite3_stmt *cache_get(mb_store *s, const char *sql, size_t len, char *m
 		for (int i = 1; i < s->ncache; i++)
 			if (s->cache[i].used < e->used)
 				e = &s->cache[i];
+		if (s->active == e->stmt)
+			s->active = NULL;
 		sqlite3_finalize(e->stmt);
 		free(e->sql);
 	}
@@ -410,6 +426,7 @@ static sqlite3_stmt *cache_get(mb_store *s, const char *sql, size_t len, char *m
 	e->used = ++s->tick;
 	e->stmt = st;
 	s->prepares++;
+	s->active = st;
 	return st;
 }
 
@@ -450,6 +467,7 @@ int mb_store_migrate(mb_store *s, const char *const *steps, int n, char *err, si
 		set_err(err, errlen, "%s: cannot migrate inside a transaction (mb.db.tx)", s->path);
 		return -1;
 	}
+	reset_leftover(s);
 	if (read_user_version(s, &v) != SQLITE_OK) {
 		sqlite_msg(s->db, msg, sizeof msg);
 		set_err(err, errlen, "%s: cannot read the schema version (SQLite: %s)", s->path, msg);
@@ -568,7 +586,7 @@ static int raise_stmt(lua_State *L, mb_store *s, sqlite3_stmt *st)
 {
 	char msg[512];
 	snprintf(msg, sizeof msg, "%s", sqlite3_errmsg(s->db));
-	stmt_done(st);
+	stmt_done(s, st);
 	return raise_msg(L, s, msg);
 }
 
@@ -576,6 +594,7 @@ static int raise_stmt(lua_State *L, mb_store *s, sqlite3_stmt *st)
 static const char *check_sql(lua_State *L, mb_store *s, size_t *len)
 {
 	const char *sql = luaL_checklstring(L, 1, len);
+	reset_leftover(s);
 	check_tx_alive(L, s);
 	if (strlen(sql) != *len)
 		raise_msg(L, s, "the SQL text contains a NUL byte");
@@ -594,7 +613,7 @@ static sqlite3_stmt *prepare_bind(lua_State *L, mb_store *s)
 	int nargs = lua_gettop(L) - 1;
 	int np = sqlite3_bind_parameter_count(st);
 	if (nargs != np) {
-		stmt_done(st);
+		stmt_done(s, st);
 		snprintf(msg, sizeof msg, "the statement has %d parameter%s but %d value%s given", np,
 			 np == 1 ? "" : "s", nargs, nargs == 1 ? " was" : "s were");
 		raise_msg(L, s, msg);
@@ -627,14 +646,14 @@ static sqlite3_stmt *prepare_bind(lua_State *L, mb_store *s)
 			}
 			/* fall through */
 		default:
-			stmt_done(st);
+			stmt_done(s, st);
 			luaL_error(L, "store: parameter %d is a %s; expected nil, boolean, number or "
 				   "string", i, luaL_typename(L, idx));
 			return NULL;
 		}
 		if (rc != SQLITE_OK) {
 			snprintf(msg, sizeof msg, "parameter %d: %s", i, sqlite3_errmsg(s->db));
-			stmt_done(st);
+			stmt_done(s, st);
 			raise_msg(L, s, msg);
 		}
 	}
@@ -707,7 +726,7 @@ static int l_query(lua_State *L)
 	}
 	if (rc != SQLITE_DONE)
 		return raise_stmt(L, s, st);
-	stmt_done(st);
+	stmt_done(s, st);
 	mb_json_mark_array(L, -1);
 	return 1;
 }
@@ -724,7 +743,7 @@ static int l_row(lua_State *L)
 		lua_pushnil(L);
 	else
 		return raise_stmt(L, s, st);
-	stmt_done(st);
+	stmt_done(s, st);
 	return 1;
 }
 
@@ -738,7 +757,7 @@ static int l_run(lua_State *L)
 		; /* e.g. RETURNING rows: run to completion */
 	if (rc != SQLITE_DONE)
 		return raise_stmt(L, s, st);
-	stmt_done(st);
+	stmt_done(s, st);
 	lua_pushinteger(L, (lua_Integer)sqlite3_changes64(s->db));
 	lua_pushinteger(L, (lua_Integer)sqlite3_last_insert_rowid(s->db));
 	return 2;
@@ -760,6 +779,7 @@ static int l_tx(lua_State *L)
 	char msg[512];
 	luaL_checktype(L, 1, LUA_TFUNCTION);
 	int outer = s->tx_depth == 0;
+	reset_leftover(s);
 	check_tx_alive(L, s);
 	if (internal_exec(s, outer ? "BEGIN IMMEDIATE" : "SAVEPOINT mb_tx") != SQLITE_OK) {
 		snprintf(msg, sizeof msg, "%s", sqlite3_errmsg(s->db));

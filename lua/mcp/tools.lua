@@ -304,5 +304,6 @@ end)
 
 require("mcp.skill_tools").init(M)
 require("mcp.workspace_tools").init(M)
+require("mcp.catalog").init(M)
 
 return M

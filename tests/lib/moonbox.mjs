@@ -13,7 +13,7 @@
 // is removed when the peer or client is closed.
 
 import { spawn } from "node:child_process";
-import { mkdtempSync, rmSync, existsSync } from "node:fs";
+import { mkdtempSync, rmSync, existsSync, mkdirSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import path from "node:path";
 import { fileURLToPath } from "node:url";
@@ -328,4 +328,47 @@ export async function connectClient(opts = {}) {
 /** Runs execute_code through the SDK client and returns the CallToolResult. */
 export function execute(client, args, options) {
   return client.callTool({ name: "execute_code", arguments: args }, undefined, options);
+}
+
+/**
+ * Creates a fresh temporary skills directory holding `files` (relative path -> text; parent
+ * directories are created).
+ */
+export function makeSkillsDir(files = {}) {
+  const dir = mkdtempSync(path.join(tmpdir(), "moonbox-skills-"));
+  for (const [rel, text] of Object.entries(files)) {
+    const full = path.join(dir, rel);
+    mkdirSync(path.dirname(full), { recursive: true });
+    writeFileSync(full, text);
+  }
+  return dir;
+}
+
+/**
+ * connectClient() with its own temporary --skills-dir (filled with opts.skills, see
+ * makeSkillsDir) placed before opts.args; close() also removes the skills directory.
+ *
+ * @param {object} [opts]
+ * @param {object} [opts.skills] relative path -> file text to put in the skills directory
+ * @param {string[]} [opts.args] extra command-line arguments
+ * @param {object} [opts.clientOptions] second argument of the Client constructor
+ */
+export async function connectWithSkills(opts = {}) {
+  const skillsDir = makeSkillsDir(opts.skills);
+  let s;
+  try {
+    s = await connectClient({ args: ["--skills-dir", skillsDir, ...(opts.args ?? [])],
+      clientOptions: opts.clientOptions });
+  } catch (e) {
+    rmSync(skillsDir, { recursive: true, force: true });
+    throw e;
+  }
+  return {
+    ...s,
+    skillsDir,
+    async close() {
+      await s.close();
+      rmSync(skillsDir, { recursive: true, force: true });
+    },
+  };
 }
