@@ -181,7 +181,7 @@ static int precheck_path(const char *path, char *err, size_t errlen)
 				"- move it aside or choose another data directory", path);
 			return -1;
 		}
-		if (access(path, R_OK | W_OK) != 0) {
+		if (faccessat(AT_FDCWD, path, R_OK | W_OK, AT_EACCESS) != 0) {
 			set_err(err, errlen, "%s: cannot open for reading and writing (%s); moonbox will "
 				"not start over it - give this user read and write permission (mode 0600) "
 				"or move it aside", path, strerror(errno));

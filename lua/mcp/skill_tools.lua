@@ -155,16 +155,14 @@ function M.init(tools)
   -- published skills as tools
   local defs = {} -- name@version -> tool entry (cached so tools/list does not rebuild them)
   tools.providers[#tools.providers + 1] = function()
-    local out = {}
+    local out, keep = {}, {}
     for _, e in ipairs(skills.published("default")) do
       local key = e.name .. "@" .. tostring(e.version)
-      local t = defs[key]
-      if not t then
-        t = M.tool_entry(tools, e)
-        defs[key] = t
-      end
+      local t = defs[key] or M.tool_entry(tools, e)
+      keep[key] = t
       out[#out + 1] = t
     end
+    defs = keep
     return out
   end
   tools.stats_providers.skills = function() return skills.count("default") end

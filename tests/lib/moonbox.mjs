@@ -12,7 +12,7 @@
 // to tests/. Every spawned server gets its own data directory under the OS temp directory, which
 // is removed when the peer or client is closed.
 
-import { spawn } from "node:child_process";
+import { spawn, spawnSync } from "node:child_process";
 import { mkdtempSync, rmSync, existsSync, mkdirSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import path from "node:path";
@@ -371,4 +371,23 @@ export async function connectWithSkills(opts = {}) {
       rmSync(skillsDir, { recursive: true, force: true });
     },
   };
+}
+
+/**
+ * Runs the sqlite3 command-line shell (Debian package sqlite3) on a database file.
+ *
+ * @param {string} dbPath the database file
+ * @param {string} sql    SQL text given as the shell's command argument
+ * @param {object} [opts]
+ * @param {boolean} [opts.readonly] open with -readonly
+ * @param {number} [opts.timeout] ms before the shell is killed (default 10000)
+ * @returns {{status: number|null, stdout: string, stderr: string}}
+ */
+export function sqlite3Cli(dbPath, sql, opts = {}) {
+  const args = [...(opts.readonly ? ["-readonly"] : []), dbPath, sql];
+  const r = spawnSync("sqlite3", args, { encoding: "utf8", timeout: opts.timeout ?? 10000 });
+  if (r.error) {
+    throw new Error(`sqlite3 ${args.join(" ")}: ${r.error.message} (is the sqlite3 package installed?)`);
+  }
+  return { status: r.status, stdout: r.stdout, stderr: r.stderr };
 }
