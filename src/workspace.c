@@ -243,6 +243,9 @@ static int open_one(mb_workspace *ws, int dfd, const char *name, int flags)
 {
 	if (ws->reg->use_openat2)
 		return sys_openat2(dfd, name, flags);
+	/* openat would happily climb "..": refuse it here too, not only in check_path */
+	if (!name[0] || strcmp(name, ".") == 0 || strcmp(name, "..") == 0)
+		return -EXDEV;
 	int fd = openat(dfd, name, flags | O_NOFOLLOW | O_CLOEXEC);
 	if (fd < 0)
 		return classify(dfd, name, errno);

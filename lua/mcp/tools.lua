@@ -264,7 +264,8 @@ register({
   title = "Execution statistics",
   description = "Counters of this moonbox server: executions by outcome, timing percentiles of the "
     .. "last 1000 executions (execution_ms) and tools/call requests inside the server "
-    .. "(request_ms: line read to response written), the worker pool, and the configured limits.",
+    .. "(request_ms: line read to response written), the worker pool, the configured limits, "
+    .. "workspace usage, skills, the recorded execution history, uptime and version.",
   inputSchema = { type = "object", additionalProperties = false },
   annotations = { title = "Execution statistics", readOnlyHint = true, openWorldHint = false },
 }, function(args)
@@ -295,8 +296,13 @@ register({
       default_instruction_limit = cfg.default_instruction_limit,
       max_instruction_limit = cfg.max_instruction_limit, max_output_bytes = cfg.max_output_bytes,
       max_result_bytes = cfg.max_result_bytes, max_code_bytes = cfg.max_code_bytes,
+      max_notifications = cfg.max_notifications, max_host_calls = cfg.max_host_calls,
+      max_skill_bytes = cfg.max_skill_bytes, workspace_max_file_bytes = cfg.workspace_max_file_bytes,
+      workspace_max_bytes = cfg.workspace_max_bytes, workspace_max_files = cfg.workspace_max_files,
+      history_max_rows = cfg.history_max_rows, workers = cfg.workers, max_queue = cfg.max_queue,
     },
     version = mb.version,
+    uptime_s = mb.pool_stats().uptime_s,
   }
   for name, provider in pairs(M.stats_providers) do sc[name] = provider() end
   return structured_result(sc)
