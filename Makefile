@@ -105,7 +105,8 @@ test-asan:
 test-lua:
 	@tests/run-lua.sh
 
-test-valgrind: $(BUILD)/moonbox $(BUILD)/tests/test_config $(BUILD)/tests/test_lua_sandbox
+test-valgrind: $(BUILD)/moonbox $(BUILD)/tests/test_config $(BUILD)/tests/test_lua_sandbox \
+               $(BUILD)/tests/test_store $(BUILD)/tests/test_host_uv
 	@BUILD=$(BUILD) tests/run-valgrind.sh
 
 test-integration: $(BUILD)/moonbox

@@ -149,6 +149,7 @@ int mb_server_run_stdio(const mb_config *cfg)
 	       cfg->data_dir);
 	uv_run(&s->loop, UV_RUN_DEFAULT);
 	mb_host_free(s->host);
+	uv_run(&s->loop, UV_RUN_NOWAIT); /* close callbacks of handles closed by lua_close */
 	mb_store_close(s->store);
 	mb_workspaces_free(s->workspaces);
 	if (uv_loop_close(&s->loop) != 0)

@@ -215,6 +215,7 @@ static int sb_save_skill(lua_State *L)
 static int sb_load_skill(lua_State *L)
 {
 	luaL_checkstring(L, 1);
+	lua_settop(L, 1);
 	lua_createtable(L, 0, 1);
 	lua_pushvalue(L, 1);
 	lua_setfield(L, -2, "name");
@@ -224,9 +225,11 @@ static int sb_load_skill(lua_State *L)
 
 static int sb_list_skills(lua_State *L)
 {
-	lua_createtable(L, 0, 1);
-	if (!lua_isnoneornil(L, 1)) {
+	lua_settop(L, 1);
+	if (!lua_isnil(L, 1))
 		luaL_checkstring(L, 1);
+	lua_createtable(L, 0, 1);
+	if (!lua_isnil(L, 1)) {
 		lua_pushvalue(L, 1);
 		lua_setfield(L, -2, "query");
 	}
