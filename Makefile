@@ -60,8 +60,10 @@ test-deps: deps
 $(BUILD)/obj/%.o: src/%.c $(wildcard src/*.h) | $(BUILD)/obj
 	$(CC) $(CFLAGS) -c $< -o $@
 
+# embed compiles lua/ to bytecode with the same Lua the server links (see tools/embed.c)
 $(BUILD)/embed: tools/embed.c | $(BUILD)/obj
-	$(CC) -O2 -Wall -Wextra -Werror $< -o $@
+	$(CC) -O2 -Wall -Wextra -Werror $(shell pkg-config --cflags $(LUA_PKG)) $< \
+	  $(shell pkg-config --libs $(LUA_PKG)) -o $@
 
 $(BUILD)/gen/embedded_lua.c: $(BUILD)/embed $(LUA_SRC) | $(BUILD)/obj
 	@mkdir -p $(BUILD)/gen

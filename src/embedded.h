@@ -1,5 +1,7 @@
 /* embedded.h - the trusted Lua modules compiled into the binary (generated from lua/ by
- * tools/embed.c). Module names use dots: lua/mcp/server.lua is "mcp.server". */
+ * tools/embed.c). Module names use dots: lua/mcp/server.lua is "mcp.server". The data is Lua
+ * bytecode made at build time by the same Lua library (load it with mode "b"); the chunk name
+ * is inside it. */
 #ifndef MB_EMBEDDED_H
 #define MB_EMBEDDED_H
 #include <stddef.h>

@@ -62,12 +62,9 @@ static int embedded_searcher(lua_State *L)
 		lua_pushfstring(L, "no embedded module '%s'", name);
 		return 1;
 	}
-	char chunk[256];
-	snprintf(chunk, sizeof chunk, "@lua/%s.lua", name);
-	for (char *p = chunk + 5; *p; p++)
-		if (*p == '.' && strcmp(p, ".lua") != 0)
-			*p = '/';
-	if (luaL_loadbufferx(L, f->data, f->len, chunk, "t") != LUA_OK)
+	/* bytecode compiled at build time from our own lua/ (tools/embed.c); the chunk name
+	 * "@lua/<path>.lua" is inside it */
+	if (luaL_loadbufferx(L, f->data, f->len, name, "b") != LUA_OK)
 		return lua_error(L);
 	lua_pushstring(L, name);
 	return 2;

@@ -147,7 +147,7 @@ int mb_sandbox_global_init(void)
 			lua_close(L);
 			return -1;
 		}
-		if (luaL_loadbufferx(L, f->data, f->len, f->name, "t") != LUA_OK) {
+		if (luaL_loadbufferx(L, f->data, f->len, f->name, "b") != LUA_OK) {
 			fprintf(stderr, "moonbox: prelude %s: %s\n", f->name, lua_tostring(L, -1));
 			lua_close(L);
 			return -1;

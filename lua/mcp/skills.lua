@@ -60,7 +60,7 @@ local function read_source(t, name)
   if st_file and st_file.type == "file" then
     local code, err = fs.read(file, cfg.max_skill_bytes)
     if not code then
-      return nil, err:gsub("is above the limit of", "is above max_skill_bytes =")
+      return nil, (err:gsub("is above the limit of (%d+)", "is above max_skill_bytes=%1"))
     end
     return { form = "file", path = name .. ".lua", code = code, mtime = st_file.mtime_ms, size = st_file.size }
   end
@@ -244,6 +244,7 @@ end
 local watch_subdirs
 
 local function scan(t, force_names)
+  watch_subdirs(t) -- first, so a file written while we index is not missed
   local names, bad = skill_names_on_disk(t)
   for _, row in ipairs(db.query("SELECT name FROM skills WHERE tenant = ? AND status <> 'deleted'", t.tenant)) do
     names[row.name] = true
@@ -256,7 +257,6 @@ local function scan(t, force_names)
     if not ok then mb.log("error", "indexing skill " .. n .. ": " .. tostring(err)) end
   end
   t.invalid = bad
-  watch_subdirs(t)
   check_published()
 end
 
@@ -283,16 +283,20 @@ end
 
 function watch_subdirs(t)
   if not mb.watch then return end
+  -- every subdirectory, not only known skills: a directory made now may get its SKILL.md later
   t.subwatch = t.subwatch or {}
-  for name, e in pairs(t.skills) do
-    if e.form == "dir" and not t.subwatch[name] then
-      t.subwatch[name] = mb.watch(t.dir .. "/" .. name, function() schedule_scan(t, name) end)
+  local present = {}
+  for _, e in ipairs(fs.list(t.dir) or {}) do
+    if e.type == "dir" and fmt.valid_name(e.name) then present[e.name] = true end
+  end
+  for name in pairs(present) do
+    if not t.subwatch[name] then
+      t.subwatch[name] = mb.watch(t.dir .. "/" .. name, function() schedule_scan(t, name) end) or false
     end
   end
   for name, h in pairs(t.subwatch) do
-    local e = t.skills[name]
-    if not e or e.form ~= "dir" then
-      h:close()
+    if not present[name] then
+      if h then h:close() end
       t.subwatch[name] = nil
     end
   end
@@ -438,18 +442,26 @@ function M.save(tenant, args, source)
   end
   local t = get_tenant(tenant)
   local existing = read_source(t, name)
-  local wok, werr
+  local files -- { {path, content}, ... } written in this order
   if existing and existing.form == "dir" then
     local fm = fmt.parse_front_matter(existing.md, decode)
     local header = #params > 0 and fmt.make_header({ description = description, params = params,
       returns = meta.returns }, encode) or ""
-    wok, werr = fs.write_atomic(t.dir .. "/" .. name .. "/init.lua", header .. body)
-    if wok then
-      wok, werr = fs.write_atomic(t.dir .. "/" .. name .. "/SKILL.md",
-        fmt.make_skill_md(name, meta, fm and fm.body or "\n", encode))
-    end
+    files = { { t.dir .. "/" .. name .. "/init.lua", header .. body },
+              { t.dir .. "/" .. name .. "/SKILL.md", fmt.make_skill_md(name, meta, fm and fm.body or "\n", encode) } }
   else
-    wok, werr = fs.write_atomic(t.dir .. "/" .. name .. ".lua", fmt.make_header(meta, encode) .. body)
+    files = { { t.dir .. "/" .. name .. ".lua", fmt.make_header(meta, encode) .. body } }
+  end
+  for _, f in ipairs(files) do
+    if #f[2] > cfg.max_skill_bytes then
+      return nil, string.format("the skill file would be %d bytes with its header, above max_skill_bytes=%d",
+        #f[2], cfg.max_skill_bytes)
+    end
+  end
+  local wok, werr = true, nil
+  for _, f in ipairs(files) do
+    wok, werr = fs.write_atomic(f[1], f[2])
+    if not wok then break end
   end
   if not wok then return nil, "could not write the skill: " .. tostring(werr) end
   local e, version = index_skill(t, name, source or "save", true)
