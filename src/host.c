@@ -18,6 +18,7 @@
 #include "embedded.h"
 #include "codec.h"
 #include "host_fs.h"
+#include "history.h"
 #include "host_uv.h"
 #include "store.h"
 #include "workspace.h"
@@ -33,6 +34,7 @@ struct mb_host {
 	const mb_config *cfg;
 	mb_host_io io;
 	mb_pool *pool;
+	mb_history *history;
 	mb_host_deps deps;
 	mb_json_limits jl;
 	int ref_handle_line, ref_handle_oversize, ref_on_notify, ref_on_host_call, ref_waiting;
@@ -227,6 +229,40 @@ static int l_now_ms(lua_State *L)
 	return 1;
 }
 
+/* mb.history_add(tenant, started_ms, duration_ms, outcome, instructions, memory_peak, code_hash,
+ * tool): queues a row for the history writer thread */
+static int l_history_add(lua_State *L)
+{
+	mb_host *h = host_of(L);
+	if (!h->history)
+		return 0;
+	mb_history_row r = {
+		.tenant = luaL_optstring(L, 1, "default"),
+		.started_ms = (int64_t)luaL_optinteger(L, 2, 0),
+		.duration_ms = luaL_optnumber(L, 3, 0),
+		.outcome = luaL_optstring(L, 4, "ok"),
+		.instructions = (int64_t)luaL_optinteger(L, 5, 0),
+		.memory_peak = (int64_t)luaL_optinteger(L, 6, 0),
+		.code_hash = lua_isstring(L, 7) && lua_rawlen(L, 7) ? lua_tostring(L, 7) : NULL,
+		.tool = luaL_optstring(L, 8, "execute_code"),
+	};
+	mb_history_add(h->history, &r);
+	return 0;
+}
+
+static int l_history_flush(lua_State *L)
+{
+	mb_host *h = host_of(L);
+	uint64_t dropped = 0, failed = 0;
+	if (h->history) {
+		mb_history_flush(h->history);
+		mb_history_counters(h->history, &dropped, &failed);
+	}
+	lua_pushinteger(L, (lua_Integer)dropped);
+	lua_pushinteger(L, (lua_Integer)failed);
+	return 2;
+}
+
 /* wall clock, ms since the epoch (mb.now_ms is monotonic) */
 static int l_wall_ms(lua_State *L)
 {
@@ -359,6 +395,8 @@ static void push_result(lua_State *L, const mb_exec_result *r)
 	}
 	lua_pushnumber(L, r->execution_time_ms);
 	lua_setfield(L, -2, "execution_time_ms");
+	lua_pushstring(L, r->code_hash);
+	lua_setfield(L, -2, "code_hash");
 	lua_pushinteger(L, (lua_Integer)r->instructions);
 	lua_setfield(L, -2, "instructions");
 	lua_pushinteger(L, (lua_Integer)r->memory_peak_bytes);
@@ -416,6 +454,11 @@ void mb_host_set_pool(mb_host *h, mb_pool *pool)
 	h->pool = pool;
 }
 
+void mb_host_set_history(mb_host *h, mb_history *history)
+{
+	h->history = history;
+}
+
 static int ref_global(lua_State *L, const char *name)
 {
 	lua_getglobal(L, name);
@@ -459,7 +502,8 @@ mb_host *mb_host_new(const mb_config *cfg, const mb_host_io *io, const mb_host_d
 		{ "send", l_send }, { "json_encode", l_json_encode }, { "json_decode", l_json_decode },
 		{ "submit", l_submit }, { "wait", l_wait }, { "cancel", l_cancel }, { "log", l_log },
 		{ "now_ms", l_now_ms }, { "pool_stats", l_pool_stats }, { "host_reply", l_host_reply },
-		{ "wall_ms", l_wall_ms },
+		{ "wall_ms", l_wall_ms }, { "history_add", l_history_add },
+		{ "history_flush", l_history_flush },
 		{ NULL, NULL },
 	};
 	mb_host_fs_open(L);

@@ -40,6 +40,10 @@ mb_host *mb_host_new(const mb_config *cfg, const mb_host_io *io, const mb_host_d
 /// Gives the host the pool it submits executions to.
 void mb_host_set_pool(mb_host *h, mb_pool *pool);
 
+/// Gives the host the execution log (history.h); before that mb.history_add does nothing.
+struct mb_history;
+void mb_host_set_history(mb_host *h, struct mb_history *history);
+
 /// Handles one incoming line (a JSON-RPC message, or garbage that gets an error).
 void mb_host_handle_line(mb_host *h, const char *line, size_t len);
 

@@ -10,6 +10,7 @@
 #include <signal.h>
 #include <stdlib.h>
 
+#include "history.h"
 #include "host.h"
 #include "log.h"
 #include "pool.h"
@@ -25,6 +26,7 @@ typedef struct mb_server {
 	mb_pool *pool;
 	mb_store *store;
 	mb_workspaces *workspaces;
+	mb_history *history;
 	int eof;
 	int closing;
 	size_t pause_at;   /* executions in flight at which stdin reading pauses */
@@ -133,6 +135,15 @@ int mb_server_run_stdio(const mb_config *cfg)
 	s->host = mb_host_new(cfg, &hio, &deps);
 	if (!s->host)
 		return 1;
+	/* after the host: its start-up applied the schema the writer needs */
+	snprintf(path, sizeof path, "%s/moonbox.db", cfg->data_dir);
+	s->history = mb_history_open(path, cfg->history_max_rows, (int)cfg->store_busy_timeout_ms,
+				     err, sizeof err);
+	if (!s->history) {
+		mb_log(MB_LOG_CRIT, "store: %s", err);
+		return 1;
+	}
+	mb_host_set_history(s->host, s->history);
 	mb_job_callbacks jcb = { job_notify, job_call, job_done, s };
 	s->pool = mb_pool_new(&s->loop, cfg, &jcb);
 	if (!s->pool)
@@ -150,6 +161,7 @@ int mb_server_run_stdio(const mb_config *cfg)
 	uv_run(&s->loop, UV_RUN_DEFAULT);
 	mb_host_free(s->host);
 	uv_run(&s->loop, UV_RUN_NOWAIT); /* close callbacks of handles closed by lua_close */
+	mb_history_close(s->history);
 	mb_store_close(s->store);
 	mb_workspaces_free(s->workspaces);
 	if (uv_loop_close(&s->loop) != 0)

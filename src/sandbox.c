@@ -23,6 +23,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "codec.h"
 #include "embedded.h"
 #include "log.h"
 #include "json.h"
@@ -568,6 +569,7 @@ int mb_sandbox_run_prepared(mb_sandbox *sb, const mb_exec_request *req, mb_budge
 	memset(res, 0, sizeof *res);
 	uint64_t t0 = mb_now_ns();
 	const mb_config *cfg = req->cfg;
+	mb_codec_hash_hex(req->code, req->code_len, res->code_hash); /* for the history, off the loop */
 	if (!sb) {
 		set_error(res, "memory", "sandbox: out of host memory");
 		res->output = xstrdup("");

@@ -57,6 +57,7 @@ typedef struct mb_exec_result {
 	char *traceback;            /* malloc'd short traceback or NULL */
 	const char *error_type;     /* static: syntax runtime timeout memory instructions cancelled result */
 	double execution_time_ms;
+	char code_hash[33];         /* BLAKE2b-128 of the code, hex ("" when it did not run) */
 	uint64_t instructions;
 	size_t memory_peak_bytes;
 	/* The whole structuredContent object of execute_code as JSON text, and the same text as a
