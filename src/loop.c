@@ -133,8 +133,10 @@ int mb_server_run_stdio(const mb_config *cfg)
 	mb_host_io hio = { host_send, s };
 	mb_host_deps deps = { &s->loop, s->store, s->workspaces };
 	s->host = mb_host_new(cfg, &hio, &deps);
-	if (!s->host)
+	if (!s->host) {
+		mb_store_close(s->store); /* no checkpoint into a refused file: see mb_store_migrate */
 		return 1;
+	}
 	/* after the host: its start-up applied the schema the writer needs */
 	snprintf(path, sizeof path, "%s/moonbox.db", cfg->data_dir);
 	s->history = mb_history_open(path, cfg->history_max_rows, (int)cfg->store_busy_timeout_ms,

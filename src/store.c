@@ -282,17 +282,8 @@ int mb_store_open(mb_store **out, const char *path, int busy_timeout_ms, char *e
 			"command may salvage its data)", path, text);
 		goto fail;
 	}
-	rc = pragma_text(db, "PRAGMA journal_mode=WAL", text, sizeof text);
-	if (rc != SQLITE_OK) {
-		open_error(err, errlen, path, db, rc);
-		goto fail;
-	}
-	if (strcmp(text, "wal") != 0) {
-		set_err(err, errlen, "%s: cannot switch the database to WAL journal mode (it stays "
-			"in \"%s\" mode); moonbox needs WAL for crash safety - put the data directory "
-			"on a local file system", path, text);
-		goto fail;
-	}
+	/* WAL is switched on by mb_store_migrate once the schema is known to be ours: a file
+	 * refused there (newer schema, foreign tables) keeps its bytes and journal mode. */
 	rc = sqlite3_exec(db, "PRAGMA synchronous=FULL; PRAGMA foreign_keys=ON", NULL, NULL, NULL);
 	if (rc != SQLITE_OK) {
 		open_error(err, errlen, path, db, rc);
@@ -312,7 +303,34 @@ fail:
 	if (s)
 		free(s->path);
 	free(s);
+	if (db) /* a refused file stays as it was: do not checkpoint a hot WAL into it */
+		sqlite3_db_config(db, SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE, 1, (int *)0);
 	sqlite3_close(db);
+	return -1;
+}
+
+/* After a successful migration: WAL journal mode (verified). */
+static int switch_to_wal(mb_store *s, char *err, size_t errlen)
+{
+	char text[64];
+	int rc = pragma_text(s->db, "PRAGMA journal_mode=WAL", text, sizeof text);
+	if (rc != SQLITE_OK) {
+		open_error(err, errlen, s->path, s->db, rc);
+		return -1;
+	}
+	if (strcmp(text, "wal") != 0) {
+		set_err(err, errlen, "%s: cannot switch the database to WAL journal mode (it stays "
+			"in \"%s\" mode); moonbox needs WAL for crash safety - put the data directory "
+			"on a local file system", s->path, text);
+		return -1;
+	}
+	return 0;
+}
+
+/* A refused database is closed without a checkpoint, so a hot WAL is not written into it. */
+static int refuse(mb_store *s)
+{
+	sqlite3_db_config(s->db, SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE, 1, (int *)0);
 	return -1;
 }
 
@@ -475,6 +493,21 @@ int mb_store_migrate(mb_store *s, const char *const *steps, int n, char *err, si
 	}
 	if (v > n)
 		goto newer;
+	if (v == 0 && n > 0) {
+		/* user_version 0 with tables in it: somebody else's database, not a new one */
+		sqlite3_stmt *st = NULL;
+		int tables = -1;
+		if (sqlite3_prepare_v2(s->db, "SELECT count(*) FROM sqlite_master", -1, &st, NULL) == SQLITE_OK &&
+		    sqlite3_step(st) == SQLITE_ROW)
+			tables = sqlite3_column_int(st, 0);
+		sqlite3_finalize(st);
+		if (tables != 0) {
+			set_err(err, errlen, "%s: not a moonbox database (it has tables but no moonbox "
+				"schema version); moonbox will not add its tables to it - point --data-dir "
+				"elsewhere or move the file aside", s->path);
+			return refuse(s);
+		}
+	}
 	for (int i = v + 1; i <= n; i++) {
 		if (internal_exec(s, "BEGIN IMMEDIATE") != SQLITE_OK) {
 			sqlite_msg(s->db, msg, sizeof msg);
@@ -523,14 +556,14 @@ int mb_store_migrate(mb_store *s, const char *const *steps, int n, char *err, si
 			rollback_quietly(s);
 			set_err(err, errlen, "%s: migration %d of %d failed: %s; the database stays at "
 				"schema version %d", s->path, i, n, msg, i - 1);
-			return -1;
+			return refuse(s);
 		}
 	}
-	return 0;
+	return switch_to_wal(s, err, errlen);
 newer:
 	set_err(err, errlen, "%s: schema version %d is newer than this moonbox knows (%d); upgrade "
 		"moonbox", s->path, v, n);
-	return -1;
+	return refuse(s);
 }
 
 /* ---- closing and accessors ---------------------------------------------------------------- */

@@ -43,8 +43,10 @@ typedef struct mb_store_stats {
  * when a new one is needed. */
 #define MB_STORE_CACHE_SIZE 64
 
-/// Opens (or creates, mode 0600) the database file at path and checks it: WAL journal mode
-/// (verified), synchronous=FULL, foreign_keys=ON, the busy timeout, then `PRAGMA quick_check`.
+/// Opens (or creates, mode 0600) the database file at path and checks it with `PRAGMA
+/// quick_check`; then synchronous=FULL, foreign_keys=ON and the busy timeout. WAL journal mode
+/// is switched on (and verified) by a successful mb_store_migrate, so a file refused there keeps
+/// its bytes; a refused file is closed without a checkpoint (a hot WAL stays beside it).
 /// Extended result codes are on.
 /// @param out             receives the store on success (untouched on failure)
 /// @param path            the database file (copied)
@@ -57,7 +59,9 @@ typedef struct mb_store_stats {
 /// @returns 0, or -1 with err set (nothing was created over an existing file)
 int mb_store_open(mb_store **out, const char *path, int busy_timeout_ms, char *err, size_t errlen);
 
-/// Brings the schema to version n: reads PRAGMA user_version and applies each missing step i
+/// Brings the schema to version n (then switches to WAL): refuses a database with tables but
+/// user_version 0 (somebody else's) and one newer than n. Reads PRAGMA user_version and applies
+/// each missing step i
 /// (1-based, steps[i-1]) in its own BEGIN IMMEDIATE transaction together with
 /// `PRAGMA user_version = i`. A failed step is rolled back and stops the migration; earlier steps
 /// stay committed. Must not be called inside a transaction (mb.db.tx).

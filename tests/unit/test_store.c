@@ -131,6 +131,12 @@ TEST(open_creates_0600_wal)
 	CHECK(stat(path, &st) == 0 && (st.st_mode & 0777) == 0600);
 	CHECK_STR(mb_store_path(s), path);
 	sqlite3_stmt *q;
+	/* WAL comes with a successful migration (a refused file keeps its journal mode) */
+	CHECK(sqlite3_prepare_v2(mb_store_db(s), "PRAGMA journal_mode", -1, &q, NULL) == SQLITE_OK);
+	CHECK(sqlite3_step(q) == SQLITE_ROW);
+	CHECK_STR((const char *)sqlite3_column_text(q, 0), "delete");
+	sqlite3_finalize(q);
+	CHECK(mb_store_migrate(s, NULL, 0, err, sizeof err) == 0);
 	CHECK(sqlite3_prepare_v2(mb_store_db(s), "PRAGMA journal_mode", -1, &q, NULL) == SQLITE_OK);
 	CHECK(sqlite3_step(q) == SQLITE_ROW);
 	CHECK_STR((const char *)sqlite3_column_text(q, 0), "wal");
@@ -753,6 +759,15 @@ TEST(lua_tx_rolled_back_by_sqlite)
 
 TEST(lua_migrate)
 {
+	/* this database has tables from earlier tests and user_version 0: not ours, refused */
+	char foreign[1024];
+	snprintf(foreign, sizeof foreign, "ERR: store: %s: not a moonbox database (it has tables but no "
+		 "moonbox schema version); moonbox will not add its tables to it - point --data-dir "
+		 "elsewhere or move the file aside", mb_store_path(LS));
+	CHECK_STR(lua("return db.migrate({'CREATE TABLE mg1(x)', 'CREATE TABLE mg2(x)'})"), foreign);
+	CHECK_STR(lua("return db.row(\"SELECT count(*) AS n FROM sqlite_schema WHERE name = 'mg1'\").n"), "0");
+	lua("db.exec('PRAGMA user_version = 1')"); /* pretend migration 1 (mg1) ran */
+	lua("db.exec('CREATE TABLE mg1(x)')");
 	CHECK_STR(lua("return db.migrate({'CREATE TABLE mg1(x)', 'CREATE TABLE mg2(x)'})"), "true");
 	CHECK_STR(lua("return db.row('PRAGMA user_version').user_version"), "2");
 	CHECK_STR(lua("return db.migrate({'CREATE TABLE mg1(x)', 'CREATE TABLE mg2(x)'})"), "true");
