@@ -86,11 +86,11 @@ return {
   );
   CREATE INDEX catalog_tools_by_name ON catalog_tools (name);
   CREATE INDEX catalog_tools_by_source ON catalog_tools (source);
-  -- Words are split in Lua before indexing (snake_case, camelCase, dotted names); '_' is a token
-  -- character so that a whole snake_case name is also one token. Prefix indexes serve "term"*.
+  -- The tokenizer splits snake_case, dotted and kebab names at their separators; the parts of
+  -- camelCase names are added in Lua before indexing. Prefix indexes serve short "term"*.
   CREATE VIRTUAL TABLE catalog_fts USING fts5(
     name, category, description, params, use_cases,
-    tokenize = "porter unicode61 tokenchars '_'", prefix = '2 3'
+    tokenize = "porter unicode61", prefix = '2 3'
   );
   ]],
 }

@@ -334,5 +334,8 @@ if [ -n "${BENCH_PERF:-}" ] && command -v perf >/dev/null; then
     grep -E '^ +[0-9.]+%' | head -15
 fi
 
+# ---- the tool catalog: import, search latency, progressive-disclosure sizes (bench_catalog.mjs)
+command -v node >/dev/null && { echo; node tests/bench/bench_catalog.mjs "$MOONBOX" | tee "$OUT/catalog.txt"; }
+
 echo
 echo "bench: done in $(( $(date +%s) - T0 )) s; raw figures in $OUT/"
