@@ -1,0 +1,820 @@
+-- mcp/catalog_text.lua - the pure pieces of the tool catalog (no store, no I/O, no `mb`).
+--
+-- catalog.lua keeps the index in SQLite and serves the MCP tools; everything here is plain
+-- functions over strings and tables, so tests/lua/test_catalog.lua runs them with a bare lua5.4:
+--  * identifier-aware words: split_words("getHTTPResponse") -> get http response. The FTS5
+--    tokenizer splits snake_case, dotted and kebab names at their separators; extra_words() adds
+--    the parts of camelCase identifiers to indexed text, whose whole form stays too
+--    (getUserProfile is found as getuserprofile and as get, user, profile);
+--  * build_query(): a user's words -> a safe FTS5 expression ("term"* OR ...), never raw syntax;
+--  * normalize(): the two catalog file shapes (category form, MCP form) -> categories and
+--    entries, with errors that name the JSON path of the first problem;
+--  * index_fields(): the five FTS columns of an entry; one_line(): the summary line;
+--  * lua_example(): a Lua call for an upstream tool, placeholders taken from its input schema;
+--  * levenshtein(), canonical_json(): closest-name suggestions and change detection.
+-- JSON values come from the host codec: arrays carry the metatable "json.array", null is a light
+-- userdata (json.null / mb.null). Plain Lua sequences count as arrays too.
+
+local M = {}
+
+local type, pairs, ipairs, next, tostring, getmetatable = type, pairs, ipairs, next, tostring, getmetatable
+local sfmt, ssub, slower, sfind, sgsub, srep = string.format, string.sub, string.lower,
+  string.find, string.gsub, string.rep
+local concat, sort = table.concat, table.sort
+
+M.MAX_NAME_BYTES = 256       -- tool and category names
+M.MAX_QUERY_TERMS = 32       -- FTS terms built from one query
+M.SUMMARY_BYTES = 160        -- one-line descriptions
+
+---------------------------------------------------------------------------------------------
+-- JSON value helpers
+
+local function is_null(v) return type(v) == "userdata" end
+
+local function is_array(v)
+  if type(v) ~= "table" then return false end
+  local mt = getmetatable(v)
+  if mt == "json.array" then return true end
+  if mt ~= nil then return false end
+  return v[1] ~= nil or next(v) == nil
+end
+
+local function is_object(v)
+  if type(v) ~= "table" then return false end
+  if getmetatable(v) == "json.array" then return false end
+  return v[1] == nil
+end
+M.is_array, M.is_object, M.is_null = is_array, is_object, is_null
+
+local function mixed_less(a, b)
+  if type(a) == type(b) and (type(a) == "string" or type(a) == "number") then return a < b end
+  return type(a) < type(b)
+end
+
+local function sorted_keys(t)
+  local keys, all_strings = {}, true
+  for k in pairs(t) do
+    keys[#keys + 1] = k
+    if type(k) ~= "string" then all_strings = false end
+  end
+  if all_strings then sort(keys) else sort(keys, mixed_less) end
+  return keys
+end
+M.sorted_keys = sorted_keys
+
+local function typename(v)
+  if is_null(v) then return "null" end
+  if type(v) == "table" then return is_array(v) and next(v) ~= nil and "array" or "object" end
+  if type(v) == "number" then return math.type(v) == "integer" and "integer" or "number" end
+  return type(v)
+end
+
+-- A path segment for error messages: keys that are identifiers as .key, others as ["key"].
+local function seg(path, key)
+  if type(key) == "number" then return sfmt("%s[%d]", path, key - 1) end -- 0-based like JSON
+  if sfind(key, "^[%a_][%w_]*$") then return path == "" and key or path .. "." .. key end
+  return sfmt('%s[%q]', path, key)
+end
+
+---------------------------------------------------------------------------------------------
+-- identifier-aware words
+
+-- Splits an identifier or phrase into lower-case words: snake_case, camelCase (with acronyms),
+-- dotted, kebab and path-like names all come apart. Bytes >= 0x80 (UTF-8) stay in words.
+function M.split_words(s)
+  local out = {}
+  for chunk in s:gmatch("[%w\128-\255]+") do
+    if sfind(chunk, "%u") then
+      chunk = sgsub(chunk, "(%l)(%u)", "%1 %2")
+      chunk = sgsub(chunk, "(%u)(%u%l)", "%1 %2")
+      chunk = sgsub(chunk, "(%d)(%u)", "%1 %2")
+      for w in chunk:gmatch("%S+") do out[#out + 1] = slower(w) end
+    else
+      out[#out + 1] = chunk
+    end
+  end
+  return out
+end
+
+local function camel(s)
+  return sfind(s, "%l%u") ~= nil or sfind(s, "%u%u%l") ~= nil or sfind(s, "%d%u") ~= nil
+end
+
+-- True when a query token has parts worth searching separately: separators inside it, or case
+-- changes (camelCase, acronyms).
+local function compound(tok)
+  return sfind(tok, "[_%.%-/:]") ~= nil or camel(tok)
+end
+
+-- The words the FTS5 tokenizer cannot find by itself. It splits at every character that is not
+-- a letter or digit, so snake_case, dotted and kebab names come apart there, but it keeps
+-- camelCase whole. Returns the parts of every camelCase run in s (each word once, in first-seen
+-- order) as one space-separated string; "" when there are none.
+function M.extra_words(s)
+  if s == nil or not camel(s) then return "" end
+  local out, seen = {}, {}
+  for run in s:gmatch("[%w\128-\255]+") do
+    if camel(run) then
+      for _, w in ipairs(M.split_words(run)) do
+        if not seen[w] then seen[w] = true; out[#out + 1] = w end
+      end
+    end
+  end
+  return concat(out, " ")
+end
+
+-- Text plus the words of its camelCase identifiers, for indexing: getUserProfile is then found
+-- whole (getuserprofile) and by get, user and profile.
+local function with_words(s)
+  local x = M.extra_words(s)
+  if x == "" then return s end
+  return s .. "\n" .. x
+end
+M.with_words = with_words
+
+-- Words that carry no meaning in a search ("how do I send a message to the channel"). Dropped
+-- from a query unless nothing else is left.
+local STOP = {}
+for w in ([[a an the to of for in on at by with from into onto and or is are was be been do does
+  how what which who that this these those i me my we our you your it its can could should would
+  please want need some any all using via as than then there here when where]]):gmatch("%S+") do
+  STOP[w] = true
+end
+
+local function quote(t) return '"' .. sgsub(t, '"', '""') .. '"*' end
+
+-- Turns a user's query into two FTS5 MATCH expressions built only from quoted prefix terms
+-- ("word"*), so nothing the user types is passed through as FTS5 syntax:
+--  * all_words: every word joined with AND; a compound identifier matches whole or by all of its
+--    words: ("get_file_contents"* OR ("get"* AND "file"* AND "contents"*));
+--  * any_word: every word, and every compound identifier whole and by its words, joined with OR.
+-- Stop words ("how do I ... the ...") are dropped unless nothing else is left. Returns
+-- all_words, any_word, words (the lower-case words and identifiers searched for) and groups
+-- ({expr, word} per query word: the parts of all_words, so that a word no entry has can be
+-- left out); or nil when the query has no words (letters or digits).
+function M.build_query(q)
+  local toks = {}
+  for tok in q:gmatch("[%w_%.%-/:\128-\255]+") do
+    tok = sgsub(sgsub(tok, "^[_%.%-/:]+", ""), "[_%.%-/:]+$", "")
+    if tok ~= "" and (sfind(tok, "%w") or sfind(tok, "[\128-\255]")) then toks[#toks + 1] = tok end
+  end
+  local keep = {}
+  for _, tok in ipairs(toks) do
+    local l = slower(tok)
+    if not STOP[l] and #l > 1 or (#l == 1 and sfind(l, "%d")) then keep[#keep + 1] = tok end
+  end
+  if #keep == 0 then keep = toks end
+  local all, any, words, groups = {}, {}, {}, {}
+  local seen_all, seen_any = {}, {}
+  local function add_any(t)
+    if not seen_any[t] and #any < M.MAX_QUERY_TERMS then
+      seen_any[t] = true
+      any[#any + 1] = quote(t)
+      words[#words + 1] = t
+    end
+  end
+  for _, tok in ipairs(keep) do
+    if #all >= M.MAX_QUERY_TERMS or #any >= M.MAX_QUERY_TERMS then break end
+    local whole = slower(tok)
+    if not seen_all[whole] then
+      seen_all[whole] = true
+      local parts = {}
+      if compound(tok) then
+        for _, w in ipairs(M.split_words(tok)) do
+          if (#w > 1 or sfind(w, "%d")) and w ~= whole then parts[#parts + 1] = w end
+        end
+      end
+      add_any(whole)
+      if #parts == 0 then
+        all[#all + 1] = quote(whole)
+      else
+        local p = {}
+        for i, w in ipairs(parts) do
+          p[i] = quote(w)
+          add_any(w)
+        end
+        all[#all + 1] = "(" .. quote(whole) .. " OR (" .. concat(p, " AND ") .. "))"
+      end
+      groups[#groups + 1] = { expr = all[#all], word = whole }
+    end
+  end
+  if #any == 0 then return nil end
+  return concat(all, " AND "), concat(any, " OR "), words, groups
+end
+
+-- True when every word of a tool's name (stop words aside) is among the query's words, a query
+-- word being a prefix of it or it a prefix (3 letters or more) of a query word: the name then
+-- says exactly what was asked for ("write a file" -> write_file rather than json.write_file).
+-- Search puts such entries first among its best bm25 matches.
+function M.name_covered(name, words)
+  local any = false
+  for _, w in ipairs(M.split_words(name)) do
+    if not STOP[w] then
+      any = true
+      local hit = false
+      for _, q in ipairs(words) do
+        if ssub(w, 1, #q) == q or (#w >= 3 and ssub(q, 1, #w) == w) then hit = true break end
+      end
+      if not hit then return false end
+    end
+  end
+  return any
+end
+
+---------------------------------------------------------------------------------------------
+-- one-line summaries
+
+-- Cuts s to at most n bytes at a UTF-8 character boundary.
+local function utf8_cut(s, n)
+  if #s <= n then return s end
+  local i = n
+  while i > 0 do
+    local b = s:byte(i + 1)
+    if not b or b < 0x80 or b >= 0xC0 then break end
+    i = i - 1
+  end
+  return ssub(s, 1, i)
+end
+M.utf8_cut = utf8_cut
+
+-- The first line of a description, at most SUMMARY_BYTES: the first sentence when the line is
+-- longer, else cut at a word with "...".
+function M.one_line(desc)
+  if type(desc) ~= "string" or desc == "" then return "" end
+  local line = desc:match("^%s*([^\r\n]*)") or ""
+  line = sgsub(line, "%s+$", "")
+  local max = M.SUMMARY_BYTES
+  if #line <= max then return line end
+  local best
+  local from = 1
+  while true do
+    local s, e = sfind(line, "[%.!?]%s", from)
+    if not s or e > max then break end
+    best = s
+    from = e + 1
+  end
+  if best and best >= 40 then return ssub(line, 1, best) end
+  local cut = utf8_cut(line, max - 3)
+  local sp = cut:match("^.*()%s")
+  if sp and sp > max / 2 then cut = ssub(cut, 1, sp - 1) end
+  return cut .. "..."
+end
+
+---------------------------------------------------------------------------------------------
+-- validation helpers: each returns nil, "path: message" on the first problem
+
+local function check_name(v, path, what)
+  if type(v) ~= "string" then
+    return nil, sfmt("%s: %s must be a string, got %s", path, what, typename(v))
+  end
+  if v == "" then return nil, sfmt("%s: %s must not be empty", path, what) end
+  if #v > M.MAX_NAME_BYTES then
+    return nil, sfmt("%s: %s is %d bytes, longer than %d", path, what, #v, M.MAX_NAME_BYTES)
+  end
+  if sfind(v, "[%c]") then return nil, sfmt("%s: %s contains a control character", path, what) end
+  if sfind(v, "^%s") or sfind(v, "%s$") then
+    return nil, sfmt("%s: %s has leading or trailing spaces", path, what)
+  end
+  return v
+end
+
+local function opt_string(t, key, path)
+  local v = t[key]
+  if v == nil or is_null(v) then return nil end
+  if type(v) ~= "string" then
+    return nil, sfmt("%s: expected a string, got %s", seg(path, key), typename(v))
+  end
+  return v
+end
+
+local function opt_object(t, key, path)
+  local v = t[key]
+  if v == nil or is_null(v) then return nil end
+  if not is_object(v) then
+    return nil, sfmt("%s: expected an object, got %s", seg(path, key), typename(v))
+  end
+  return v
+end
+
+local function opt_string_list(t, key, path)
+  local v = t[key]
+  if v == nil or is_null(v) then return nil end
+  if type(v) == "string" then return { v } end
+  if not is_array(v) then
+    return nil, sfmt("%s: expected an array of strings, got %s", seg(path, key), typename(v))
+  end
+  for i, s in ipairs(v) do
+    if type(s) ~= "string" then
+      return nil, sfmt("%s: expected a string, got %s", seg(seg(path, key), i), typename(s))
+    end
+  end
+  return v
+end
+
+-- functions (category form): an array of names or of {name, description, ...}, or an object
+-- name -> description | {description, ...}. Normalized to an array of {name, description?, ...}.
+local function opt_functions(t, path)
+  local v = t.functions
+  if v == nil or is_null(v) then return nil end
+  local p = seg(path, "functions")
+  local out = {}
+  if is_array(v) then
+    for i, f in ipairs(v) do
+      if type(f) == "string" then
+        out[#out + 1] = { name = f }
+      elseif is_object(f) then
+        local ok, err = check_name(f.name, seg(seg(p, i), "name"), "function name")
+        if not ok then return nil, err end
+        local _, derr = opt_string(f, "description", seg(p, i))
+        if derr then return nil, derr end
+        out[#out + 1] = f
+      else
+        return nil, sfmt("%s: expected a function name or object, got %s", seg(p, i), typename(f))
+      end
+    end
+  elseif is_object(v) then
+    for _, k in ipairs(sorted_keys(v)) do
+      local f = v[k]
+      if type(f) == "string" then
+        out[#out + 1] = { name = k, description = f }
+      elseif is_object(f) then
+        local _, derr = opt_string(f, "description", seg(p, k))
+        if derr then return nil, derr end
+        local copy = { name = k }
+        for fk, fv in pairs(f) do if fk ~= "name" then copy[fk] = fv end end
+        out[#out + 1] = copy
+      else
+        return nil, sfmt("%s: expected a description or object, got %s", seg(p, k), typename(f))
+      end
+    end
+  else
+    return nil, sfmt("%s: expected an array or object, got %s", p, typename(v))
+  end
+  return out
+end
+
+-- parameters of a Lua function entry: an array of {name, type?, description?, optional?}.
+local function opt_param_list(v, p)
+  if not is_array(v) then
+    return nil, sfmt("%s: expected an array of {name, type, description}, got %s", p, typename(v))
+  end
+  for i, prm in ipairs(v) do
+    if not is_object(prm) then
+      return nil, sfmt("%s: expected an object, got %s", seg(p, i), typename(prm))
+    end
+    local ok, err = check_name(prm.name, seg(seg(p, i), "name"), "parameter name")
+    if not ok then return nil, err end
+    for _, k in ipairs({ "type", "description" }) do
+      local _, e = opt_string(prm, k, seg(p, i))
+      if e then return nil, e end
+    end
+  end
+  return v
+end
+
+local KINDS = { tool = true, ["function"] = true }
+
+-- Fields of a tool object that make_entry reads; any other field is kept as it is ("extra").
+local KNOWN = {}
+for k in ([[name kind title description use_cases functions annotations example inputSchema
+  input_schema outputSchema output_schema signature returns parameters mcp_server category source
+  server]]):gmatch("%S+") do KNOWN[k] = true end
+
+-- Builds one entry from a tool object. defaults: category-level {server=, kind=}.
+local function make_entry(obj, name, category, source, path, defaults)
+  local e = { name = name, category = category, source = source }
+  local err
+  e.kind, err = opt_string(obj, "kind", path)
+  if err then return nil, err end
+  e.kind = e.kind or defaults.kind or "tool"
+  if not KINDS[e.kind] then
+    return nil, sfmt('%s: must be "tool" or "function", got %q', seg(path, "kind"), e.kind)
+  end
+  e.title, err = opt_string(obj, "title", path)
+  if err then return nil, err end
+  e.description, err = opt_string(obj, "description", path)
+  if err then return nil, err end
+  e.description = e.description or ""
+  e.use_cases, err = opt_string_list(obj, "use_cases", path)
+  if err then return nil, err end
+  e.functions, err = opt_functions(obj, path)
+  if err then return nil, err end
+  e.annotations, err = opt_object(obj, "annotations", path)
+  if err then return nil, err end
+  e.example, err = opt_string(obj, "example", path)
+  if err then return nil, err end
+  local schema_key = obj.inputSchema ~= nil and "inputSchema" or obj.input_schema ~= nil and "input_schema"
+  if schema_key then
+    e.inputSchema, err = opt_object(obj, schema_key, path)
+    if err then return nil, err end
+  end
+  local out_key = obj.outputSchema ~= nil and "outputSchema" or obj.output_schema ~= nil and "output_schema"
+  if out_key then
+    e.outputSchema, err = opt_object(obj, out_key, path)
+    if err then return nil, err end
+  end
+  if e.kind == "function" then
+    e.signature, err = opt_string(obj, "signature", path)
+    if err then return nil, err end
+    e.returns, err = opt_string(obj, "returns", path)
+    if err then return nil, err end
+    if obj.parameters ~= nil and not is_null(obj.parameters) then
+      e.parameters, err = opt_param_list(obj.parameters, seg(path, "parameters"))
+      if err then return nil, err end
+    end
+    if not e.example and not e.signature then
+      return nil, sfmt('%s: a "function" entry needs an example or a signature', path)
+    end
+  else
+    local server
+    server, err = opt_string(obj, "mcp_server", path)
+    if err then return nil, err end
+    e.server = server or defaults.server or category
+    -- "parameters" is accepted as another name for the input schema
+    if not e.inputSchema and obj.parameters ~= nil and not is_null(obj.parameters) then
+      e.inputSchema, err = opt_object(obj, "parameters", path)
+      if err then return nil, err end
+    end
+  end
+  for k, v in pairs(obj) do
+    if not KNOWN[k] then
+      e.extra = e.extra or {}
+      e.extra[k] = v
+    end
+  end
+  if e.inputSchema then
+    local props = e.inputSchema.properties
+    if props ~= nil and not is_null(props) and not is_object(props) then
+      return nil, sfmt("%s: expected an object, got %s", seg(seg(path, schema_key or "parameters"),
+        "properties"), typename(props))
+    end
+  end
+  return e
+end
+
+-- Category form: {"categories": {"<category>": {"description", "mcp_server"?, "kind"?,
+-- "tools": {"<tool>": {...}}}}}.
+local function category_form(doc, source)
+  local cats = doc.categories
+  if not is_object(cats) then
+    return nil, nil, sfmt("categories: expected an object, got %s", typename(cats))
+  end
+  local categories, entries = {}, {}
+  for _, cname in ipairs(sorted_keys(cats)) do
+    local cpath = seg("categories", cname)
+    local ok, err = check_name(cname, cpath, "category name")
+    if not ok then return nil, nil, err end
+    local c = cats[cname]
+    if not is_object(c) then
+      return nil, nil, sfmt("%s: expected an object, got %s", cpath, typename(c))
+    end
+    local desc, server, kind
+    desc, err = opt_string(c, "description", cpath)
+    if err then return nil, nil, err end
+    server, err = opt_string(c, "mcp_server", cpath)
+    if err then return nil, nil, err end
+    kind, err = opt_string(c, "kind", cpath)
+    if err then return nil, nil, err end
+    if kind and not KINDS[kind] then
+      return nil, nil, sfmt('%s: must be "tool" or "function", got %q', seg(cpath, "kind"), kind)
+    end
+    categories[#categories + 1] = { name = cname, description = desc }
+    local tools = c.tools
+    if tools ~= nil and not is_null(tools) then
+      if not is_object(tools) then
+        return nil, nil, sfmt("%s: expected an object of tools, got %s", seg(cpath, "tools"), typename(tools))
+      end
+      for _, tname in ipairs(sorted_keys(tools)) do
+        local tpath = seg(seg(cpath, "tools"), tname)
+        ok, err = check_name(tname, tpath, "tool name")
+        if not ok then return nil, nil, err end
+        local t = tools[tname]
+        if not is_object(t) then
+          return nil, nil, sfmt("%s: expected an object, got %s", tpath, typename(t))
+        end
+        local e
+        e, err = make_entry(t, tname, cname, source, tpath, { server = server, kind = kind })
+        if not e then return nil, nil, err end
+        entries[#entries + 1] = e
+      end
+    end
+  end
+  return categories, entries
+end
+
+-- MCP form: {"server": "<name>", "description"?, "tools": [{name, title, description,
+-- inputSchema, outputSchema, annotations}]} -- a tools/list result with the server's name.
+local function mcp_form(doc, source)
+  local server, err = check_name(doc.server, "server", "server name")
+  if not server then return nil, nil, err end
+  local desc, title
+  desc, err = opt_string(doc, "description", "")
+  if err then return nil, nil, err end
+  title, err = opt_string(doc, "title", "")
+  if err then return nil, nil, err end
+  local tools = doc.tools
+  if not is_array(tools) then
+    return nil, nil, sfmt("tools: expected an array of tool definitions, got %s", typename(tools))
+  end
+  local categories = { { name = server, description = desc or title } }
+  local entries, seen = {}, {}
+  for i, t in ipairs(tools) do
+    local tpath = seg("tools", i)
+    if not is_object(t) then
+      return nil, nil, sfmt("%s: expected an object, got %s", tpath, typename(t))
+    end
+    local name
+    name, err = check_name(t.name, seg(tpath, "name"), "tool name")
+    if not name then return nil, nil, err end
+    if seen[name] then
+      return nil, nil, sfmt("%s: tool %q is listed twice (first at tools[%d])", seg(tpath, "name"),
+        name, seen[name] - 1)
+    end
+    seen[name] = i
+    local e
+    e, err = make_entry(t, name, server, source, tpath, { server = server })
+    if not e then return nil, nil, err end
+    entries[#entries + 1] = e
+  end
+  return categories, entries
+end
+
+-- Validates a decoded catalog document (either shape) and returns categories ({name,
+-- description?}) and entries (see make_entry), or nil, nil, "path: problem".
+function M.normalize(doc, source)
+  if not is_object(doc) or (type(doc) == "table" and getmetatable(doc) == "json.array") then
+    return nil, nil, sfmt('expected a JSON object ({"categories": {...}} or {"server": "...", '
+      .. '"tools": [...]}), got %s', typename(doc))
+  end
+  local has_c, has_s = doc.categories ~= nil, doc.server ~= nil or doc.tools ~= nil
+  if has_c and has_s then
+    return nil, nil, 'a catalog file has either "categories" (category form) or "server" and '
+      .. '"tools" (MCP form), not both'
+  end
+  if has_c then return category_form(doc, source) end
+  if has_s then return mcp_form(doc, source) end
+  return nil, nil, 'expected "categories" (category form) or "server" and "tools" (MCP form) at '
+    .. "the top level"
+end
+
+---------------------------------------------------------------------------------------------
+-- index columns
+
+-- Parameter names (with their words) and descriptions of a JSON schema (one level).
+local function schema_words(schema, out)
+  if not is_object(schema) then return end
+  local props = schema.properties
+  if not is_object(props) then return end
+  for k, p in pairs(props) do
+    out[#out + 1] = with_words(tostring(k))
+    if is_object(p) then
+      if type(p.description) == "string" then out[#out + 1] = with_words(p.description) end
+      if type(p.title) == "string" then out[#out + 1] = with_words(p.title) end
+    end
+  end
+end
+
+-- The five FTS columns of an entry: name, category, description, params, use_cases, each with
+-- the words of its camelCase identifiers added.
+function M.index_fields(e)
+  local name = e.name
+  if e.title and e.title ~= e.name then name = name .. "\n" .. e.title end
+  local cat = e.category
+  if e.server and e.server ~= e.category then cat = cat .. "\n" .. e.server end
+  local params = {}
+  schema_words(e.inputSchema, params)
+  if e.parameters then
+    for _, p in ipairs(e.parameters) do
+      params[#params + 1] = with_words(p.name)
+      if type(p.description) == "string" then params[#params + 1] = with_words(p.description) end
+    end
+  end
+  if e.functions then
+    for _, f in ipairs(e.functions) do
+      params[#params + 1] = with_words(f.name)
+      if type(f.description) == "string" then params[#params + 1] = with_words(f.description) end
+    end
+  end
+  if e.signature then params[#params + 1] = with_words(e.signature) end
+  if e.returns then params[#params + 1] = with_words(e.returns) end
+  local uses = e.use_cases and with_words(concat(e.use_cases, "\n")) or ""
+  return with_words(name), with_words(cat), with_words(e.description or ""),
+    concat(params, "\n"), uses
+end
+
+---------------------------------------------------------------------------------------------
+-- Lua call examples for upstream tools
+
+local KEYWORDS = {}
+for w in ([[and break do else elseif end false for function goto if in local nil not or repeat
+  return then true until while]]):gmatch("%S+") do KEYWORDS[w] = true end
+
+local function is_ident(s)
+  return type(s) == "string" and sfind(s, "^[%a_][%w_]*$") ~= nil and not KEYWORDS[s]
+end
+M.is_ident = is_ident
+
+local function lua_string(s)
+  return (sfmt("%q", s):gsub("\\\n", "\\n"))
+end
+
+-- A Lua literal for a JSON value (scalars; small tables as {}).
+local function lua_literal(v)
+  local t = type(v)
+  if t == "string" then return lua_string(v) end
+  if t == "number" then
+    if math.type(v) == "integer" then return sfmt("%d", v) end
+    return sfmt("%.14g", v)
+  end
+  if t == "boolean" then return tostring(v) end
+  if is_null(v) then return "json.null" end
+  return "{}"
+end
+
+-- A placeholder value for one property of an input schema.
+local function placeholder(name, p)
+  if not is_object(p) then return lua_string("<" .. name .. ">") end
+  if p.default ~= nil and not is_null(p.default) and type(p.default) ~= "table" then
+    return lua_literal(p.default)
+  end
+  if p.const ~= nil and type(p.const) ~= "table" then return lua_literal(p.const) end
+  if is_array(p.enum) and p.enum[1] ~= nil and type(p.enum[1]) ~= "table" then
+    return lua_literal(p.enum[1])
+  end
+  if is_array(p.examples) and p.examples[1] ~= nil and type(p.examples[1]) ~= "table" then
+    return lua_literal(p.examples[1])
+  end
+  local ty = p.type
+  if is_array(ty) then
+    for _, x in ipairs(ty) do if x ~= "null" then ty = x break end end
+    if type(ty) ~= "string" then ty = nil end
+  end
+  if ty == "integer" then
+    return math.type(p.minimum) == "integer" and sfmt("%d", p.minimum) or "0"
+  elseif ty == "number" then
+    return type(p.minimum) == "number" and lua_literal(p.minimum) or "0"
+  elseif ty == "boolean" then
+    return "false"
+  elseif ty == "array" then
+    local items = p.items
+    if is_object(items) and items.type == "string" then return "{" .. lua_string("<" .. name .. " item>") .. "}" end
+    return "{}"
+  elseif ty == "object" then
+    return "{}"
+  end
+  return lua_string("<" .. name .. ">")
+end
+
+local function comment_text(p, required)
+  local parts = {}
+  if is_object(p) then
+    local ty = p.type
+    if is_array(ty) then
+      local names = {}
+      for _, x in ipairs(ty) do if type(x) == "string" then names[#names + 1] = x end end
+      ty = concat(names, "|")
+    end
+    if type(ty) == "string" and ty ~= "" then parts[#parts + 1] = ty end
+  end
+  parts[#parts + 1] = required and "required" or "optional"
+  local s = concat(parts, ", ")
+  if is_object(p) and type(p.description) == "string" and p.description ~= "" then
+    local d = p.description
+    if #d > 70 or sfind(d, "[\r\n]") then
+      d = M.one_line(d)
+      if #d > 70 then d = utf8_cut(d, 67) .. "..." end
+    end
+    s = s .. ": " .. d
+  end
+  return s
+end
+
+-- A Lua call for an upstream MCP tool: servers.<server>.<tool>({...}) when both names are Lua
+-- identifiers, else mcp.call("<server>", "<tool>", {...}). Required properties get placeholder
+-- values; optional ones are shown as comments (at most 12 lines of them).
+function M.lua_example(e)
+  if e.example then return e.example end
+  if e.kind == "function" then return e.signature end
+  local server = e.server or e.category
+  local head
+  if is_ident(server) and is_ident(e.name) then
+    head = sfmt("local result = servers.%s.%s(", server, e.name)
+  else
+    head = sfmt("local result = mcp.call(%s, %s, ", lua_string(server), lua_string(e.name))
+  end
+  local schema = e.inputSchema
+  local props = is_object(schema) and is_object(schema.properties) and schema.properties or nil
+  if not props or next(props) == nil then return head .. "{})" end
+  local req = {}
+  if is_array(schema.required) then
+    for _, r in ipairs(schema.required) do if type(r) == "string" then req[r] = true end end
+  end
+  local lines, optional = { head .. "{" }, {}
+  for _, k in ipairs(sorted_keys(props)) do
+    if type(k) == "string" then
+      local key = is_ident(k) and k or "[" .. lua_string(k) .. "]"
+      local line = sfmt("%s = %s, -- %s", key, placeholder(k, props[k]), comment_text(props[k], req[k]))
+      if req[k] then lines[#lines + 1] = "  " .. line else optional[#optional + 1] = "  -- " .. line end
+    end
+  end
+  for i = 1, math.min(#optional, 12) do lines[#lines + 1] = optional[i] end
+  if #optional > 12 then
+    lines[#lines + 1] = sfmt("  -- (%d more optional arguments in inputSchema)", #optional - 12)
+  end
+  lines[#lines + 1] = "})"
+  return concat(lines, "\n")
+end
+
+---------------------------------------------------------------------------------------------
+-- suggestions and change detection
+
+-- Edit distance between a and b (bytes), or max + 1 once it is certainly above max.
+function M.levenshtein(a, b, max)
+  local la, lb = #a, #b
+  if math.abs(la - lb) > max then return max + 1 end
+  if la == 0 then return lb end
+  if lb == 0 then return la end
+  local prev, cur = {}, {}
+  for j = 0, lb do prev[j] = j end
+  for i = 1, la do
+    cur[0] = i
+    local ca = a:byte(i)
+    local rowmin = i
+    for j = 1, lb do
+      local cost = ca == b:byte(j) and 0 or 1
+      local v = prev[j - 1] + cost
+      local d = prev[j] + 1
+      if d < v then v = d end
+      d = cur[j - 1] + 1
+      if d < v then v = d end
+      cur[j] = v
+      if v < rowmin then rowmin = v end
+    end
+    if rowmin > max then return max + 1 end
+    prev, cur = cur, prev
+  end
+  return prev[lb]
+end
+
+-- Deterministic JSON text of a value (object keys sorted), so the same content always gives the
+-- same text: used to store definitions and imported shapes, and to skip re-imports that change
+-- nothing. enc(v) encodes the strings and floats that need escaping (the host's JSON codec);
+-- plain ASCII strings and integers are written here.
+local function canon(v, enc, buf, n, depth)
+  local t = type(v)
+  if t == "string" then
+    n = n + 1
+    if sfind(v, '[%c"\\\128-\255]') then buf[n] = enc(v) else buf[n] = '"' .. v .. '"' end
+    return n
+  elseif t == "table" then
+    if depth > 200 then error("catalog: value nested more than 200 levels") end
+    local mt = getmetatable(v)
+    if mt == "json.array" or (mt == nil and v[1] ~= nil) then
+      n = n + 1
+      buf[n] = "["
+      for i = 1, #v do
+        if i > 1 then n = n + 1; buf[n] = "," end
+        n = canon(v[i], enc, buf, n, depth + 1)
+      end
+      n = n + 1
+      buf[n] = "]"
+      return n
+    end
+    local keys = sorted_keys(v)
+    n = n + 1
+    buf[n] = "{"
+    for i = 1, #keys do
+      local k = keys[i]
+      if i > 1 then n = n + 1; buf[n] = "," end
+      local ks = type(k) == "string" and k or tostring(k)
+      n = canon(ks, enc, buf, n, depth)
+      n = n + 1
+      buf[n] = ":"
+      n = canon(v[k], enc, buf, n, depth + 1)
+    end
+    n = n + 1
+    buf[n] = "}"
+    return n
+  elseif t == "number" then
+    n = n + 1
+    buf[n] = math.type(v) == "integer" and sfmt("%d", v) or enc(v)
+    return n
+  elseif t == "boolean" then
+    n = n + 1
+    buf[n] = v and "true" or "false"
+    return n
+  elseif v == nil or is_null(v) then
+    n = n + 1
+    buf[n] = "null"
+    return n
+  end
+  error("catalog: cannot store a " .. t .. " in the catalog")
+end
+
+function M.canonical_json(value, enc)
+  local buf = {}
+  canon(value, enc, buf, 0, 0)
+  return concat(buf)
+end
+
+return M
