@@ -417,6 +417,7 @@ local function start()
     resolve()
   end)
   state.ready = true
+  collectgarbage() -- the decoded files and index texts are garbage now: give the memory back
   state.start_ms = mb.now_ms() - t0
   if mb.watch then
     local ok, h, err = pcall(mb.watch, state.dir, on_change)
@@ -553,12 +554,16 @@ local function suggestions(name, n)
   local lname = name:lower()
   local max = math.max(2, #lname // 3) -- spellings further away than this are not suggested
   local cands, seen = {}, {}
-  local function add(r, from_fts)
+  local function add(r, fts_rank)
     local key = r.category .. "\0" .. r.name
-    if seen[key] then return end
-    seen[key] = true
-    local d = text.levenshtein(lname, r.name:lower(), max)
-    cands[#cands + 1] = { name = r.name, category = r.category, d = d, fts = from_fts }
+    local c = seen[key]
+    if not c then
+      c = { name = r.name, category = r.category, d = text.levenshtein(lname, r.name:lower(), max),
+            fts = math.huge }
+      seen[key] = c
+      cands[#cands + 1] = c
+    end
+    if fts_rank then c.fts = math.min(c.fts, fts_rank) end
   end
   -- names that start like this one (first two characters, either case of the first)
   local head = name:sub(1, #name >= 4 and 2 or 1)
@@ -566,20 +571,21 @@ local function suggestions(name, n)
   for i, f in ipairs(variants) do
     if f ~= "" and (i == 1 or f ~= variants[1]) and f:byte(-1) < 255 then
       local nxt = f:sub(1, -2) .. string.char(f:byte(-1) + 1)
-      for _, r in ipairs(mb.db.query(SQL.names_from, f, nxt)) do add(r, false) end
+      for _, r in ipairs(mb.db.query(SQL.names_from, f, nxt)) do add(r) end
     end
   end
   local _, q = text.build_query(name)
   if q then
-    for _, r in ipairs(mb.db.query(SQL.fts_names, q)) do add(r, true) end
+    for i, r in ipairs(mb.db.query(SQL.fts_names, q)) do add(r, i) end
   end
-  -- keep close spellings, and full-text matches
+  -- close spellings first (nearest first), then the full-text matches in their order
   local out = {}
   for _, c in ipairs(cands) do
-    if c.fts or c.d <= max then out[#out + 1] = c end
+    if c.fts < math.huge or c.d <= max then out[#out + 1] = c end
   end
   table.sort(out, function(a, b)
     if a.d ~= b.d then return a.d < b.d end
+    if a.fts ~= b.fts then return a.fts < b.fts end
     if a.name ~= b.name then return a.name < b.name end
     return a.category < b.category
   end)
@@ -698,17 +704,25 @@ local function search(tools, args)
   if all_words then
     -- the entries that have every word; else every word some entry has; else any word
     rows, match = run(all_words), "all"
+    local kept, missing = {}, {}
     if #rows == 0 and #groups > 1 then
-      local kept, missing = {}, {}
       for _, g in ipairs(groups) do
         if mb.db.row(SQL.has_match, g.expr) then kept[#kept + 1] = g.expr
         else missing[#missing + 1] = g.word end
       end
-      if #missing > 0 and #kept > 0 then
-        rows = run(table.concat(kept, " AND "))
-        if #rows > 0 then unknown = missing end
-      end
+      if #missing > 0 and #kept > 0 then rows = run(table.concat(kept, " AND ")) end
     end
+    if #rows == 0 and #kept >= 3 and #kept <= 6 then
+      -- entries that have all the words but one (cheap: each part is an intersection)
+      local alts = {}
+      for i = 1, #kept do
+        local part = {}
+        for j = 1, #kept do if j ~= i then part[#part + 1] = kept[j] end end
+        alts[i] = "(" .. table.concat(part, " AND ") .. ")"
+      end
+      rows, match = run(table.concat(alts, " OR ")), "most"
+    end
+    if #rows > 0 and #missing > 0 then unknown = missing end
     if #rows == 0 and any_word ~= all_words then rows, match = run(any_word), "any" end
     rerank(rows, words)
   elseif cat then
@@ -917,9 +931,9 @@ function M.init(tools)
         query = { type = "string" },
         category = { type = "string" },
         detail_level = { type = "string" },
-        match = { type = "string", enum = mb.array({ "all", "any" }),
+        match = { type = "string", enum = mb.array({ "all", "most", "any" }),
                   description = "all: the entries have every word of the query (but unknown_words); "
-                    .. "any: no entry had them all, these have some" },
+                    .. "most: no entry had them all, these lack one; any: these have some" },
         unknown_words = { type = "array", items = { type = "string" },
                           description = "words of the query that no entry has; left out" },
         count = { type = "integer" },

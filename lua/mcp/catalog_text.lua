@@ -6,20 +6,23 @@
 --    tokenizer splits snake_case, dotted and kebab names at their separators; extra_words() adds
 --    the parts of camelCase identifiers to indexed text, whose whole form stays too
 --    (getUserProfile is found as getuserprofile and as get, user, profile);
---  * build_query(): a user's words -> a safe FTS5 expression ("term"* OR ...), never raw syntax;
+--  * build_query(): a user's words -> safe FTS5 expressions (quoted prefix terms "word"* joined
+--    with AND, and with OR), never raw FTS5 syntax; name_covered() for re-ranking;
 --  * normalize(): the two catalog file shapes (category form, MCP form) -> categories and
 --    entries, with errors that name the JSON path of the first problem;
 --  * index_fields(): the five FTS columns of an entry; one_line(): the summary line;
 --  * lua_example(): a Lua call for an upstream tool, placeholders taken from its input schema;
---  * levenshtein(), canonical_json(): closest-name suggestions and change detection.
+--  * levenshtein(), canonical_json(): closest-name suggestions; deterministic JSON text for
+--    stored definitions and change detection.
 -- JSON values come from the host codec: arrays carry the metatable "json.array", null is a light
 -- userdata (json.null / mb.null). Plain Lua sequences count as arrays too.
 
 local M = {}
 
-local type, pairs, ipairs, next, tostring, getmetatable = type, pairs, ipairs, next, tostring, getmetatable
-local sfmt, ssub, slower, sfind, sgsub, srep = string.format, string.sub, string.lower,
-  string.find, string.gsub, string.rep
+local type, pairs, ipairs, next, tostring, getmetatable = type, pairs, ipairs, next, tostring,
+  getmetatable
+local sfmt, ssub, slower, sfind, sgsub = string.format, string.sub, string.lower, string.find,
+  string.gsub
 local concat, sort = table.concat, table.sort
 
 M.MAX_NAME_BYTES = 256       -- tool and category names
@@ -542,7 +545,7 @@ end
 -- Validates a decoded catalog document (either shape) and returns categories ({name,
 -- description?}) and entries (see make_entry), or nil, nil, "path: problem".
 function M.normalize(doc, source)
-  if not is_object(doc) or (type(doc) == "table" and getmetatable(doc) == "json.array") then
+  if not is_object(doc) then
     return nil, nil, sfmt('expected a JSON object ({"categories": {...}} or {"server": "...", '
       .. '"tools": [...]}), got %s', typename(doc))
   end
@@ -657,7 +660,9 @@ local function placeholder(name, p)
     return "false"
   elseif ty == "array" then
     local items = p.items
-    if is_object(items) and items.type == "string" then return "{" .. lua_string("<" .. name .. " item>") .. "}" end
+    if is_object(items) and items.type == "string" then
+      return "{" .. lua_string("<" .. name .. " item>") .. "}"
+    end
     return "{}"
   elseif ty == "object" then
     return "{}"

@@ -10,10 +10,11 @@
 //    compared with what is stored), and one file changed while the server runs (live re-import).
 //    Times are the server's own (get_execution_stats.catalog: start_import_ms, last_import.ms).
 // 3. Search: CATALOG_QUERIES queries written the way an agent asks for a tool it has in mind
-//    (words of a real tool's name and description, sometimes with filler words or a word no tool
-//    has), sent one at a time over stdio. Reports the client round trip and the time inside the
-//    server (catalog.search_ms of get_execution_stats: the search_tools handler, last 1000 calls)
-//    per detail level, and pipelined throughput.
+//    (words of a real tool's name, sometimes with the vendor, filler words, a word no tool has,
+//    or words of unrelated domains that no tool has together), sent one at a time over stdio.
+//    Reports the client round trip and the time inside the server (catalog.search_ms of
+//    get_execution_stats: the search_tools handler, last 1000 calls) per detail level, and
+//    pipelined throughput.
 // 4. Sizes: every definition as tools/list would send them up front, against a typical
 //    search_tools answer (summary, limit 10) and a get_tool_definition answer; tokens ~ bytes / 4.
 // Prints key=value lines (for scripts) and a Markdown table. Figures, not a pass/fail test.
@@ -119,7 +120,10 @@ function makeQuery(servers) {
   if (r < 0.55) return `${words[0]} ${words[1]} ${sv.server.split("_")[0]}`; // with the vendor
   if (r < 0.75) return `how do I ${words[0]} the ${words[1]}`; // filler words
   if (r < 0.9) return t.name; // the exact name
-  return `${words[0]} ${pick(["quickly", "spreadsheet", "kanban", "gizmo"])} ${words[1]}`; // a word nobody has
+  if (r < 0.95) return `${words[0]} ${pick(["quickly", "spreadsheet", "kanban", "gizmo"])} ${words[1]}`; // a word nobody has
+  // words of two unrelated domains: no tool has them all, so tools with any of them
+  const other = pick(servers).tools;
+  return `${words[1]} ${pick(other).name.split("_")[1] ?? "report"} ${pick(["payroll", "shipment", "huddle", "cohort"])}`;
 }
 
 // ---- talking to moonbox over stdio -----------------------------------------------------------
@@ -260,7 +264,7 @@ async function main() {
       rt.push(ms(r.at - a));
       sizes.push(r.bytes);
       const sc = r.msg.result.structuredContent;
-      if (sc.match === "any") anyMatch++;
+      if (sc.match !== "all") anyMatch++;
       if (level === "summary" && sc.tools.length > 0) hits++;
     }
     st = await peer.stats(); // search_ms covers the last 1000 search_tools calls: this level's
@@ -326,7 +330,7 @@ async function main() {
 | search_tools p50 / p95 inside the server, full | ${fmt(levels.full.server_p50, 3)} / ${fmt(levels.full.server_p95, 3)} ms |
 | search_tools round trip p50 / p95 (stdio, one at a time), summary | ${fmt(S.rt_p50, 3)} / ${fmt(S.rt_p95, 3)} ms |
 | search_tools pipelined | ${fmt(out.pipelined_per_s, 0)} /s |
-| queries answered with entries that have every word / with any word | ${fmt(100 * (1 - S.any_share), 0)}% / ${fmt(100 * S.any_share, 0)}% |
+| queries answered with entries that have every (known) word / fewer words | ${fmt(100 * (1 - S.any_share), 0)}% / ${fmt(100 * S.any_share, 0)}% |
 | every definition up front (tools/list of all tools) | ${fullListBytes.toLocaleString("en-US")} bytes ~ ${tok(fullListBytes)} tokens |
 | one search_tools answer, summary, limit 10 (median) | ${S.bytes_p50.toLocaleString("en-US")} bytes ~ ${tok(S.bytes_p50)} tokens |
 | one search_tools answer, name, limit 10 (median) | ${levels.name.bytes_p50.toLocaleString("en-US")} bytes ~ ${tok(levels.name.bytes_p50)} tokens |
