@@ -27,9 +27,14 @@ filtered, joined and summarised next to where it is, and only the small answer c
 Workflow: write one short Lua program per step; `return` the value you need (tables become JSON);
 use print() for notes. Inside the sandbox you have the Lua standard library (string, table, math,
 utf8, coroutine, os.time/clock/date), json.encode/json.decode, re.* (PCRE2 regex), mcp.log and
-mcp.progress, and data helpers: filter_by_field, summarize_list, aggregate_stats, format_output,
-group_by, sort_by, pluck, count_by, unique, take. Pass inputs with context_vars (they become
-globals). Limits (time, memory, instructions) are per call; errors name the limit that stopped you.]]
+mcp.progress, data helpers (filter_by_field, summarize_list, aggregate_stats, format_output,
+group_by, sort_by, pluck, count_by, unique, take), a workspace that persists between calls
+(read_file, write_file, list_files, delete_file, json.read_file, json.write_file) and skills,
+reusable Lua modules (require("skills.name"), save_skill, load_skill, list_skills).
+Discover what exists instead of guessing: search_tools(query) finds tools and sandbox functions,
+get_tool_definition(name) gives one in full with a Lua example, list_tool_categories() the areas.
+Pass inputs with context_vars (they become globals). Limits (time, memory, instructions) are per
+call; errors name the limit that stopped you.]]
 
 -- Per connection: the client's chosen log level and the requests in flight.
 local state = {
