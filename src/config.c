@@ -71,6 +71,10 @@ static const option options[] = {
 	I(workspace_max_files, 10000, 1, 100000000, "workspace files per tenant"),
 	I(history_max_rows, 10000, 0, 100000000, "execution records kept in the store (oldest dropped)"),
 	I(max_host_calls, 10000, 0, 100000000, "skill, workspace-tool and upstream calls per execution"),
+	I(pii_policy, 1, 0, 1, "1: personal data in what executions return is replaced by tokens"),
+	I(pii_restore, 1, 0, 1, "1: restore_pii and detokenize_pii may turn tokens back into values"),
+	S(pii_disabled_types, "", "comma-separated PII types not to detect (EMAIL,PHONE,SSN,CARD,IPV4,IPV6,SECRET,IBAN)"),
+	S(pii_custom_patterns, "", "extra PII patterns as a JSON object {\"NAME\": \"pcre2 pattern\"}"),
 };
 #define NOPTS (sizeof options / sizeof options[0])
 
@@ -183,6 +187,11 @@ static int load_file(mb_config *cfg, const char *path, int required)
 			rc |= set_value(cfg, o, buf, source);
 		} else if (json_is_string(val)) {
 			rc |= set_value(cfg, o, json_string_value(val), source);
+		} else if (json_is_object(val) && o->type == OPT_STR) {
+			/* an option whose value is JSON text (pii_custom_patterns) may be given as JSON */
+			char *text = json_dumps(val, JSON_COMPACT);
+			rc |= text ? set_value(cfg, o, text, source) : -1;
+			free(text);
 		} else {
 			fprintf(stderr, "moonbox: %s: %s must be %s\n", source, key,
 				o->type == OPT_INT ? "an integer" : "a string");

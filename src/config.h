@@ -58,6 +58,12 @@ typedef struct mb_config {
 	int64_t workspace_max_files;    /* per tenant */
 	int64_t history_max_rows;       /* execution records kept */
 	int64_t max_host_calls;         /* skills/workspace/upstream calls per execution */
+
+	/* PII */
+	int64_t pii_policy;             /* 1: tokenize what executions return toward the model */
+	int64_t pii_restore;            /* 1: restore_pii and detokenize_pii may reveal values */
+	char pii_disabled_types[512];   /* comma-separated built-in types not to detect */
+	char pii_custom_patterns[16384];/* JSON object {"NAME": "pcre2 pattern", ...} */
 } mb_config;
 
 /* Fills cfg from defaults, config file, environment and argv. Returns 0, 1 when the program

@@ -24,6 +24,7 @@
 #include "workspace.h"
 #include "json.h"
 #include "log.h"
+#include "pii.h"
 
 #ifndef MB_VERSION
 #define MB_VERSION "0.1.0"
@@ -149,6 +150,9 @@ static int l_submit(lua_State *L)
 	req.memory_bytes = get_u64(L, 1, "memory_bytes", (uint64_t)h->cfg->default_memory_mb << 20);
 	req.instruction_limit = get_u64(L, 1, "instruction_limit", (uint64_t)h->cfg->default_instruction_limit);
 	req.cfg = h->cfg;
+	lua_getfield(L, 1, "pii_policy");
+	req.pii_policy = lua_isboolean(L, -1) ? lua_toboolean(L, -1) : (int)h->cfg->pii_policy;
+	lua_pop(L, 1);
 	uint64_t id;
 	char err[256];
 	lua_getfield(L, 1, "tenant");
@@ -226,6 +230,21 @@ static int l_log(lua_State *L)
 static int l_now_ms(lua_State *L)
 {
 	lua_pushnumber(L, (lua_Number)mb_now_ns() / 1e6);
+	return 1;
+}
+
+/* mb.pii_token(type, value, hexchars) -> the keyed token (for a longer one after a collision) */
+static int l_pii_token(lua_State *L)
+{
+	mb_host *h = host_of(L);
+	const char *type = luaL_checkstring(L, 1);
+	size_t len;
+	const char *value = luaL_checklstring(L, 2, &len);
+	int hex = (int)luaL_optinteger(L, 3, MB_PII_HEX_MIN);
+	char out[MB_PII_TOKEN_MAX];
+	if (!h->deps.pii_key || mb_pii_token(h->deps.pii_key, type, value, len, hex, out) != 0)
+		return luaL_error(L, "pii_token: invalid type %s or length %d", type, hex);
+	lua_pushstring(L, out);
 	return 1;
 }
 
@@ -310,7 +329,7 @@ static void push_config(lua_State *L, const mb_config *c)
 	CI(regex_max_pattern_bytes); CI(regex_max_subject_bytes); CI(store_busy_timeout_ms);
 	CI(max_skill_bytes); CI(workspace_max_file_bytes); CI(workspace_max_bytes);
 	CI(workspace_max_files); CI(history_max_rows); CI(max_host_calls); CI(max_queue_bytes);
-	CI(max_abandoned);
+	CI(max_abandoned); CI(pii_policy); CI(pii_restore);
 #undef CI
 	lua_pushstring(L, c->skills_dir);
 	lua_setfield(L, -2, "skills_dir");
@@ -387,6 +406,23 @@ void mb_host_job_call(mb_host *h, uint64_t job, uint64_t seq, const char *name, 
 static void push_result(lua_State *L, const mb_exec_result *r)
 {
 	lua_createtable(L, 0, 10);
+	if (r->pii_nfound) {
+		lua_createtable(L, (int)r->pii_nfound, 0);
+		for (size_t i = 0; i < r->pii_nfound; i++) {
+			const mb_pii_found *f = &r->pii_found[i];
+			lua_createtable(L, 0, 3);
+			lua_pushstring(L, f->token);
+			lua_setfield(L, -2, "token");
+			/* the type is the token's name part: "[EMAIL_..." */
+			const char *us = strrchr(f->token, '_');
+			lua_pushlstring(L, f->token + 1, us ? (size_t)(us - f->token - 1) : 0);
+			lua_setfield(L, -2, "type");
+			lua_pushlstring(L, f->value, f->value_len);
+			lua_setfield(L, -2, "value");
+			lua_rawseti(L, -2, (lua_Integer)i + 1);
+		}
+		lua_setfield(L, -2, "pii_found");
+	}
 	lua_pushboolean(L, r->success);
 	lua_setfield(L, -2, "success");
 	if (r->error_type) {
@@ -503,7 +539,7 @@ mb_host *mb_host_new(const mb_config *cfg, const mb_host_io *io, const mb_host_d
 		{ "submit", l_submit }, { "wait", l_wait }, { "cancel", l_cancel }, { "log", l_log },
 		{ "now_ms", l_now_ms }, { "pool_stats", l_pool_stats }, { "host_reply", l_host_reply },
 		{ "wall_ms", l_wall_ms }, { "history_add", l_history_add },
-		{ "history_flush", l_history_flush },
+		{ "history_flush", l_history_flush }, { "pii_token", l_pii_token },
 		{ NULL, NULL },
 	};
 	mb_host_fs_open(L);
@@ -516,6 +552,8 @@ mb_host *mb_host_new(const mb_config *cfg, const mb_host_io *io, const mb_host_d
 	}
 	if (h->deps.workspaces)
 		mb_workspace_lua_open(L, h->deps.workspaces);
+	if (h->deps.pii)
+		mb_pii_lua_open(L, h->deps.pii, h->deps.pii_key); /* mb.pii_scan, mb.pii_sanitize */
 	lua_pushcfunction(L, l_raw_text);
 	lua_setfield(L, -2, "json_raw_text");
 	lua_pushcfunction(L, mb_json_raw_lua); /* JSON text spliced verbatim by the encoder */

@@ -25,6 +25,8 @@ typedef struct mb_host_deps {
 	uv_loop_t *loop;
 	struct mb_store *store;
 	struct mb_workspaces *workspaces;
+	const struct mb_pii_detector *pii;   /* with pii_key: mb.pii_scan, mb.pii_sanitize, mb.pii_token */
+	const unsigned char *pii_key;
 } mb_host_deps;
 
 typedef struct mb_host_io {

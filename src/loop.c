@@ -13,7 +13,9 @@
 #include "history.h"
 #include "host.h"
 #include "log.h"
+#include "pii_config.h"
 #include "pool.h"
+#include "sandbox_int.h"
 #include "stdio.h"
 #include "store.h"
 #include "workspace.h"
@@ -27,6 +29,9 @@ typedef struct mb_server {
 	mb_store *store;
 	mb_workspaces *workspaces;
 	mb_history *history;
+	mb_pii_detector *pii;
+	unsigned char pii_key[MB_PII_KEY_BYTES];
+	size_t stuck;
 	int eof;
 	int closing;
 	size_t pause_at;   /* executions in flight at which stdin reading pauses */
@@ -41,6 +46,9 @@ static void maybe_finish(mb_server *s)
 	s->closing = 1;
 	mb_log(MB_LOG_DEBUG, "stdin closed and all work answered; exiting");
 	mb_host_shutdown(s->host);
+	mb_pool_stats st;
+	mb_pool_get_stats(s->pool, &st);
+	s->stuck = st.abandoned; /* such threads may still use the PII detector after we return */
 	mb_pool_close(s->pool);
 	mb_stdio_close(s->io);
 }
@@ -130,8 +138,13 @@ int mb_server_run_stdio(const mb_config *cfg)
 		mb_log(MB_LOG_CRIT, "workspaces: %s", err);
 		return 1;
 	}
+	if (mb_pii_from_config(cfg, &s->pii, s->pii_key, err, sizeof err) != 0) {
+		mb_log(MB_LOG_CRIT, "pii: %s", err);
+		return 1;
+	}
+	mb_sandbox_pii_set(s->pii, s->pii_key); /* before any worker thread exists */
 	mb_host_io hio = { host_send, s };
-	mb_host_deps deps = { &s->loop, s->store, s->workspaces };
+	mb_host_deps deps = { &s->loop, s->store, s->workspaces, s->pii, s->pii_key };
 	s->host = mb_host_new(cfg, &hio, &deps);
 	if (!s->host) {
 		mb_store_close(s->store); /* no checkpoint into a refused file: see mb_store_migrate */
@@ -165,6 +178,8 @@ int mb_server_run_stdio(const mb_config *cfg)
 	uv_run(&s->loop, UV_RUN_NOWAIT); /* close callbacks of handles closed by lua_close */
 	mb_history_close(s->history);
 	mb_store_close(s->store);
+	if (!s->stuck)
+		mb_pii_detector_free(s->pii); /* a stuck worker may still be scanning */
 	mb_workspaces_free(s->workspaces);
 	if (uv_loop_close(&s->loop) != 0)
 		mb_log(MB_LOG_DEBUG, "loop closed with handles still open (stuck worker threads)");

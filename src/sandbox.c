@@ -487,6 +487,7 @@ struct mb_sandbox {
 
 static void ctx_free(mb_sandbox_ctx *c)
 {
+	mb_sandbox_pii_free(c);
 	free(c->traceback);
 	free(c->head);
 	free(c->tail);
@@ -616,6 +617,8 @@ int mb_sandbox_run_prepared(mb_sandbox *sb, const mb_exec_request *req, mb_budge
 		goto finish;
 	}
 	status = lua_pcall(L, 0, LUA_MULTRET, sb->msgh);
+	if (status == LUA_OK && mb_budget_check(b) == MB_STOP_NONE)
+		status = mb_sandbox_pii_values(L, sb->msgh, sb->msgh); /* pii_policy */
 	if (status == LUA_OK && mb_budget_check(b) == MB_STOP_NONE) {
 		capture_result(L, c, sb->msgh, res);
 	} else if (status != LUA_OK) {
@@ -638,6 +641,7 @@ finish:
 	mb_sandbox_set_running(NULL);
 	res->instructions = b->instructions;
 	res->output = output_join(c, &res->output_len);
+	mb_sandbox_pii_finish(c, res); /* policy on output and error texts; found values out */
 	close_state(sb); /* the allocator still charges b: the budget outlives the state */
 	mb_budget_set_current(NULL);
 	res->memory_peak_bytes = b->mem_peak;
@@ -666,6 +670,7 @@ void mb_sandbox_thread_exit(void)
 	if (scratch)
 		lua_close(scratch);
 	scratch = NULL;
+	mb_sandbox_pii_thread_exit();
 }
 
 static void set_str(lua_State *S, const char *k, const char *v, size_t n)
@@ -736,5 +741,8 @@ void mb_exec_result_free(mb_exec_result *res)
 	free(res->output);
 	free(res->error);
 	free(res->traceback);
+	for (size_t i = 0; i < res->pii_nfound; i++)
+		free(res->pii_found[i].value);
+	free(res->pii_found);
 	memset(res, 0, sizeof *res);
 }

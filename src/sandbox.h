@@ -16,6 +16,7 @@
 
 #include "budget.h"
 #include "config.h"
+#include "pii.h"
 
 typedef enum {
 	MB_NOTIFY_LOG = 1,      /* payload: the data as JSON; level 0..7 (debug..emergency) */
@@ -45,6 +46,8 @@ typedef struct mb_exec_request {
 	void *host_ud;
 	/* The tenant's workspace (workspace.h; thread-safe), or NULL when there is none. */
 	struct mb_workspace *workspace;
+	/* 1: personal data in the result, output and error text is replaced by tokens */
+	int pii_policy;
 } mb_exec_request;
 
 typedef struct mb_exec_result {
@@ -66,6 +69,9 @@ typedef struct mb_exec_result {
 	 * result itself from the fields above). */
 	char *sc_json, *sc_text;
 	size_t sc_json_len, sc_text_len;
+	/* values this execution replaced by tokens (policy and tokenize_pii), for the vault */
+	mb_pii_found *pii_found;
+	size_t pii_nfound;
 } mb_exec_result;
 
 /// A fresh sandbox state built ahead of time: libraries, restricted environment, prelude stubs.

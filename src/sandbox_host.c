@@ -22,7 +22,7 @@ static const char marker = 0;      /* loaded[name] while its chunk runs */
 
 /* Calls the host with the table at the top of the stack as arguments (popped) and pushes the
  * decoded reply. Raises a Lua error with the host's message, or the sticky budget error. */
-static void host_call(lua_State *L, const char *name)
+void mb_sandbox_host_call(lua_State *L, const char *name)
 {
 	mb_sandbox_ctx *c = mb_sandbox_ctx_of(L);
 	if (!c->req || !c->req->host_call)
@@ -120,7 +120,7 @@ static int load_skill_module(lua_State *L, const char *name)
 	lua_createtable(L, 0, 1);
 	lua_pushstring(L, name);
 	lua_setfield(L, -2, "name");
-	host_call(L, "skill_source");
+	mb_sandbox_host_call(L, "skill_source");
 	int reply = lua_gettop(L);
 	lua_getfield(L, reply, "code");
 	size_t len;
@@ -208,7 +208,7 @@ static int sb_save_skill(lua_State *L)
 		lua_pushvalue(L, 4);
 		lua_setfield(L, -2, "params");
 	}
-	host_call(L, "save_skill");
+	mb_sandbox_host_call(L, "save_skill");
 	return 1;
 }
 
@@ -219,7 +219,7 @@ static int sb_load_skill(lua_State *L)
 	lua_createtable(L, 0, 1);
 	lua_pushvalue(L, 1);
 	lua_setfield(L, -2, "name");
-	host_call(L, "load_skill");
+	mb_sandbox_host_call(L, "load_skill");
 	return 1;
 }
 
@@ -233,7 +233,7 @@ static int sb_list_skills(lua_State *L)
 		lua_pushvalue(L, 1);
 		lua_setfield(L, -2, "query");
 	}
-	host_call(L, "list_skills");
+	mb_sandbox_host_call(L, "list_skills");
 	return 1;
 }
 

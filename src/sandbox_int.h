@@ -27,6 +27,8 @@ typedef struct mb_sandbox_ctx {
 	double last_progress;
 	int has_progress;
 	char *traceback;
+	/* values replaced by tokens in this execution (sandbox_pii.c) */
+	void *pii_found;
 } mb_sandbox_ctx;
 
 /// The context of the execution that owns L (any thread of it).
@@ -41,6 +43,21 @@ void mb_sandbox_sethook(lua_State *L);
 /// Records which Lua thread is running on this OS thread (for the deadline signal).
 void mb_sandbox_set_running(lua_State *L);
 lua_State *mb_sandbox_running(void);
+
+/// Calls the host (sandbox_host.c): the table at the top of the stack is the argument (popped);
+/// pushes the decoded reply. Raises the host's error message or the sticky budget error.
+void mb_sandbox_host_call(lua_State *L, const char *name);
+
+/// PII in the sandbox (sandbox_pii.c): the process-wide detector and key (set once, before any
+/// worker starts), the globals pii.scan / tokenize_pii / detokenize_pii, the policy over the
+/// returned values (under lua_pcall with msgh; returns its status) and over the output and error
+/// texts, and freeing.
+void mb_sandbox_pii_set(const struct mb_pii_detector *d, const unsigned char *key);
+int mb_sandbox_pii_open(lua_State *L);
+int mb_sandbox_pii_values(lua_State *L, int base, int msgh);
+void mb_sandbox_pii_finish(mb_sandbox_ctx *c, mb_exec_result *res);
+void mb_sandbox_pii_free(mb_sandbox_ctx *c);
+void mb_sandbox_pii_thread_exit(void);
 
 /// Adds require, skills, save_skill, load_skill and list_skills (host calls, sandbox_host.c) to
 /// the globals table at the top of the stack.

@@ -93,4 +93,17 @@ return {
     tokenize = "porter unicode61", prefix = '2 3'
   );
   ]],
+
+  -- 3: the PII vault: which value a token stands for, per tenant
+  [[
+  CREATE TABLE pii_vault (
+    tenant     TEXT NOT NULL,
+    token      TEXT NOT NULL,       -- "[EMAIL_3f9a0c1b]"
+    type       TEXT NOT NULL,
+    value      BLOB NOT NULL,
+    first_seen INTEGER NOT NULL,    -- ms since the epoch
+    last_seen  INTEGER NOT NULL,
+    PRIMARY KEY (tenant, token)
+  ) WITHOUT ROWID;
+  ]],
 }

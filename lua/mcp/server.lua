@@ -196,6 +196,7 @@ function request_mt:execute(spec)
   state.by_job[job] = nil
   self.entry.job = nil
   tools.history.add(self.tenant, started, spec, res)
+  if res.pii_found then tools.pii.after_execution(self.tenant, res) end -- vault, before the answer
   if self.entry.cancelled then return nil end
   return res
 end

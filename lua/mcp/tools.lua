@@ -308,6 +308,8 @@ register({
   return structured_result(sc)
 end)
 
+M.pii = require("mcp.pii")
+M.pii.init(M)
 require("mcp.skill_tools").init(M)
 require("mcp.workspace_tools").init(M)
 require("mcp.catalog").init(M)

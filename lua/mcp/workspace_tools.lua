@@ -128,6 +128,9 @@ function M.init(tools)
     if not enc then return tool_error(eerr) end
     local data, err = ws.read(request.tenant or "default", path)
     if not data then return tool_error(err, { error = err }) end
+    if utf8.len(data) then -- text goes toward the model: the PII policy applies
+      data = require("mcp.pii").outbound(request.tenant or "default", data)
+    end
     if enc == "utf8" and not utf8.len(data) then
       return tool_error(string.format("%s is not UTF-8 text (%d bytes); read it with encoding=\"base64\"",
         path, #data))
@@ -253,6 +256,7 @@ function M.init(tools)
       end
       local mime = mime_of(path)
       if utf8.len(data) and not mime:match("^image/") and not mime:match("^audio/") then
+        data = require("mcp.pii").outbound(tenant, data)
         return { contents = { { uri = uri, mimeType = mime, text = data } } }
       end
       return { contents = { { uri = uri, mimeType = mime, blob = mb.base64_encode(data) } } }

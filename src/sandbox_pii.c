@@ -1,0 +1,491 @@
+/* sandbox_pii.c - personal data inside the sandbox: pii.scan, tokenize_pii, detokenize_pii, and
+ * the automatic policy that tokenizes what an execution returns toward the model.
+ *
+ * The detector and the token key are process-wide and read-only once set (mb_sandbox_pii_set,
+ * before any worker starts); each worker thread keeps its own match scratch. Every value an
+ * execution replaces by a token is recorded in the execution's found set (C memory, bounded by
+ * MAX_FOUND values and MAX_FOUND_BYTES bytes): detokenize_pii looks there first, so a token minted
+ * earlier in the same execution restores without a round trip, and at the end the set goes to
+ * the host in the result (mb_exec_result.pii_found) to be stored in the tenant's vault. Tokens it
+ * does not know are restored by the host (host call "pii_restore"), when pii_restore allows.
+ *
+ * Policy: with pii_policy on, mb_sandbox_pii_values replaces strings (values and keys, walked
+ * with raw access, each table once) in the returned values before they are encoded, and
+ * mb_sandbox_pii_finish replaces the captured output, the error text and the traceback. The
+ * sanitizer runs in C without polling the budget, so every call is bounded by
+ * regex_max_subject_bytes and the walk polls the budget between strings.
+ */
+#include <lauxlib.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "json.h"
+#include "pii.h"
+#include "sandbox_int.h"
+
+#define MAX_FOUND 100000
+#define MAX_FOUND_BYTES ((size_t)16 << 20)
+
+static const mb_pii_detector *detector;              /* set once before threads start */
+static unsigned char token_key[MB_PII_KEY_BYTES];
+static _Thread_local mb_pii_scratch *scratch;
+
+void mb_sandbox_pii_set(const mb_pii_detector *d, const unsigned char *key)
+{
+	detector = d;
+	if (key)
+		memcpy(token_key, key, sizeof token_key);
+}
+
+void mb_sandbox_pii_thread_exit(void)
+{
+	mb_pii_scratch_free(scratch);
+	scratch = NULL;
+}
+
+static mb_pii_scratch *thread_scratch(void)
+{
+	if (!scratch && detector)
+		scratch = mb_pii_scratch_new(detector);
+	return scratch;
+}
+
+/* ---- the found set: token -> (type, value), open addressing ------------------------------- */
+
+typedef struct mb_pii_found_set {
+	mb_pii_found *items;
+	size_t n, cap;
+	size_t *slots;   /* index + 1, 0 = empty */
+	size_t nslots;
+	size_t bytes;
+	size_t dropped;
+} found_set;
+
+static size_t hash_token(const char *t)
+{
+	size_t h = 1469598103934665603ull;
+	for (; *t; t++)
+		h = (h ^ (unsigned char)*t) * 1099511628211ull;
+	return h;
+}
+
+static const mb_pii_found *set_find(const found_set *s, const char *token, size_t len)
+{
+	if (!s || !s->nslots)
+		return NULL;
+	char t[MB_PII_TOKEN_MAX];
+	if (len >= sizeof t)
+		return NULL;
+	memcpy(t, token, len);
+	t[len] = 0;
+	for (size_t i = hash_token(t) & (s->nslots - 1);; i = (i + 1) & (s->nslots - 1)) {
+		if (!s->slots[i])
+			return NULL;
+		const mb_pii_found *f = &s->items[s->slots[i] - 1];
+		if (strcmp(f->token, t) == 0)
+			return f;
+	}
+}
+
+static void set_add(mb_sandbox_ctx *c, const mb_pii_found *f)
+{
+	found_set *s = c->pii_found;
+	if (!s && !(s = c->pii_found = calloc(1, sizeof *s)))
+		return;
+	if (set_find(s, f->token, strlen(f->token)))
+		return;
+	if (s->n >= MAX_FOUND || s->bytes + f->value_len > MAX_FOUND_BYTES) {
+		s->dropped++;
+		return;
+	}
+	if ((s->n + 1) * 2 > s->nslots) {
+		size_t ns = s->nslots ? s->nslots * 2 : 64;
+		size_t *slots = calloc(ns, sizeof *slots);
+		if (!slots)
+			return;
+		for (size_t k = 0; k < s->n; k++) {
+			size_t i = hash_token(s->items[k].token) & (ns - 1);
+			while (slots[i])
+				i = (i + 1) & (ns - 1);
+			slots[i] = k + 1;
+		}
+		free(s->slots);
+		s->slots = slots;
+		s->nslots = ns;
+	}
+	if (s->n == s->cap) {
+		size_t cap = s->cap ? s->cap * 2 : 16;
+		mb_pii_found *items = realloc(s->items, cap * sizeof *items);
+		if (!items)
+			return;
+		s->items = items;
+		s->cap = cap;
+	}
+	mb_pii_found *d = &s->items[s->n];
+	memset(d, 0, sizeof *d);
+	memcpy(d->token, f->token, sizeof d->token);
+	d->type = f->type;
+	d->value = malloc(f->value_len + 1);
+	if (!d->value)
+		return;
+	memcpy(d->value, f->value, f->value_len);
+	d->value[f->value_len] = 0;
+	d->value_len = f->value_len;
+	d->count = f->count;
+	size_t i = hash_token(d->token) & (s->nslots - 1);
+	while (s->slots[i])
+		i = (i + 1) & (s->nslots - 1);
+	s->slots[i] = ++s->n;
+	s->bytes += f->value_len;
+}
+
+void mb_sandbox_pii_free(mb_sandbox_ctx *c)
+{
+	found_set *s = c->pii_found;
+	if (!s)
+		return;
+	for (size_t i = 0; i < s->n; i++)
+		free(s->items[i].value);
+	free(s->items);
+	free(s->slots);
+	free(s);
+	c->pii_found = NULL;
+}
+
+/* ---- sanitizing C text -------------------------------------------------------------------- */
+
+/* Sanitizes s into a malloc'd result, recording what it replaced. Returns 0, or -1 with err. */
+static int sanitize(mb_sandbox_ctx *c, const char *s, size_t len, mb_pii_result *res, char *err,
+		    size_t errlen)
+{
+	memset(res, 0, sizeof *res);
+	if (!detector) {
+		snprintf(err, errlen, "personal-data detection is not available here");
+		return -1;
+	}
+	size_t max = (size_t)c->cfg->regex_max_subject_bytes;
+	if (len > max) {
+		snprintf(err, errlen, "text of %zu bytes is longer than regex_max_subject_bytes=%zu",
+			 len, max);
+		return -1;
+	}
+	if (mb_pii_sanitize(detector, token_key, s, len, MB_PII_ALL, NULL, NULL, thread_scratch(),
+			    res, err, errlen) != 0)
+		return -1;
+	for (size_t i = 0; i < res->nfound; i++)
+		set_add(c, &res->found[i]);
+	return 0;
+}
+
+/* Replaces a malloc'd C string by its sanitized form (policy on output and error texts). */
+static void sanitize_owned(mb_sandbox_ctx *c, char **s, size_t *len)
+{
+	if (!*s || !**s)
+		return;
+	size_t n = len ? *len : strlen(*s);
+	mb_pii_result r;
+	char err[256];
+	if (sanitize(c, *s, n, &r, err, sizeof err) != 0) {
+		/* cannot scan it (too long, a match limit): withhold it rather than leak it */
+		free(*s);
+		size_t m = strlen(err) + 64;
+		*s = malloc(m);
+		if (*s)
+			snprintf(*s, m, "[withheld: personal-data scan failed: %s]", err);
+		if (len)
+			*len = *s ? strlen(*s) : 0;
+		return;
+	}
+	if (r.total > 0) {
+		free(*s);
+		*s = r.text;
+		r.text = NULL;
+		if (len)
+			*len = r.len;
+	}
+	mb_pii_result_free(&r);
+}
+
+/* ---- Lua functions ------------------------------------------------------------------------ */
+
+typedef struct {
+	mb_pii_result *res;
+	int with_map;
+} push_args;
+
+/* Runs under lua_pcall: pushes the sanitized text (and the token -> value map). */
+static int push_result(lua_State *L)
+{
+	push_args *a = lua_touserdata(L, 1);
+	lua_pushlstring(L, a->res->text, a->res->len);
+	if (!a->with_map)
+		return 1;
+	lua_createtable(L, 0, (int)a->res->nfound);
+	for (size_t i = 0; i < a->res->nfound; i++) {
+		lua_pushlstring(L, a->res->found[i].value, a->res->found[i].value_len);
+		lua_setfield(L, -2, a->res->found[i].token);
+	}
+	return 2;
+}
+
+/* Sanitizes the string at idx and pushes the result (and the map); raises on failure. */
+static int push_sanitized(lua_State *L, int idx, int with_map, const char *fname)
+{
+	mb_sandbox_ctx *c = mb_sandbox_ctx_of(L);
+	size_t len;
+	const char *s = lua_tolstring(L, idx, &len);
+	mb_pii_result r;
+	char err[256];
+	if (sanitize(c, s, len, &r, err, sizeof err) != 0)
+		return luaL_error(L, "%s: %s", fname, err);
+	push_args a = { &r, with_map };
+	lua_pushcfunction(L, push_result);
+	lua_pushlightuserdata(L, &a);
+	int status = lua_pcall(L, 1, with_map ? 2 : 1, 0);
+	mb_pii_result_free(&r);
+	if (status != LUA_OK) {
+		mb_budget_poll(L);
+		return lua_error(L);
+	}
+	return with_map ? 2 : 1;
+}
+
+/* tokenize_pii(text) -> sanitized text, {token = value, ...} */
+static int sb_tokenize(lua_State *L)
+{
+	luaL_checkstring(L, 1);
+	return push_sanitized(L, 1, 1, "tokenize_pii");
+}
+
+typedef struct {
+	mb_pii_span *spans;
+	size_t n;
+	const mb_pii_detector *d;
+} spans_args;
+
+static int push_spans(lua_State *L)
+{
+	spans_args *a = lua_touserdata(L, 1);
+	lua_createtable(L, (int)a->n, 0);
+	for (size_t i = 0; i < a->n; i++) {
+		lua_createtable(L, 0, 3);
+		lua_pushstring(L, mb_pii_type_name(a->d, a->spans[i].type));
+		lua_setfield(L, -2, "type");
+		lua_pushinteger(L, (lua_Integer)a->spans[i].start + 1);
+		lua_setfield(L, -2, "start");
+		lua_pushinteger(L, (lua_Integer)a->spans[i].stop);
+		lua_setfield(L, -2, "stop");
+		lua_rawseti(L, -2, (lua_Integer)i + 1);
+	}
+	mb_json_mark_array(L, -1);
+	return 1;
+}
+
+/* pii.scan(text) -> array of {type, start, stop} (1-based, inclusive stop) */
+static int sb_scan(lua_State *L)
+{
+	mb_sandbox_ctx *c = mb_sandbox_ctx_of(L);
+	size_t len;
+	const char *s = luaL_checklstring(L, 1, &len);
+	if (!detector)
+		return luaL_error(L, "pii.scan: personal-data detection is not available here");
+	if (len > (size_t)c->cfg->regex_max_subject_bytes)
+		return luaL_error(L, "pii.scan: text of %d bytes is longer than regex_max_subject_bytes=%d",
+				  (int)len, (int)c->cfg->regex_max_subject_bytes);
+	spans_args a = { NULL, 0, detector };
+	char err[256];
+	if (mb_pii_scan(detector, s, len, MB_PII_ALL, thread_scratch(), &a.spans, &a.n, err, sizeof err) != 0)
+		return luaL_error(L, "pii.scan: %s", err);
+	lua_pushcfunction(L, push_spans);
+	lua_pushlightuserdata(L, &a);
+	int status = lua_pcall(L, 1, 1, 0);
+	free(a.spans);
+	if (status != LUA_OK) {
+		mb_budget_poll(L);
+		return lua_error(L);
+	}
+	return 1;
+}
+
+/* detokenize_pii(text) -> text with the tokens it may restore replaced by their values */
+static int sb_detokenize(lua_State *L)
+{
+	mb_sandbox_ctx *c = mb_sandbox_ctx_of(L);
+	size_t len;
+	const char *s = luaL_checklstring(L, 1, &len);
+	if (!c->cfg->pii_restore)
+		return luaL_error(L, "detokenize_pii: restoring personal data is disabled by "
+				  "configuration (pii_restore=0)");
+	luaL_Buffer b;
+	luaL_buffinit(L, &b);
+	size_t pos = 0, done = 0, tlen;
+	int unknown = 0;
+	while (mb_pii_token_next(s, len, &pos, &tlen)) {
+		const mb_pii_found *f = set_find(c->pii_found, s + pos, tlen);
+		luaL_addlstring(&b, s + done, pos - done);
+		if (f) {
+			luaL_addlstring(&b, f->value, f->value_len);
+		} else {
+			luaL_addlstring(&b, s + pos, tlen);
+			unknown = 1;
+		}
+		pos += tlen;
+		done = pos;
+		mb_budget_poll(L);
+	}
+	luaL_addlstring(&b, s + done, len - done);
+	luaL_pushresult(&b);
+	if (!unknown)
+		return 1;
+	/* the rest are the tenant's vault's to restore */
+	lua_createtable(L, 0, 1);
+	lua_insert(L, -2);
+	lua_setfield(L, -2, "text");
+	mb_sandbox_host_call(L, "pii_restore");
+	if (lua_type(L, -1) == LUA_TTABLE)
+		lua_getfield(L, -1, "text");
+	return 1;
+}
+
+/* ---- the policy ----------------------------------------------------------------------------- */
+
+static const char walked_key = 0;
+
+/* Replaces the string at idx (absolute) by its sanitized form when that differs. */
+static void replace_string(lua_State *L, int idx)
+{
+	size_t len;
+	lua_tolstring(L, idx, &len);
+	if (len == 0)
+		return;
+	mb_budget_poll(L);
+	push_sanitized(L, idx, 0, "pii policy");
+	lua_replace(L, idx);
+}
+
+static void walk_table(lua_State *L, int t, int depth)
+{
+	if (depth > mb_sandbox_ctx_of(L)->json_lim.max_depth)
+		return; /* the encoder refuses it anyway */
+	luaL_checkstack(L, 12, "pii policy");
+	lua_rawgetp(L, LUA_REGISTRYINDEX, &walked_key);
+	lua_pushvalue(L, t);
+	if (lua_rawget(L, -2) != LUA_TNIL) {
+		lua_pop(L, 2);
+		return;
+	}
+	lua_pop(L, 1);
+	lua_pushvalue(L, t);
+	lua_pushboolean(L, 1);
+	lua_rawset(L, -3);
+	lua_pop(L, 1);
+
+	/* values first (allowed during traversal), string keys that change afterwards */
+	lua_newtable(L);
+	int rekey = lua_gettop(L);
+	int nrekey = 0;
+	lua_pushnil(L);
+	while (lua_next(L, t)) {
+		int v = lua_gettop(L);
+		if (lua_type(L, v) == LUA_TSTRING) {
+			lua_pushvalue(L, v);
+			replace_string(L, lua_gettop(L));
+			lua_pushvalue(L, v - 1);
+			lua_insert(L, -2);
+			lua_rawset(L, t);
+		} else if (lua_type(L, v) == LUA_TTABLE) {
+			walk_table(L, v, depth + 1);
+		}
+		lua_pop(L, 1);
+		if (lua_type(L, -1) == LUA_TSTRING) {
+			lua_pushvalue(L, -1);
+			replace_string(L, lua_gettop(L));
+			if (!lua_rawequal(L, -1, -2)) {
+				lua_pushvalue(L, -2);
+				lua_insert(L, -2);
+				lua_rawset(L, rekey); /* rekey[old] = new */
+				nrekey++;
+			} else {
+				lua_pop(L, 1);
+			}
+		}
+	}
+	if (nrekey) {
+		lua_pushnil(L);
+		while (lua_next(L, rekey)) {
+			lua_pushvalue(L, -2);
+			lua_rawget(L, t);    /* value under the old key */
+			lua_pushvalue(L, -2);
+			lua_insert(L, -2);
+			lua_rawset(L, t);    /* t[new] = value */
+			lua_pop(L, 1);
+			lua_pushvalue(L, -1);
+			lua_pushnil(L);
+			lua_rawset(L, t);    /* t[old] = nil */
+		}
+	}
+	lua_pop(L, 1);
+}
+
+static void walk(lua_State *L, int idx, int depth)
+{
+	if (lua_type(L, idx) == LUA_TSTRING)
+		replace_string(L, idx);
+	else if (lua_type(L, idx) == LUA_TTABLE)
+		walk_table(L, idx, depth);
+}
+
+/* Runs under lua_pcall with the returned values as arguments; returns them sanitized. */
+static int policy_values(lua_State *L)
+{
+	int n = lua_gettop(L);
+	lua_newtable(L);
+	lua_rawsetp(L, LUA_REGISTRYINDEX, &walked_key);
+	for (int i = 1; i <= n; i++)
+		walk(L, i, 0);
+	lua_pushnil(L);
+	lua_rawsetp(L, LUA_REGISTRYINDEX, &walked_key);
+	return n;
+}
+
+int mb_sandbox_pii_values(lua_State *L, int base, int msgh)
+{
+	mb_sandbox_ctx *c = mb_sandbox_ctx_of(L);
+	if (!c->req->pii_policy || !detector || lua_gettop(L) == base)
+		return LUA_OK;
+	int n = lua_gettop(L) - base;
+	lua_pushcfunction(L, policy_values);
+	lua_insert(L, base + 1);
+	return lua_pcall(L, n, n, msgh);
+}
+
+void mb_sandbox_pii_finish(mb_sandbox_ctx *c, mb_exec_result *res)
+{
+	if (c->req && c->req->pii_policy && detector) {
+		sanitize_owned(c, &res->output, &res->output_len);
+		sanitize_owned(c, &res->error, NULL);
+		sanitize_owned(c, &res->traceback, NULL);
+	}
+	found_set *s = c->pii_found;
+	if (s && s->n) {
+		res->pii_found = s->items;
+		res->pii_nfound = s->n;
+		s->items = NULL;
+		s->n = 0;
+	}
+	mb_sandbox_pii_free(c);
+}
+
+int mb_sandbox_pii_open(lua_State *L)
+{
+	/* the globals table is at the top of the stack */
+	lua_createtable(L, 0, 1);
+	lua_pushcfunction(L, sb_scan);
+	lua_setfield(L, -2, "scan");
+	lua_setfield(L, -2, "pii");
+	lua_pushcfunction(L, sb_tokenize);
+	lua_setfield(L, -2, "tokenize_pii");
+	lua_pushcfunction(L, sb_detokenize);
+	lua_setfield(L, -2, "detokenize_pii");
+	return 0;
+}
