@@ -180,23 +180,9 @@ void mb_pii_scratch_free(mb_pii_scratch *s);
 int mb_pii_scan(const mb_pii_detector *d, const char *text, size_t len, uint64_t types,
 		mb_pii_scratch *scratch, mb_pii_span **out, size_t *n, char *err, size_t errlen);
 
-/// Scans a text that differs from an already-scanned one only where the previous scan's spans
-/// were replaced by tokens: reports exactly what mb_pii_scan(text) would, running only the
-/// triggers whose reads (bounded: a few hundred bytes, 70 KB for a PEM block) reach a changed
-/// range. (A trigger that reads only unchanged bytes can only find again a candidate that the
-/// previous scan took, now a token, or dropped for overlapping one.) Custom patterns always
-/// search the whole text. mb_pii_sanitize uses it for its rounds after the first.
-/// @param changed  start, stop pairs (2 * nchanged offsets into text), sorted, disjoint: the
-///                 tokens inserted since the previous scan; NULL means a full scan
-/// @param nchanged number of pairs
-/// (the other parameters and the result are those of mb_pii_scan)
-int mb_pii_rescan(const mb_pii_detector *d, const char *text, size_t len, uint64_t types,
-		  const size_t *changed, size_t nchanged, mb_pii_scratch *scratch,
-		  mb_pii_span **out, size_t *n, char *err, size_t errlen);
-
 /// Replaces every span by its token. Each distinct (type, value) is minted once per call:
 /// the default token is computed with mb_pii_token (8 hex digits) and then handed to mint,
-/// if given. The output is scanned again (mb_pii_rescan) until no span is left (idempotence).
+/// if given. The output is scanned again until no span is left (idempotence).
 /// @param d       the detector
 /// @param key     the HMAC key (MB_PII_KEY_BYTES)
 /// @param text    the text

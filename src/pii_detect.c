@@ -3,30 +3,38 @@
  * A scan is one pass of a byte loop over the text plus PCRE2 (JIT) matches in small windows.
  * Running a dozen unanchored patterns over every byte costs far more than the 10 ns a byte the
  * issue allows, so each built-in rule has a trigger, a cheap test that says where its pattern
- * can match, and the pattern only runs there:
+ * can match, and the pattern only runs there (the byte loop skips eight bytes at a time while
+ * none of them is a trigger byte):
  *   - digits: a "cluster" of digit runs joined by at most two separators (space - . ( ) /) and
- *     led by '+' or '('. Its digit count, run count and dots gate the digit rules (phone >= 10
- *     digits, SSN >= 9, card >= 13, IPv4 >= 3 dots); each gated rule searches the cluster only.
- *     Two capital letters right before a cluster's first two digits start an IBAN candidate.
+ *     led by '+' or '('. The run lengths gate the digit rules (gate_bits: a phone number ends
+ *     with a run of 4+ and has 10-11 digits in its last runs, an SSN is 3-2-4 or 9, a card 13-19
+ *     digits from a run of four, IPv4 four short runs joined by dots); each gated rule searches
+ *     the cluster only, and a lone short run (a time, a count) returns at once. Two capital
+ *     letters right before a cluster's first digits start an IBAN candidate.
  *   - '@': e-mail (the window reaches back over local-part bytes and forward over domain bytes)
  *     and credentials in URLs (scheme://user:password@host).
  *   - ':' and '=': a key=value secret when the word before is a credential name (password,
- *     api_key, accessToken, ...; see kv_key_class), and IPv6 when the hex-and-colon run around
- *     a ':' holds "::" or seven colons.
+ *     api_key, accessToken, ...; a letter-pair filter during the backward walk, then
+ *     kv_key_class), and IPv6 when the hex-and-colon run around a ':' holds "::" or seven colons.
  *   - literal prefixes of well-known tokens (AKIA, ghp_, xoxb-, eyJ, -----BEGIN, ...), found
- *     with a two-byte filter and matched anchored.
+ *     through a rare byte inside each literal (_ - J A; lower-case first letters would fire on
+ *     a quarter of all prose) and matched anchored.
  *   - '[': an existing token "[TYPE_hex]" is skipped and remembered, so that nothing inside it
  *     is ever reported (tokens are never re-tokenized).
  *   Custom patterns have no trigger: each searches the whole text.
  * Each match is then checked beyond its shape by the rule's check function (Luhn, mod-97, SSN
  * ranges, country lengths, a JWT header that decodes to JSON, entropy of secret values, ...),
- * which may also narrow the span (a kv secret's value, an IBAN cut at its country's length).
+ * which may also move the span (a kv secret's value, an IBAN cut at its country's length, a PEM
+ * block extended to its END line, found with a memmem whose result is cached per scan so that
+ * many headers without an END stay linear).
  *
  * Matches run on the whole text as the subject, so lookbehinds see the real bytes before a
  * window; the subject is cut PII_CTX bytes after a window so that a search is O(window) while
- * lookaheads still see the bytes that follow. Candidates from all rules are sorted by start,
- * then length (longest first), then type priority, then rule order, and taken greedily when they
- * do not overlap the last one taken and do not touch an existing token.
+ * lookaheads still see the bytes that follow. Rules that only match at their trigger are
+ * compiled anchored and without start optimizations (see rule_anchored). Candidates from all
+ * rules are sorted by start, then length (longest first), then rule order (custom patterns,
+ * then SECRET, EMAIL, IBAN, CARD, SSN, PHONE, IPV6, IPV4), and taken greedily when they do not
+ * overlap the last one taken and do not touch an existing token.
  *
  * Patterns are compiled in byte mode (PCRE2_NEVER_UTF): any byte string, valid UTF-8 or not,
  * is a valid subject. The detector is read-only after creation; match data, the match context
@@ -83,6 +91,7 @@ enum { TR_EMAIL, TR_URLCRED, TR_DIGITS, TR_IBAN, TR_IPV6, TR_KV, TR_PREFIX, TR_C
 enum { G_NONE, G_PHONE, G_PHONE_INTL, G_SSN, G_CARD, G_IPV4 };
 enum { KV_NONE, KV_PASSWORD, KV_SECRET };
 enum { K_NONE, K_DIGIT, K_AT, K_COLON, K_EQ, K_LBRACK, K_PREFIX };
+enum { CT_DIGIT = 1, CT_SEP = 2, CT_HEX = 4 };
 
 typedef struct pii_scan pii_scan;
 /* Checks a match (ms..me) whose value is *vs..*ve; may narrow the value. Returns 1 to keep. */
@@ -136,6 +145,7 @@ struct mb_pii_detector {
 	uint8_t pfx_start[256], pfx_count[256]; /* literals of each trigger byte */
 	uint8_t cls[256];               /* K_* trigger of each byte */
 	uint8_t keychar[256];           /* bytes of a key before ':' or '=' */
+	uint8_t ctab[256];              /* CT_DIGIT, CT_SEP (cluster separator), CT_HEX bits */
 	uint8_t kvpair[256][32];        /* bit [a][b]: the pair ab can start a credential word */
 	uint32_t max_pairs;             /* ovector pairs needed by the rule with most groups */
 	uint32_t match_limit;
@@ -170,28 +180,7 @@ struct pii_scan {
 	size_t pem_end;       /* next "-----END " at or after pem_from (SIZE_MAX: none before */
 	size_t pem_from;      /* pem_to); makes END searches linear over many BEGIN headers */
 	size_t pem_to;
-	const size_t *dirty;  /* mb_pii_rescan: sorted start, stop pairs of the changed ranges */
-	size_t ndirty;        /* (pairs); NULL for a full scan */
 };
-
-/* Whether a handler that reads text[lo..hi) must run. In a full scan every one does; in a
- * rescan only those whose reads reach a changed range (the others read what they read in the
- * scan before, whose every candidate is now a token or was dropped for overlapping one). */
-static int must_run(const pii_scan *sc, size_t lo, size_t back, size_t hi)
-{
-	if (!sc->dirty)
-		return 1;
-	lo = lo > back ? lo - back : 0;
-	size_t a = 0, b = sc->ndirty;          /* first range whose stop > lo */
-	while (a < b) {
-		size_t m = a + (b - a) / 2;
-		if (sc->dirty[2 * m + 1] <= lo)
-			a = m + 1;
-		else
-			b = m;
-	}
-	return a < sc->ndirty && sc->dirty[2 * a] < hi;
-}
 
 /* ---- helpers for checks ---------------------------------------------------------------------- */
 
@@ -751,7 +740,8 @@ static int check_jwt(pii_scan *sc, size_t ms, size_t me, size_t *vs, size_t *ve)
 	return memmem(h + a, (size_t)(b - a), "\"alg\"", 5) != NULL;
 }
 
-/* Tokens with a known prefix are random: "AKIAXXXXXXXXXXXXXXXX" or "ghp_xxxx..." in docs are not. */
+/* Tokens with a known prefix are random: "AKIAXXXXXXXXXXXXXXXX" or "ghp_xxxx..." in docs are
+ * not. */
 static int check_random(pii_scan *sc, size_t ms, size_t me, size_t *vs, size_t *ve)
 {
 	(void)vs; (void)ve;
@@ -1252,8 +1242,12 @@ mb_pii_detector *mb_pii_detector_new(const mb_pii_options *opt, char *err, size_
 	}
 	for (int c = '0'; c <= '9'; c++)
 		d->cls[c] = K_DIGIT;
-	for (int c = 0; c < 256; c++)
+	for (int c = 0; c < 256; c++) {
 		d->keychar[c] = (uint8_t)is_keychar((unsigned char)c);
+		d->ctab[c] = (uint8_t)((is_digit((unsigned char)c) ? CT_DIGIT : 0) |
+				       (is_cluster_sep((unsigned char)c) ? CT_SEP : 0) |
+				       (is_hex((unsigned char)c) ? CT_HEX : 0));
+	}
 	static const char *const pairs[] = { "pw", "pa", "au", "se", "to", "ke", "cr", "co" };
 	for (size_t k = 0; k < sizeof pairs / sizeof pairs[0]; k++)
 		for (int up = 0; up < 4; up++) {
@@ -1397,7 +1391,8 @@ static int pii_match(pii_scan *sc, const pii_rule *r, size_t sublen, size_t pos,
 }
 
 /* Runs rule ri from `from`; a match must end by `to`. The subject is cut at to + PII_CTX, which
- * bounds the work of a search (and of lazy quantifiers in anchored ones). Every match that passes the rule's check becomes a candidate. */
+ * bounds the work of a search (and of lazy quantifiers in anchored ones). Every match that
+ * passes the rule's check becomes a candidate. */
 static int run_rule(pii_scan *sc, int ri, size_t from, size_t to, int anchored)
 {
 	const pii_rule *r = &sc->d->rules[ri];
@@ -1475,8 +1470,24 @@ static size_t on_digits(pii_scan *sc, size_t i)
 {
 	const mb_pii_detector *d = sc->d;
 	const char *s = sc->s;
+	const unsigned char *u = (const unsigned char *)s;
+	const uint8_t *ct = d->ctab;
 	size_t len = sc->len;
-	size_t from = i, j = i, last = i, ndig = 0, nr = 0, dots1 = 0;
+	/* fast path: one run of at most 8 digits that no separator continues (a time, a count, an
+	 * id) can only be the check digits of an IBAN */
+	size_t j = i;
+	while (j < len && (ct[u[j]] & CT_DIGIT))
+		j++;
+	if (j - i <= 8 && !(j + 1 < len && (ct[u[j]] & CT_SEP) &&
+			    ((ct[u[j + 1]] & CT_DIGIT) ||
+			     (j + 2 < len && (ct[u[j + 1]] & CT_SEP) && (ct[u[j + 2]] & CT_DIGIT))))) {
+		if (j - i >= 2 && d->r_iban >= 0 && i >= 2 && is_upper(u[i - 2]) && is_upper(u[i - 1]) &&
+		    (i == 2 || !is_alnum(u[i - 3])))
+			run_rule(sc, d->r_iban, i - 2, i - 2 + 50 < len ? i - 2 + 50 : len, 1);
+		return j;
+	}
+	j = i;
+	size_t from = i, last = i, ndig = 0, nr = 0, dots1 = 0;
 	size_t r[5], sep[5];    /* rings; only the nr newest entries are read */
 	int plus = 0, gates = 0;
 	if (from > 0 && s[from - 1] == '(')
@@ -1489,7 +1500,7 @@ static size_t on_digits(pii_scan *sc, size_t i)
 	int dotsep = 0;
 	for (;;) {
 		size_t st = j;
-		while (j < len && is_digit((unsigned char)s[j]))
+		while (j < len && (ct[u[j]] & CT_DIGIT))
 			j++;
 		size_t rl = j - st;
 		ndig += rl;
@@ -1502,19 +1513,20 @@ static size_t on_digits(pii_scan *sc, size_t i)
 			gates |= gate_bits(r, sep, nr, dots1);
 		last = j;
 		size_t k = j;
-		while (k < len && k - j < 3 && is_cluster_sep((unsigned char)s[k]))
+		while (k < len && k - j < 3 && (ct[u[k]] & CT_SEP))
 			k++;
-		if (k - j == 0 || k - j > 2 || k >= len || !is_digit((unsigned char)s[k]))
+		if (k - j == 0 || k - j > 2 || k >= len || !(ct[u[k]] & CT_DIGIT))
 			break;
 		seplen = k - j;
 		dotsep = seplen == 1 && s[j] == '.';
 		j = k;
 	}
-	if (!must_run(sc, from, PII_KW_BACK + PII_CTX, (last > i + 50 ? last : i + 50) + PII_CTX))
+	int iban = d->r_iban >= 0 && i >= 2 && is_upper((unsigned char)s[i - 2]) &&
+		   is_upper((unsigned char)s[i - 1]) && (i == 2 || !is_alnum((unsigned char)s[i - 3])) &&
+		   i + 1 < len && is_digit((unsigned char)s[i + 1]);
+	if (!gates && !(plus && ndig >= 9) && !iban)
 		return last;
-	if (!gates && !(plus && ndig >= 9))
-		goto iban;
-	for (int k = 0; k < d->ndigit_rules && !sc->rc; k++) {
+	for (int k = 0; k < d->ndigit_rules && !sc->rc && (gates || plus); k++) {
 		int ri = d->digit_rules[k];
 		int pass = 0;
 		switch (d->rules[ri].gate) {
@@ -1527,11 +1539,8 @@ static size_t on_digits(pii_scan *sc, size_t i)
 		if (pass)
 			run_rule(sc, ri, from, last, 0);
 	}
-iban:
 	/* IBAN: two capitals, then two digits, at a word start */
-	if (d->r_iban >= 0 && !sc->rc && i >= 2 && is_upper((unsigned char)s[i - 2]) &&
-	    is_upper((unsigned char)s[i - 1]) && (i == 2 || !is_alnum((unsigned char)s[i - 3])) &&
-	    i + 1 < len && is_digit((unsigned char)s[i + 1]))
+	if (iban && !sc->rc)
 		run_rule(sc, d->r_iban, i - 2, i - 2 + 50 < len ? i - 2 + 50 : len, 1);
 	return last;
 }
@@ -1540,8 +1549,6 @@ static void on_at(pii_scan *sc, size_t a)
 {
 	const mb_pii_detector *d = sc->d;
 	const char *s = sc->s;
-	if (!must_run(sc, a, 64 + 400 + PII_CTX, a + 256 + PII_CTX + 2))
-		return;
 	if (d->r_email >= 0) {
 		size_t b = a;
 		while (b > 0 && a - b < 64 && is_local((unsigned char)s[b - 1]))
@@ -1654,8 +1661,6 @@ static void on_kv(pii_scan *sc, size_t p)
 		if (p > 0 && s[p - 1] == ':')
 			return;
 	}
-	if (!must_run(sc, p, 72, p + PII_KV_SPAN + PII_CTX))
-		return;
 	size_t q = p;
 	int sp = 0;
 	while (q > 0 && sp < 4 && (s[q - 1] == ' ' || s[q - 1] == '\t')) {
@@ -1695,14 +1700,16 @@ static void on_colon_ipv6(pii_scan *sc, size_t p, size_t *done_until)
 		return;
 	/* an address that starts at this ':' starts with "::"; otherwise a hex digit precedes it
 	 * (this skips every '"key":' in JSON) */
-	if (!(p > 0 && is_hex((unsigned char)s[p - 1])) && !(p + 1 < len && s[p + 1] == ':'))
+	const unsigned char *u = (const unsigned char *)s;
+	const uint8_t *ct = sc->d->ctab;
+	if (!(p > 0 && (ct[u[p - 1]] & CT_HEX)) && !(p + 1 < len && s[p + 1] == ':'))
 		return;
 	size_t b = p;
-	while (b > 0 && p - b < 40 && (is_hex((unsigned char)s[b - 1]) || s[b - 1] == ':'))
+	while (b > 0 && p - b < 40 && ((ct[u[b - 1]] & CT_HEX) || s[b - 1] == ':'))
 		b--;
 	size_t e = p, colons = 0;
 	int dbl = 0;
-	while (e < len && e - b < 48 && (is_hex((unsigned char)s[e]) || s[e] == ':' || s[e] == '.')) {
+	while (e < len && e - b < 48 && ((ct[u[e]] & CT_HEX) || s[e] == ':' || s[e] == '.')) {
 		if (s[e] == ':') {
 			colons++;
 			if (e > 0 && s[e - 1] == ':')
@@ -1712,8 +1719,6 @@ static void on_colon_ipv6(pii_scan *sc, size_t p, size_t *done_until)
 	}
 	*done_until = e;
 	if (!dbl && colons < 7)
-		return;
-	if (!must_run(sc, b, 1 + PII_CTX, e + PII_CTX))
 		return;
 	run_rule(sc, sc->d->r_ipv6, b, e, 0);
 }
@@ -1733,8 +1738,6 @@ static void on_prefix(pii_scan *sc, size_t i)
 		    memcmp(s + st, pl->lit, pl->len))
 			continue;
 		last_rule = pl->rule;   /* one attempt per rule and position */
-		if (!must_run(sc, st, PII_CTX, st + PII_PREFIX_SPAN + PII_CTX))
-			continue;
 		run_rule(sc, pl->rule, st, sc->len - st > PII_PREFIX_SPAN ? st + PII_PREFIX_SPAN : sc->len, 1);
 		if (sc->rc)
 			return;
@@ -1754,13 +1757,6 @@ static int cmp_cand(const void *a, const void *b)
 int mb_pii_scan(const mb_pii_detector *d, const char *text, size_t len, uint64_t types,
 		mb_pii_scratch *scratch, mb_pii_span **out, size_t *n, char *err, size_t errlen)
 {
-	return mb_pii_rescan(d, text, len, types, NULL, 0, scratch, out, n, err, errlen);
-}
-
-int mb_pii_rescan(const mb_pii_detector *d, const char *text, size_t len, uint64_t types,
-		  const size_t *changed, size_t nchanged, mb_pii_scratch *scratch, mb_pii_span **out,
-		  size_t *n, char *err, size_t errlen)
-{
 	*out = NULL;
 	*n = 0;
 	mb_pii_scratch *own = NULL;
@@ -1777,8 +1773,7 @@ int mb_pii_rescan(const mb_pii_detector *d, const char *text, size_t len, uint64
 	if (!text)
 		len = 0;
 	pii_scan sc = { .d = d, .sc = scratch, .s = text, .len = len, .types = types & d->enabled,
-			.err = err, .errlen = errlen, .pem_end = SIZE_MAX, .dirty = changed,
-			.ndirty = changed ? nchanged : 0 };
+			.err = err, .errlen = errlen, .pem_end = SIZE_MAX };
 	scratch->ncand = 0;
 	scratch->ntok = 0;
 	size_t ipv6_done = 0;

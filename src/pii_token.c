@@ -10,9 +10,9 @@
  * idempotent: replacing a value can change what is next to its neighbours (a phone number glued
  * to an e-mail address becomes a phone number next to "]"), and whatever a later round would
  * find, this call finds now. Existing tokens are never reported by the scan, so every round
- * leaves earlier tokens as they are and the rounds stop. Rounds after the first are rescans
- * (mb_pii_rescan) that only rerun the triggers near the tokens the previous round inserted, so
- * the check costs a fraction of the first scan.
+ * leaves earlier tokens as they are and the rounds stop. (Rescanning only near the inserted
+ * tokens was tried: exact, but no faster, since a scan's time goes to finding and filtering
+ * triggers, not to the pattern runs it could skip.)
  *
  * Each distinct (type, value) of a call is minted once (a hash map of found entries): the
  * default token, then the caller's mint callback, which can lengthen it when its vault already
@@ -514,7 +514,6 @@ int mb_pii_sanitize(const mb_pii_detector *d, const unsigned char key[MB_PII_KEY
 	size_t curlen = len;
 	mb_pii_span *sp = NULL;
 	size_t n = 0;
-	size_t *changed = NULL, nchanged = 0;   /* tokens the last round inserted (output offsets) */
 	res->ntypes = (size_t)mb_pii_type_count(d);
 	res->counts = calloc(res->ntypes, sizeof *res->counts);
 	if (!res->counts)
@@ -522,8 +521,7 @@ int mb_pii_sanitize(const mb_pii_detector *d, const unsigned char key[MB_PII_KEY
 
 	int round;
 	for (round = 0; round < PII_MAX_ROUNDS; round++) {
-		rc = mb_pii_rescan(d, cur, curlen, types, round ? changed : NULL, nchanged, scratch, &sp,
-				   &n, err, errlen);
+		rc = mb_pii_scan(d, cur, curlen, types, scratch, &sp, &n, err, errlen);
 		if (rc != 0)
 			goto fail;
 		if (n == 0)
@@ -542,10 +540,7 @@ int mb_pii_sanitize(const mb_pii_detector *d, const unsigned char key[MB_PII_KEY
 			outlen = outlen - (sp[k].stop - sp[k].start) + strlen(res->found[fs[k]].token);
 		}
 		char *out = malloc(outlen + 1);
-		size_t *chg = malloc(2 * n * sizeof *chg);
-		if (!out || !chg) {
-			free(out);
-			free(chg);
+		if (!out) {
 			free(fs);
 			goto nomem;
 		}
@@ -556,8 +551,6 @@ int mb_pii_sanitize(const mb_pii_detector *d, const unsigned char key[MB_PII_KEY
 			memcpy(out + o, cur + prev, sp[k].start - prev);
 			o += sp[k].start - prev;
 			memcpy(out + o, f->token, tl);
-			chg[2 * k] = o;
-			chg[2 * k + 1] = o + tl;
 			o += tl;
 			prev = sp[k].stop;
 			f->count++;
@@ -574,9 +567,6 @@ int mb_pii_sanitize(const mb_pii_detector *d, const unsigned char key[MB_PII_KEY
 		buf = out;
 		cur = buf;
 		curlen = o;
-		free(changed);
-		changed = chg;
-		nchanged = n;
 	}
 	if (round == PII_MAX_ROUNDS) {
 		seterr(err, errlen, "pii: sanitizing did not settle after %d rounds", PII_MAX_ROUNDS);
@@ -604,7 +594,6 @@ fail:
 done:
 	free(sp);
 	free(buf);
-	free(changed);
 	free(z.byval);
 	free(z.bytok);
 	sodium_memzero(&z.base, sizeof z.base);

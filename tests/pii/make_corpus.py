@@ -15,8 +15,10 @@ Decisions the labels encode (docs/pii.md explains them):
     touches letters, digits or more dots ("v1.2.3.4", "1.2.3.4.5");
   - IPv6 needs two groups and four hex digits ("::1", "::" are not reported);
   - ten bare digits are a phone number only after "+" or a word like "phone"; nine bare digits
-    are an SSN only after "SSN" and the like;
-  - for key=value secrets and URL credentials the value is the secret, not the key;
+    and the spaced form "AAA GG SSSS" are an SSN only after "SSN" and the like;
+  - for key=value secrets and URL credentials the value is the secret, not the key; an
+    unquoted value ends at white space, quotes, , ; & < > | ( ) { } [ ] and ':', and at '=' unless
+    the '=' run ends it (base64 padding);
   - "git@host:org/repo" and URL userinfo ("https://user@host") are not e-mail addresses.
 """
 import json

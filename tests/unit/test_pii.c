@@ -259,6 +259,9 @@ TEST(rule_edges)
 	/* IBAN cut at the country's length; glued text is not one */
 	CHECK_STR(scan_s(d, "GB82 WEST 1234 5698 7654 32 EUR"), "IBAN:GB82 WEST 1234 5698 7654 32");
 	CHECK_STR(scan_s(d, "DE89370400440532013000X DE88370400440532013000"), "");
+	/* IBANs whose first digit run is long or short, glued or spaced */
+	CHECK_STR(scan_s(d, "KZ86125KZT5004100100 GB33BUKB20201555555555 NO93 8601 1117 947"),
+		  "IBAN:KZ86125KZT5004100100|IBAN:GB33BUKB20201555555555|IBAN:NO93 8601 1117 947");
 	mb_pii_detector_free(d);
 }
 
