@@ -596,6 +596,11 @@ fail:
 	return NULL;
 }
 
+lua_State *mb_host_state(mb_host *h)
+{
+	return h->L;
+}
+
 void mb_host_shutdown(mb_host *h)
 {
 	lua_State *L = h->L;

@@ -11,6 +11,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include <lua.h>
+
 #include "config.h"
 #include "pool.h"
 #include "sandbox.h"
@@ -64,6 +66,9 @@ size_t mb_host_inflight(mb_host *h);
 
 /// Stops timers and watchers and flushes buffered history (before the loop's last run).
 void mb_host_shutdown(mb_host *h);
+
+/// The host's Lua state, for tests that call its modules directly (loop thread only).
+lua_State *mb_host_state(mb_host *h);
 
 /// Closes the host state.
 void mb_host_free(mb_host *h);
