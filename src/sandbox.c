@@ -414,6 +414,7 @@ static void set_error(mb_exec_result *res, const char *type, const char *msg)
 static void describe_error(lua_State *L, mb_sandbox_ctx *c, mb_exec_result *res, const char *type)
 {
 	const char *msg = NULL;
+	mb_sandbox_pii_top(L); /* scanned before anything cuts it */
 	char buf[256];
 	if (lua_type(L, -1) == LUA_TSTRING || lua_type(L, -1) == LUA_TNUMBER) {
 		msg = lua_tostring(L, -1);

@@ -216,6 +216,25 @@ static int sb_print(lua_State *L)
 {
 	mb_sandbox_ctx *c = mb_sandbox_ctx_of(L);
 	int n = lua_gettop(L);
+	if (c->req && c->req->pii_policy) {
+		/* the whole line is scanned before it is captured (and maybe cut), so the cut can
+		 * never leave half of a value behind */
+		luaL_Buffer b;
+		luaL_buffinit(L, &b);
+		for (int i = 1; i <= n; i++) {
+			if (i > 1)
+				luaL_addchar(&b, '\t');
+			luaL_tolstring(L, i, NULL);
+			luaL_addvalue(&b);
+		}
+		luaL_pushresult(&b);
+		mb_sandbox_pii_line(L);
+		size_t len;
+		const char *s = lua_tolstring(L, -1, &len);
+		mb_sandbox_output(c, s, len);
+		mb_sandbox_output(c, "\n", 1);
+		return 0;
+	}
 	for (int i = 1; i <= n; i++) {
 		size_t len;
 		const char *s = luaL_tolstring(L, i, &len);
@@ -566,6 +585,7 @@ static void notify(lua_State *L, mb_sandbox_ctx *c, mb_notify_kind kind, int lev
 		luaL_error(L, "%s: notification limit reached (max_notifications=%d)", fname,
 			   (int)c->cfg->max_notifications);
 	/* the payload table is at the top of the stack */
+	mb_sandbox_pii_top(L); /* notifications go toward the model too */
 	char err[200];
 	size_t len;
 	char *j = mb_json_encode(L, -1, &c->json_lim, MB_JSON_LENIENT, &len, err, sizeof err);

@@ -55,6 +55,10 @@ void mb_sandbox_host_call(lua_State *L, const char *name);
 void mb_sandbox_pii_set(const struct mb_pii_detector *d, const unsigned char *key);
 int mb_sandbox_pii_open(lua_State *L);
 int mb_sandbox_pii_values(lua_State *L, int base, int msgh);
+/* the policy over the value at the top of the stack (error objects, log payloads, print
+ * lines): replaced in place; withheld when it cannot be scanned; never raises */
+void mb_sandbox_pii_top(lua_State *L);
+void mb_sandbox_pii_line(lua_State *L);
 void mb_sandbox_pii_finish(mb_sandbox_ctx *c, mb_exec_result *res);
 void mb_sandbox_pii_free(mb_sandbox_ctx *c);
 void mb_sandbox_pii_thread_exit(void);

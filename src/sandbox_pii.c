@@ -351,6 +351,8 @@ static int sb_detokenize(lua_State *L)
 
 static const char walked_key = 0;
 
+static void replace_number(lua_State *L, int idx);
+
 /* Replaces the string at idx (absolute) by its sanitized form when that differs. */
 static void replace_string(lua_State *L, int idx)
 {
@@ -395,6 +397,16 @@ static void walk_table(lua_State *L, int t, int depth)
 			lua_rawset(L, t);
 		} else if (lua_type(L, v) == LUA_TTABLE) {
 			walk_table(L, v, depth + 1);
+		} else if (lua_type(L, v) == LUA_TNUMBER) {
+			lua_pushvalue(L, v);
+			replace_number(L, lua_gettop(L));
+			if (lua_type(L, -1) == LUA_TSTRING) {
+				lua_pushvalue(L, v - 1);
+				lua_insert(L, -2);
+				lua_rawset(L, t);
+			} else {
+				lua_pop(L, 1);
+			}
 		}
 		lua_pop(L, 1);
 		if (lua_type(L, -1) == LUA_TSTRING) {
@@ -427,10 +439,29 @@ static void walk_table(lua_State *L, int t, int depth)
 	lua_pop(L, 1);
 }
 
+/* A number with 9 or more digits may be a card, an SSN or a phone number written as a number:
+ * scanned in its decimal form, and replaced by the token string when it is one. */
+static void replace_number(lua_State *L, int idx)
+{
+	lua_Number v = lua_tonumber(L, idx);
+	if (!(v >= 1e8 || v <= -1e8) || (lua_isinteger(L, idx) == 0 && v != (lua_Number)(long long)v))
+		return;
+	lua_pushfstring(L, "%I", (LUAI_UACINT)(long long)v);
+	int s = lua_gettop(L);
+	push_sanitized(L, s, 0, "pii policy");
+	if (!lua_rawequal(L, -1, s))
+		lua_replace(L, idx);
+	else
+		lua_pop(L, 1);
+	lua_pop(L, 1);
+}
+
 static void walk(lua_State *L, int idx, int depth)
 {
 	if (lua_type(L, idx) == LUA_TSTRING)
 		replace_string(L, idx);
+	else if (lua_type(L, idx) == LUA_TNUMBER)
+		replace_number(L, idx);
 	else if (lua_type(L, idx) == LUA_TTABLE)
 		walk_table(L, idx, depth);
 }
@@ -441,6 +472,17 @@ static int policy_values(lua_State *L)
 	int n = lua_gettop(L);
 	lua_newtable(L);
 	lua_rawsetp(L, LUA_REGISTRYINDEX, &walked_key);
+	if (n == 0) {
+		/* no return values: the result is the global `result` (read raw, like the capture) */
+		lua_pushglobaltable(L);
+		lua_pushliteral(L, "result");
+		lua_rawget(L, -2);
+		walk(L, lua_gettop(L), 0);
+		lua_pushliteral(L, "result");
+		lua_insert(L, -2);
+		lua_rawset(L, -3);
+		lua_pop(L, 1);
+	}
 	for (int i = 1; i <= n; i++)
 		walk(L, i, 0);
 	lua_pushnil(L);
@@ -451,12 +493,52 @@ static int policy_values(lua_State *L)
 int mb_sandbox_pii_values(lua_State *L, int base, int msgh)
 {
 	mb_sandbox_ctx *c = mb_sandbox_ctx_of(L);
-	if (!c->req->pii_policy || !detector || lua_gettop(L) == base)
+	if (!c->req->pii_policy || !detector)
 		return LUA_OK;
 	int n = lua_gettop(L) - base;
 	lua_pushcfunction(L, policy_values);
 	lua_insert(L, base + 1);
 	return lua_pcall(L, n, n, msgh);
+}
+
+/* Under lua_pcall: the policy over one value (an error object, a notification payload). */
+static int policy_one(lua_State *L)
+{
+	lua_newtable(L);
+	lua_rawsetp(L, LUA_REGISTRYINDEX, &walked_key);
+	walk(L, 1, 0);
+	lua_pushnil(L);
+	lua_rawsetp(L, LUA_REGISTRYINDEX, &walked_key);
+	lua_settop(L, 1);
+	return 1;
+}
+
+void mb_sandbox_pii_top(lua_State *L)
+{
+	mb_sandbox_ctx *c = mb_sandbox_ctx_of(L);
+	if (!c->req || !c->req->pii_policy || !detector)
+		return;
+	int t = lua_type(L, -1);
+	if (t != LUA_TSTRING && t != LUA_TTABLE && t != LUA_TNUMBER)
+		return;
+	lua_pushcfunction(L, policy_one);
+	lua_insert(L, -2);
+	if (lua_pcall(L, 1, 1, 0) != LUA_OK) {
+		/* cannot scan it: withhold it rather than leak it */
+		const char *why = lua_tostring(L, -1);
+		if (why && strncmp(why, "pii policy: ", 12) == 0)
+			why += 12;
+		lua_pushfstring(L, "[withheld: personal-data scan failed: %s]", why ? why : "error");
+		lua_remove(L, -2);
+	}
+}
+
+void mb_sandbox_pii_line(lua_State *L)
+{
+	mb_sandbox_ctx *c = mb_sandbox_ctx_of(L);
+	if (!c->req || !c->req->pii_policy || !detector || lua_type(L, -1) != LUA_TSTRING)
+		return;
+	mb_sandbox_pii_top(L);
 }
 
 void mb_sandbox_pii_finish(mb_sandbox_ctx *c, mb_exec_result *res)

@@ -19,15 +19,26 @@ local db = mb.db
 local M = {}
 
 local cache = {}      -- tenant -> { token -> value } of bindings known to be in the vault
+local touched = {}    -- tenant -> { token -> ms } when last_seen was last written
 local cache_n = 0
 local CACHE_MAX = 50000
+local TOUCH_MS = 60000 -- last_seen is refreshed at most once a minute per token
 
 local function remember(tenant, token, value)
-  if cache_n >= CACHE_MAX then cache, cache_n = {}, 0 end
+  if cache_n >= CACHE_MAX then cache, touched, cache_n = {}, {}, 0 end
   local t = cache[tenant]
   if not t then t = {} cache[tenant] = t end
   if t[token] == nil then cache_n = cache_n + 1 end
   t[token] = value
+end
+
+-- Whether last_seen of a binding seen again is due for a write.
+local function touch_due(tenant, token, now)
+  local t = touched[tenant]
+  if not t then t = {} touched[tenant] = t end
+  if t[token] and now - t[token] < TOUCH_MS then return false end
+  t[token] = now
+  return true
 end
 
 local function lookup(tenant, token)
@@ -57,13 +68,16 @@ function M.persist(tenant, found)
   for _, f in ipairs(found) do
     local token, new = free_token(tenant, f.token, f.type, f.value)
     if not token then
+      -- every length is bound to other values: never answer with another value's token
       mb.log("error", "pii: no free token for a " .. f.type .. " value (16 hex digits taken)")
+      remap = remap or {}
+      remap[f.token] = "[" .. f.type .. "_withheld]"
     else
       if token ~= f.token then
         remap = remap or {}
         remap[f.token] = token
       end
-      if new then inserts[#inserts + 1] = { token, f.type, f.value } end
+      if new or touch_due(tenant, token, now) then inserts[#inserts + 1] = { token, f.type, f.value } end
       remember(tenant, token, f.value)
     end
   end
@@ -130,7 +144,9 @@ end
 -- Sanitizes text on the loop thread (tools, workspace reads). Returns sanitized, found, counts.
 function M.sanitize(tenant, text, types)
   local function mint(ttype, value, token)
-    return (free_token(tenant, token, ttype, value))
+    local t = free_token(tenant, token, ttype, value)
+    if not t then error("no free token for a " .. ttype .. " value (16 hex digits are taken)", 0) end
+    return t
   end
   local sanitized, found, counts = mb.pii_sanitize(text, mint, types)
   M.persist(tenant, found)

@@ -128,7 +128,9 @@ function M.init(tools)
     if not enc then return tool_error(eerr) end
     local data, err = ws.read(request.tenant or "default", path)
     if not data then return tool_error(err, { error = err }) end
-    if utf8.len(data) then -- text goes toward the model: the PII policy applies
+    local mime = mime_of(path)
+    if not mime:match("^image/") and not mime:match("^audio/") then
+      -- what goes toward the model passes the PII policy, text or not (base64 is no way around it)
       data = require("mcp.pii").outbound(request.tenant or "default", data)
     end
     if enc == "utf8" and not utf8.len(data) then
@@ -255,8 +257,10 @@ function M.init(tools)
         error(tools.rpc_error(-32602, "resources/read: " .. tostring(err), { uri = uri }))
       end
       local mime = mime_of(path)
-      if utf8.len(data) and not mime:match("^image/") and not mime:match("^audio/") then
+      if not mime:match("^image/") and not mime:match("^audio/") then
         data = require("mcp.pii").outbound(tenant, data)
+      end
+      if utf8.len(data) and not mime:match("^image/") and not mime:match("^audio/") then
         return { contents = { { uri = uri, mimeType = mime, text = data } } }
       end
       return { contents = { { uri = uri, mimeType = mime, blob = mb.base64_encode(data) } } }
