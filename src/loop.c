@@ -139,7 +139,7 @@ int mb_server_run_stdio(const mb_config *cfg)
 		return 1;
 	}
 	if (mb_pii_from_config(cfg, &s->pii, s->pii_key, err, sizeof err) != 0) {
-		mb_log(MB_LOG_CRIT, "pii: %s", err);
+		mb_log(MB_LOG_CRIT, "%s", err); /* the message names the option or file */
 		return 1;
 	}
 	mb_sandbox_pii_set(s->pii, s->pii_key); /* before any worker thread exists */

@@ -141,8 +141,12 @@ register({
   description = "Run Lua 5.4 code in a fresh sandbox and get back only what it returns. "
     .. "The chunk's return value (or the global `result`) is the result; print() output is "
     .. "captured. Available: string, table, math, utf8, coroutine, os.time/clock/date, json, re "
-    .. "(PCRE2), mcp.log/mcp.progress, and data helpers (filter_by_field, summarize_list, "
-    .. "aggregate_stats, format_output, group_by, sort_by, pluck, count_by, unique, take). "
+    .. "(PCRE2), mcp.log/mcp.progress, data helpers (filter_by_field, summarize_list, "
+    .. "aggregate_stats, format_output, group_by, sort_by, pluck, count_by, unique, take), the "
+    .. "workspace (read_file, write_file, list_files, delete_file, json.read_file/write_file), "
+    .. "skills (require(\"skills.name\"), save_skill, load_skill, list_skills) and personal data "
+    .. "(pii.scan, tokenize_pii, detokenize_pii" .. (cfg.pii_policy == 1
+      and "; personal data in what you return is replaced by tokens). " or "). ")
     .. string.format("Limits per call: timeout_ms (default %d, max %d), memory_mb (default %d, max %d), "
       .. "instruction_limit (default %d, max %d).",
       cfg.default_timeout_ms, cfg.max_timeout_ms, cfg.default_memory_mb, cfg.max_memory_mb,
