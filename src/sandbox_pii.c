@@ -177,6 +177,68 @@ static int sanitize(mb_sandbox_ctx *c, const char *s, size_t len, mb_pii_result 
 	return 0;
 }
 
+/* The policy's sanitize: a text longer than regex_max_subject_bytes is done in pieces cut at a
+ * line end (else a space) near the limit, so a long result or error is tokenized, not refused.
+ * A value split by a piece boundary would need to span that line end or space. Polls the budget
+ * between pieces. res gets the text and the total (its found list stays empty: the values are
+ * in the execution's found set). */
+static int sanitize_chunked(mb_sandbox_ctx *c, const char *s, size_t len, mb_pii_result *res,
+			    char *err, size_t errlen)
+{
+	size_t max = (size_t)c->cfg->regex_max_subject_bytes;
+	if (len <= max)
+		return sanitize(c, s, len, res, err, errlen);
+	memset(res, 0, sizeof *res);
+	char *out = NULL;
+	size_t olen = 0, ocap = 0, total = 0, pos = 0;
+	while (pos < len) {
+		size_t n = len - pos;
+		if (n > max) {
+			size_t lo = max > 65536 ? max - 65536 : max / 2, k;
+			for (k = max; k > lo && s[pos + k - 1] != '\n'; k--)
+				;
+			if (k == lo)
+				for (k = max; k > lo && s[pos + k - 1] != ' '; k--)
+					;
+			n = k > lo ? k : max;
+		}
+		mb_pii_result r;
+		if (sanitize(c, s + pos, n, &r, err, errlen) != 0) {
+			free(out);
+			return -1;
+		}
+		if (olen + r.len + 1 > ocap) {
+			size_t cap = ocap ? ocap * 2 : len + 1;
+			while (cap < olen + r.len + 1)
+				cap *= 2;
+			char *no = realloc(out, cap);
+			if (!no) {
+				mb_pii_result_free(&r);
+				free(out);
+				snprintf(err, errlen, "out of memory");
+				return -1;
+			}
+			out = no;
+			ocap = cap;
+		}
+		memcpy(out + olen, r.text, r.len);
+		olen += r.len;
+		out[olen] = 0;
+		total += r.total;
+		mb_pii_result_free(&r);
+		pos += n;
+		if (c->b && mb_budget_check(c->b) != MB_STOP_NONE) {
+			free(out);
+			snprintf(err, errlen, "stopped by a limit");
+			return -1;
+		}
+	}
+	res->text = out;
+	res->len = olen;
+	res->total = total;
+	return 0;
+}
+
 /* Replaces a malloc'd C string by its sanitized form (policy on output and error texts). */
 static void sanitize_owned(mb_sandbox_ctx *c, char **s, size_t *len)
 {
@@ -185,8 +247,8 @@ static void sanitize_owned(mb_sandbox_ctx *c, char **s, size_t *len)
 	size_t n = len ? *len : strlen(*s);
 	mb_pii_result r;
 	char err[256];
-	if (sanitize(c, *s, n, &r, err, sizeof err) != 0) {
-		/* cannot scan it (too long, a match limit): withhold it rather than leak it */
+	if (sanitize_chunked(c, *s, n, &r, err, sizeof err) != 0) {
+		/* cannot scan it (a match limit, memory): withhold it rather than leak it */
 		free(*s);
 		size_t m = strlen(err) + 64;
 		*s = malloc(m);
@@ -236,7 +298,10 @@ static int push_sanitized(lua_State *L, int idx, int with_map, const char *fname
 	const char *s = lua_tolstring(L, idx, &len);
 	mb_pii_result r;
 	char err[256];
-	if (sanitize(c, s, len, &r, err, sizeof err) != 0)
+	/* explicit calls (with the map) are bounded; the policy takes any length, in pieces */
+	int rc = with_map ? sanitize(c, s, len, &r, err, sizeof err)
+			  : sanitize_chunked(c, s, len, &r, err, sizeof err);
+	if (rc != 0)
 		return luaL_error(L, "%s: %s", fname, err);
 	push_args a = { &r, with_map };
 	lua_pushcfunction(L, push_result);
