@@ -41,6 +41,9 @@ struct mb_host {
 	int ref_handle_line, ref_handle_oversize, ref_on_notify, ref_on_host_call, ref_waiting;
 	size_t inflight;
 	uint64_t start_ns;
+	/* the exchange being handled by mb_host_handle_message, and what happened on it */
+	uint64_t cur_exchange;
+	int cur_pending, cur_answered;
 };
 
 static mb_host *host_of(lua_State *L)
@@ -73,7 +76,8 @@ static int embedded_searcher(lua_State *L)
 	return 2;
 }
 
-static void send_value(mb_host *h, lua_State *L, int idx)
+static void send_value(mb_host *h, lua_State *L, int idx, uint64_t session, uint64_t exchange,
+		       int final)
 {
 	char err[200];
 	size_t len;
@@ -89,13 +93,26 @@ static void send_value(mb_host *h, lua_State *L, int idx)
 	}
 	line[len] = '\n';
 	line[len + 1] = 0;
-	h->io.send(h->io.ud, line, len + 1);
+	if (final && exchange && exchange == h->cur_exchange)
+		h->cur_answered = 1;
+	h->io.send(h->io.ud, session, exchange, final, line, len + 1);
 }
 
+/* mb.send(message, session, exchange, final) */
 static int l_send(lua_State *L)
 {
 	luaL_checkany(L, 1);
-	send_value(host_of(L), L, 1);
+	uint64_t session = (uint64_t)luaL_optinteger(L, 2, 1);
+	uint64_t exchange = (uint64_t)luaL_optinteger(L, 3, 0);
+	int final = lua_isnoneornil(L, 4) ? 1 : lua_toboolean(L, 4);
+	send_value(host_of(L), L, 1, session, exchange, final);
+	return 0;
+}
+
+/* mb.exchange_pending(): the message being handled is a request; its answer comes later */
+static int l_exchange_pending(lua_State *L)
+{
+	host_of(L)->cur_pending = 1;
 	return 0;
 }
 
@@ -367,6 +384,39 @@ void mb_host_handle_line(mb_host *h, const char *line, size_t len)
 	lua_pop(h->L, 1);
 }
 
+int mb_host_handle_message(mb_host *h, uint64_t session, uint64_t exchange, const char *tenant,
+			   const char *body, size_t len)
+{
+	h->cur_exchange = exchange;
+	h->cur_pending = h->cur_answered = 0;
+	lua_State *co = lua_newthread(h->L);
+	lua_rawgeti(co, LUA_REGISTRYINDEX, h->ref_handle_line);
+	lua_pushlstring(co, body, len);
+	lua_pushinteger(co, (lua_Integer)session);
+	lua_pushinteger(co, (lua_Integer)exchange);
+	lua_pushstring(co, tenant ? tenant : "default");
+	run_coroutine(h, co, 4);
+	lua_pop(h->L, 1);
+	int r = h->cur_pending || h->cur_answered;
+	h->cur_exchange = 0;
+	return r;
+}
+
+void mb_host_end_session(mb_host *h, uint64_t session)
+{
+	lua_State *L = h->L;
+	lua_getglobal(L, "on_session_end");
+	if (!lua_isfunction(L, -1)) {
+		lua_pop(L, 1);
+		return;
+	}
+	lua_pushinteger(L, (lua_Integer)session);
+	if (lua_pcall(L, 1, 0, 0) != LUA_OK) {
+		mb_log(MB_LOG_ERROR, "host: on_session_end: %s", lua_tostring(L, -1));
+		lua_pop(L, 1);
+	}
+}
+
 void mb_host_handle_oversize(mb_host *h, size_t bytes)
 {
 	lua_State *co = lua_newthread(h->L);
@@ -540,6 +590,7 @@ mb_host *mb_host_new(const mb_config *cfg, const mb_host_io *io, const mb_host_d
 		{ "now_ms", l_now_ms }, { "pool_stats", l_pool_stats }, { "host_reply", l_host_reply },
 		{ "wall_ms", l_wall_ms }, { "history_add", l_history_add },
 		{ "history_flush", l_history_flush }, { "pii_token", l_pii_token },
+		{ "exchange_pending", l_exchange_pending },
 		{ NULL, NULL },
 	};
 	mb_host_fs_open(L);

@@ -33,7 +33,9 @@ typedef struct mb_host_deps {
 
 typedef struct mb_host_io {
 	/* writes one message; takes ownership of the malloc'd buffer (which ends with '\n') */
-	void (*send)(void *ud, char *data, size_t len);
+	/* session: the transport's session (1 on stdio); exchange: the HTTP POST this message
+	 * belongs to (0: none); final: it ends that exchange (a response) */
+	void (*send)(void *ud, uint64_t session, uint64_t exchange, int final, char *data, size_t len);
 	void *ud;
 } mb_host_io;
 
@@ -48,8 +50,19 @@ void mb_host_set_pool(mb_host *h, mb_pool *pool);
 struct mb_history;
 void mb_host_set_history(mb_host *h, struct mb_history *history);
 
-/// Handles one incoming line (a JSON-RPC message, or garbage that gets an error).
+/// Handles one incoming line (a JSON-RPC message, or garbage that gets an error) on stdio:
+/// session 1, no exchange, tenant "default".
 void mb_host_handle_line(mb_host *h, const char *line, size_t len);
+
+/// Handles one message of a session (HTTP). Messages for it go out through io.send with this
+/// exchange; the last one has final set.
+/// @returns 1 when the host answered or will answer on this exchange (a request, or an error
+///          about the message), 0 when it will not (a notification, a client's response)
+int mb_host_handle_message(mb_host *h, uint64_t session, uint64_t exchange, const char *tenant,
+			   const char *body, size_t len);
+
+/// The transport ended a session: its executions are cancelled and its state dropped.
+void mb_host_end_session(mb_host *h, uint64_t session);
 
 /// Reports a discarded over-long line to the client.
 void mb_host_handle_oversize(mb_host *h, size_t bytes);

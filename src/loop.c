@@ -82,8 +82,11 @@ static void on_drain(void *ud)
 	maybe_finish(ud);
 }
 
-static void host_send(void *ud, char *data, size_t len)
+static void host_send(void *ud, uint64_t session, uint64_t exchange, int final, char *data, size_t len)
 {
+	(void)session; /* stdio: one session, no exchanges */
+	(void)exchange;
+	(void)final;
 	mb_server *s = ud;
 	int rc = mb_stdio_write(s->io, data, len);
 	if (rc)

@@ -3,8 +3,9 @@
 -- C calls three globals defined here: handle_line(line) for every incoming message (each in its
 -- own coroutine, so a handler may yield in mb.wait while an execution runs), handle_oversize(n)
 -- for a discarded over-long line, and on_notify(job, kind, payload) for mcp.log / mcp.progress
--- from running sandbox code. Dispatch keeps no hidden per-connection state beyond the negotiated
--- log level, so a stateless protocol revision can be served from the same tables later.
+-- from running sandbox code. Per-session state (log level, initialized, tenant, requests in
+-- flight) lives in `sessions`, keyed by the transport's session id; nothing else is kept per
+-- connection, so a stateless protocol revision can be served from the same tables later.
 -- Tools live in mcp/tools.lua; this file only knows the protocol.
 
 local mb = mb
@@ -36,31 +37,40 @@ get_tool_definition(name) gives one in full with a Lua example, list_tool_catego
 Pass inputs with context_vars (they become globals). Limits (time, memory, instructions) are per
 call; errors name the limit that stopped you.]]
 
--- Per connection: the client's chosen log level and the requests in flight.
-local state = {
-  tenant = "default", -- stdio serves one tenant
-  log_level = "info",
-  initialized = false,
-  inflight = {},      -- request key -> { job = id?, cancelled = bool, progress_token = any }
-  by_job = {},        -- job id -> inflight entry
-}
+-- Sessions: stdio has one (id 1); over HTTP each Mcp-Session-Id is one. A session holds the
+-- client's log level, whether it is initialized, its tenant and its requests in flight. Every
+-- message is sent with its session and exchange (the HTTP POST it answers; 0 for messages not
+-- tied to one), and the final one of an exchange says so.
+local sessions = {}   -- session id -> { tenant, log_level, initialized, inflight = {key -> entry} }
+local by_job = {}     -- job id -> inflight entry (jobs are unique across sessions)
+
+local function session(sid, tenant)
+  local s = sessions[sid]
+  if not s then
+    s = { id = sid, tenant = tenant or "default", log_level = "info", initialized = false,
+          inflight = {} }
+    sessions[sid] = s
+  end
+  return s
+end
 
 local function id_key(id)
   return (math.type(id) == "integer" and "i:" or "s:") .. tostring(id)
 end
 
-local function send_result(id, result)
-  mb.send({ jsonrpc = "2.0", id = id, result = result })
+-- ctx: anything with .session and .exchange (a request, or the context of a message)
+local function send_result(ctx, id, result)
+  mb.send({ jsonrpc = "2.0", id = id, result = result }, ctx.session, ctx.exchange, true)
 end
 
-local function send_error(id, code, message, data)
+local function send_error(ctx, id, code, message, data)
   local err = { code = code, message = message }
   if data ~= nil then err.data = data end
-  mb.send({ jsonrpc = "2.0", id = id == nil and null or id, error = err })
+  mb.send({ jsonrpc = "2.0", id = id == nil and null or id, error = err }, ctx.session, ctx.exchange, true)
 end
 
-local function notify(method, params)
-  mb.send({ jsonrpc = "2.0", method = method, params = params })
+local function notify(ctx, method, params)
+  mb.send({ jsonrpc = "2.0", method = method, params = params }, ctx.session, ctx.exchange, false)
 end
 
 -- A JSON-RPC error raised from inside a handler: error(rpc_error(code, msg)).
@@ -78,13 +88,14 @@ end
 
 local methods = {}
 
-function methods.initialize(params)
+function methods.initialize(params, request)
   local requested = params.protocolVersion
   if type(requested) ~= "string" then
     error(rpc_error(INVALID_PARAMS, "initialize: params.protocolVersion must be a string"))
   end
   local version = SUPPORTED[requested] and requested or LATEST
-  state.initialized = true
+  request.sess.initialized = true
+  request.sess.protocol_version = version
   return {
     protocolVersion = version,
     capabilities = { tools = { listChanged = true }, logging = {},
@@ -101,14 +112,14 @@ function methods.ping()
   return {}
 end
 
-methods["logging/setLevel"] = function(params)
+methods["logging/setLevel"] = function(params, request)
   local level = params.level
   if type(level) ~= "string" or LEVELS[level] == nil then
     error(rpc_error(INVALID_PARAMS,
       "logging/setLevel: level must be one of debug, info, notice, warning, error, critical, alert, emergency",
       { level = level == nil and null or level }))
   end
-  state.log_level = level
+  request.sess.log_level = level
   return {}
 end
 
@@ -158,7 +169,9 @@ for name, fn in pairs(tools.methods) do methods[name] = fn end
 tools.rpc_error = rpc_error
 
 tools.list_changed = function()
-  if state.initialized then notify("notifications/tools/list_changed", {}) end
+  for sid, s in pairs(sessions) do
+    if s.initialized then notify({ session = sid, exchange = 0 }, "notifications/tools/list_changed", {}) end
+  end
 end
 
 ---------------------------------------------------------------------------------------------
@@ -166,12 +179,12 @@ end
 
 local notifications = {}
 
-notifications["notifications/initialized"] = function() state.initialized = true end
+notifications["notifications/initialized"] = function(params, sess) sess.initialized = true end
 
-notifications["notifications/cancelled"] = function(params)
+notifications["notifications/cancelled"] = function(params, sess)
   local rid = params.requestId
   if rid == nil or (type(rid) ~= "string" and math.type(rid) ~= "integer") then return end
-  local entry = state.inflight[id_key(rid)]
+  local entry = sess.inflight[id_key(rid)]
   if not entry or entry.method == "initialize" then return end
   entry.cancelled = true
   if entry.job then mb.cancel(entry.job) end
@@ -191,9 +204,9 @@ function request_mt:execute(spec)
   local job, err = mb.submit(spec)
   if not job then return nil, err end
   self.entry.job = job
-  state.by_job[job] = self.entry
+  by_job[job] = self.entry
   local res = mb.wait(job)
-  state.by_job[job] = nil
+  by_job[job] = nil
   self.entry.job = nil
   tools.history.add(self.tenant, started, spec, res)
   if res.pii_found then tools.pii.after_execution(self.tenant, res) end -- vault, before the answer
@@ -202,21 +215,21 @@ function request_mt:execute(spec)
 end
 
 function request_mt:log(level, data, logger)
-  if LEVELS[level] and LEVELS[level] >= LEVELS[state.log_level] then
-    notify("notifications/message", { level = level, logger = logger, data = data })
+  if LEVELS[level] and LEVELS[level] >= LEVELS[self.sess.log_level] then
+    notify(self, "notifications/message", { level = level, logger = logger, data = data })
   end
 end
 
 function request_mt:progress(progress, total, message)
   local token = self.entry.progress_token
   if token == nil then return end
-  notify("notifications/progress",
+  notify(self, "notifications/progress",
     { progressToken = token, progress = progress, total = total, message = message })
 end
 
 -- kind is "progress" or a log level name; payload is JSON text made by the sandbox engine.
 function on_notify(job, kind, payload)
-  local entry = state.by_job[job]
+  local entry = by_job[job]
   if not entry or entry.cancelled then return end
   if kind == "progress" then
     local p = mb.json_decode(payload)
@@ -229,7 +242,7 @@ end
 
 -- A call from running sandbox code (skills, ...): runs in its own coroutine, always answers.
 function on_host_call(job, seq, name, args)
-  local entry = state.by_job[job]
+  local entry = by_job[job]
   local handler = tools.host_calls[name]
   local ok, value, message
   if not entry or entry.cancelled then
@@ -265,40 +278,41 @@ local function valid_id(id)
   return type(id) == "string" or math.type(id) == "integer"
 end
 
-local function dispatch(msg, t0)
+local function dispatch(msg, t0, ctx)
   if type(msg) ~= "table" then
-    return send_error(nil, INVALID_REQUEST, "Invalid Request: a message must be a JSON object")
+    return send_error(ctx, nil, INVALID_REQUEST, "Invalid Request: a message must be a JSON object")
   end
   if getmetatable(msg) == "json.array" then
-    return send_error(nil, INVALID_REQUEST, "Invalid Request: JSON-RPC batches are not supported")
+    return send_error(ctx, nil, INVALID_REQUEST, "Invalid Request: JSON-RPC batches are not supported")
   end
   local id, method = msg.id, msg.method
   local has_id = id ~= nil
   if has_id and not valid_id(id) then
-    return send_error(nil, INVALID_REQUEST, "Invalid Request: id must be a string or an integer")
+    return send_error(ctx, nil, INVALID_REQUEST, "Invalid Request: id must be a string or an integer")
   end
   if msg.jsonrpc ~= "2.0" then
-    return send_error(has_id and id or nil, INVALID_REQUEST, 'Invalid Request: jsonrpc must be "2.0"')
+    return send_error(ctx, has_id and id or nil, INVALID_REQUEST, 'Invalid Request: jsonrpc must be "2.0"')
   end
   if method == nil then
     if msg.result ~= nil or msg.error ~= nil then return end -- a response to us: we send no requests
-    return send_error(has_id and id or nil, INVALID_REQUEST, "Invalid Request: method is missing")
+    return send_error(ctx, has_id and id or nil, INVALID_REQUEST, "Invalid Request: method is missing")
   end
   if type(method) ~= "string" then
-    return send_error(has_id and id or nil, INVALID_REQUEST, "Invalid Request: method must be a string")
+    return send_error(ctx, has_id and id or nil, INVALID_REQUEST, "Invalid Request: method must be a string")
   end
   local params = msg.params
   if params == nil or params == null then
     params = {}
   elseif not is_object(params) then
     if not has_id then return end
-    return send_error(id, INVALID_PARAMS, "Invalid params: params must be an object")
+    return send_error(ctx, id, INVALID_PARAMS, "Invalid params: params must be an object")
   end
 
+  local sess = session(ctx.session, ctx.tenant)
   if not has_id then
     local h = notifications[method]
     if h then
-      local ok, err = pcall(h, params)
+      local ok, err = pcall(h, params, sess)
       if not ok then mb.log("error", "notification " .. method .. ": " .. tostring(err)) end
     end
     return
@@ -306,41 +320,57 @@ local function dispatch(msg, t0)
 
   local handler = methods[method]
   if not handler then
-    return send_error(id, METHOD_NOT_FOUND, "Method not found: " .. method)
+    return send_error(ctx, id, METHOD_NOT_FOUND, "Method not found: " .. method)
   end
   local key = id_key(id)
-  if state.inflight[key] then
-    return send_error(id, INVALID_REQUEST, "Invalid Request: id " .. tostring(id) .. " is already in use")
+  if sess.inflight[key] then
+    return send_error(ctx, id, INVALID_REQUEST, "Invalid Request: id " .. tostring(id) .. " is already in use")
   end
   local meta = params._meta
   local entry = { method = method, cancelled = false,
                   progress_token = is_object(meta) and valid_id(meta.progressToken) and meta.progressToken or nil }
-  local request = setmetatable({ id = id, entry = entry, tenant = state.tenant }, request_mt)
+  local request = setmetatable({ id = id, entry = entry, tenant = sess.tenant, sess = sess,
+                                  session = ctx.session, exchange = ctx.exchange }, request_mt)
+  mb.exchange_pending() -- a response will come on this exchange
   entry.request = request
-  state.inflight[key] = entry
+  sess.inflight[key] = entry
   local ok, result = pcall(handler, params, request)
-  state.inflight[key] = nil
+  sess.inflight[key] = nil
   if entry.cancelled then return end -- the client asked us not to answer
   if ok then
     if result == nil then result = {} end
-    send_result(id, result)
+    send_result(request, id, result)
     if method == "tools/call" then tools.record_request(mb.now_ms() - t0) end
     return
   end
   if getmetatable(result) == rpc_error_mt then
-    return send_error(id, result.code, result.message, result.data)
+    return send_error(request, id, result.code, result.message, result.data)
   end
   mb.log("error", "internal error in " .. method .. ": " .. tostring(result))
-  return send_error(id, INTERNAL_ERROR, "Internal error: " .. tostring(result))
+  return send_error(request, id, INTERNAL_ERROR, "Internal error: " .. tostring(result))
 end
 
-function handle_line(line)
+-- session: the session id (1 on stdio); exchange: the HTTP POST this message came on (0 on
+-- stdio); tenant: the tenant of the session (HTTP tokens), "default" on stdio.
+function handle_line(line, sid, exchange, tenant)
   local t0 = mb.now_ms()
+  local ctx = { session = sid or 1, exchange = exchange or 0, tenant = tenant or "default" }
   local msg, err = mb.json_decode(line)
   if msg == nil then
-    return send_error(nil, PARSE_ERROR, "Parse error: " .. tostring(err))
+    return send_error(ctx, nil, PARSE_ERROR, "Parse error: " .. tostring(err))
   end
-  return dispatch(msg, t0)
+  return dispatch(msg, t0, ctx)
+end
+
+-- The session ended (HTTP DELETE or expiry): stop its executions, forget it.
+function on_session_end(sid)
+  local s = sessions[sid]
+  if not s then return end
+  for _, entry in pairs(s.inflight) do
+    entry.cancelled = true
+    if entry.job then mb.cancel(entry.job) end
+  end
+  sessions[sid] = nil
 end
 
 function on_shutdown()
@@ -348,7 +378,7 @@ function on_shutdown()
 end
 
 function handle_oversize(bytes)
-  send_error(nil, INVALID_REQUEST, string.format(
+  send_error({ session = 1, exchange = 0 }, nil, INVALID_REQUEST, string.format(
     "Invalid Request: message of %d bytes exceeds max_message_bytes=%d and was discarded",
     bytes, mb.config.max_message_bytes))
 end

@@ -21,9 +21,12 @@
 static mb_config cfg;
 static mb_host *host;
 
-static void on_send(void *ud, char *data, size_t len)
+static void on_send(void *ud, uint64_t session, uint64_t exchange, int final, char *data, size_t len)
 {
 	(void)ud;
+	(void)session;
+	(void)exchange;
+	(void)final;
 	if (len == 0 || data[len - 1] != '\n' || memchr(data, '\n', len - 1))
 		abort(); /* exactly one line per message */
 	json_error_t e;

@@ -24,9 +24,12 @@ static mb_pii_detector *det;
 static unsigned char key[MB_PII_KEY_BYTES];
 static mb_host *host;
 
-static void on_send(void *ud, char *data, size_t len)
+static void on_send(void *ud, uint64_t session, uint64_t exchange, int final, char *data, size_t len)
 {
 	(void)ud;
+	(void)session;
+	(void)exchange;
+	(void)final;
 	(void)len;
 	free(data);
 }
