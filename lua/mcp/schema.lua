@@ -106,4 +106,10 @@ return {
     PRIMARY KEY (tenant, token)
   ) WITHOUT ROWID;
   ]],
+
+  -- 4: skills published as MCP prompts and resources (JSON {prompt = {...}, resource = {...}})
+  [[
+  ALTER TABLE skills ADD COLUMN publish TEXT;
+  ALTER TABLE skill_versions ADD COLUMN publish TEXT;
+  ]],
 }

@@ -99,7 +99,8 @@ function methods.initialize(params, request)
   return {
     protocolVersion = version,
     capabilities = { tools = { listChanged = true }, logging = {},
-                     resources = { listChanged = false, subscribe = false } },
+                     resources = { listChanged = true, subscribe = false },
+                     prompts = { listChanged = true } },
     serverInfo = {
       name = "moonbox", title = "moonbox", version = mb.version,
       description = "Code-execution MCP server: Lua 5.4 in a hardened sandbox",
@@ -168,9 +169,15 @@ end
 for name, fn in pairs(tools.methods) do methods[name] = fn end
 tools.rpc_error = rpc_error
 
+-- Published skills changed: tools, prompts and resources may all have (clients re-list).
 tools.list_changed = function()
   for sid, s in pairs(sessions) do
-    if s.initialized then notify({ session = sid, exchange = 0 }, "notifications/tools/list_changed", {}) end
+    if s.initialized then
+      local ctx = { session = sid, exchange = 0 }
+      notify(ctx, "notifications/tools/list_changed", {})
+      notify(ctx, "notifications/prompts/list_changed", {})
+      notify(ctx, "notifications/resources/list_changed", {})
+    end
   end
 end
 

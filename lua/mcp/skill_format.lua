@@ -85,6 +85,16 @@ function M.parse_header(code, json_decode)
       elseif tag == "tool" then
         meta.tool = meta.tool or {}
         if rest ~= "" then meta.tool.title = rest end
+      elseif tag == "prompt" then
+        meta.prompt = { title = rest ~= "" and rest or nil }
+      elseif tag == "resource" then
+        -- @resource <uri or uri template> [mimeType]
+        local uri, mime = rest:match("^(%S+)%s*(%S*)")
+        if not uri then
+          return nil, string.format("line %d: @resource needs a URI: @resource test://x [text/plain]", i)
+        end
+        meta.resource = { uri = uri, mimeType = mime ~= "" and mime or nil,
+                          template = uri:find("{", 1, true) ~= nil }
       elseif tag == "input_schema" or tag == "output_schema" then
         local v, err = json_decode(rest)
         if type(v) ~= "table" then
@@ -129,6 +139,13 @@ function M.parse_front_matter(md, json_decode)
   local meta = { description = fm.description, params = {}, front = fm }
   if fm.tool == "true" or fm.tool == "yes" then
     meta.tool = { title = fm.title }
+  end
+  if fm.prompt == "true" or fm.prompt == "yes" then
+    meta.prompt = { title = fm.title }
+  end
+  if fm.resource and fm.resource ~= "" then
+    meta.resource = { uri = fm.resource, mimeType = fm.mime_type,
+                      template = fm.resource:find("{", 1, true) ~= nil }
   end
   for _, key in ipairs({ "input_schema", "output_schema" }) do
     if fm[key] and fm[key] ~= "" then
@@ -199,6 +216,12 @@ function M.make_header(meta, json_encode)
     out[#out + 1] = "-- @tool" .. (meta.tool.title and (" " .. one_line(meta.tool.title)) or "")
     if meta.tool.input_schema then out[#out + 1] = "-- @input_schema " .. json_encode(meta.tool.input_schema) end
     if meta.tool.output_schema then out[#out + 1] = "-- @output_schema " .. json_encode(meta.tool.output_schema) end
+  end
+  if meta.prompt then
+    out[#out + 1] = "-- @prompt" .. (meta.prompt.title and (" " .. one_line(meta.prompt.title)) or "")
+  end
+  if meta.resource then
+    out[#out + 1] = "-- @resource " .. meta.resource.uri .. (meta.resource.mimeType and (" " .. meta.resource.mimeType) or "")
   end
   return table.concat(out, "\n") .. "\n"
 end

@@ -75,11 +75,15 @@ function M.init(tools)
       title = { type = "string", description = "Tool title when published" },
       input_schema = { type = "object", description = "Tool input schema (default: from params)" },
       output_schema = { type = "object", description = "Tool output schema" },
+      prompt = { type = "boolean", description = "Publish as an MCP prompt (params are its arguments)" },
+      resource = { type = "string", description = "Publish as an MCP resource with this URI ({name} placeholders make a template)" },
+      mime_type = { type = "string", description = "MIME type of the resource" },
     }, { "name", "code", "description" }),
     annotations = { title = "Save a skill", readOnlyHint = false, destructiveHint = false,
                     idempotentHint = true, openWorldHint = false },
   }, wrap("save_skill", { name = true, code = true, description = true, params = true,
-    returns = true, tool = true, title = true, input_schema = true, output_schema = true },
+    returns = true, tool = true, title = true, input_schema = true, output_schema = true,
+    prompt = true, resource = true, mime_type = true },
     function(args, tenant) return skills.save(tenant, args) end))
 
   tools.register({
@@ -271,6 +275,51 @@ local function validate(schema, args)
   end
 end
 
+M.CANCELLED = {}
+
+-- Runs a published skill in a fresh sandbox with the default limits: requires it and calls it
+-- (the module, or its `run`) with args. Returns its value, or nil and an error message, or
+-- M.CANCELLED when the client cancelled the request.
+function M.run_skill(tools, request, name, args)
+  local code = string.format([[
+local __args = __mb_tool_args
+__mb_tool_args = nil
+local m = require("skills.%s")
+local f = m
+if type(m) == "table" then f = m.run or m.main end
+if type(f) ~= "function" then
+  error("skill %s must return a function, or a table with a run function, to be called", 0)
+end
+return f(__args)
+]], name, name)
+  local ctx = mb.json_encode({ __mb_tool_args = args })
+  local res, err = request:execute({
+    code = code, context_json = ctx, timeout_ms = cfg.default_timeout_ms,
+    memory_bytes = cfg.default_memory_mb * 1048576, instruction_limit = cfg.default_instruction_limit,
+    tool = name,
+  })
+  if not res then
+    if err then return nil, err end
+    return M.CANCELLED
+  end
+  tools.record(res)
+  local sc
+  if res.sc_json then
+    sc = mb.json_decode(mb.json_raw_text(res.sc_json))
+  else
+    sc = { success = res.success, error = res.error, output = res.output,
+           result = res.result_json and mb.json_decode(res.result_json) }
+  end
+  if not sc then return nil, "the skill's result could not be read" end
+  if not sc.success then
+    local msg = tostring(sc.error or "error")
+    if sc.output and sc.output ~= "" then msg = msg .. "\noutput:\n" .. sc.output end
+    return nil, msg
+  end
+  if sc.result == null then return nil end
+  return sc.result
+end
+
 function M.tool_entry(tools, e)
   local tool_error = tools.tool_error
   local input_schema = fmt.input_schema({ params = e.params or {}, tool = e.tool }, mb.array)
@@ -283,45 +332,13 @@ function M.tool_entry(tools, e)
     outputSchema = output_schema,
     annotations = { title = e.tool.title or e.name, readOnlyHint = false, openWorldHint = false },
   }
-  local code = string.format([[
-local __args = __mb_tool_args
-__mb_tool_args = nil
-local m = require("skills.%s")
-local f = m
-if type(m) == "table" then f = m.run or m.main end
-if type(f) ~= "function" then
-  error("skill %s must return a function, or a table with a run function, to be called as a tool", 0)
-end
-return f(__args)
-]], e.name, e.name)
   local function handler(args, request)
     local bad = validate(input_schema, args)
     if bad then return tool_error(bad) end
-    local ctx = mb.json_encode({ __mb_tool_args = args })
-    local res, err = request:execute({
-      code = code, context_json = ctx, timeout_ms = cfg.default_timeout_ms,
-      memory_bytes = cfg.default_memory_mb * 1048576, instruction_limit = cfg.default_instruction_limit,
-      tool = e.name,
-    })
-    if not res then
-      if err then return tool_error(err) end
-      return nil -- cancelled
-    end
-    tools.record(res)
-    local sc
-    if res.sc_json then
-      sc = mb.json_decode(mb.json_raw_text(res.sc_json))
-    else
-      sc = { success = res.success, error = res.error, output = res.output,
-             result = res.result_json and mb.json_decode(res.result_json) }
-    end
-    if not sc then return tool_error("the skill's result could not be read") end
-    if not sc.success then
-      local msg = tostring(sc.error or "error")
-      if sc.output and sc.output ~= "" then msg = msg .. "\noutput:\n" .. sc.output end
-      return tool_error(msg)
-    end
-    return M.shape(sc.result, output_schema ~= nil)
+    local value, err = M.run_skill(tools, request, e.name, args)
+    if err then return tool_error(err) end
+    if value == M.CANCELLED then return nil end
+    return M.shape(value, output_schema ~= nil)
   end
   return { definition = definition, handler = handler, skill = e.name }
 end

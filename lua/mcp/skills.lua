@@ -94,6 +94,7 @@ end
 
 local function entry_from_row(row, version)
   local tool = row.tool and decode(row.tool) or nil
+  local publish = row.publish and decode(row.publish) or {}
   return {
     name = row.name, description = row.description, params = row.params and decode(row.params) or {},
     returns = row.returns, tool = tool, path = row.path, form = row.form, hash = row.hash,
@@ -108,13 +109,15 @@ local function load_entry(t, name)
   local row = db.row("SELECT * FROM skills WHERE tenant = ? AND name = ?", t.tenant, name)
   if not row or row.status == "deleted" then return nil end
   local v = row.good_version and db.row(
-    "SELECT code, skill_md, description, params, tool FROM skill_versions WHERE tenant = ? AND name = ? AND version = ?",
+    "SELECT code, skill_md, description, params, tool, publish FROM skill_versions WHERE tenant = ? AND name = ? AND version = ?",
     t.tenant, name, row.good_version)
   local e = entry_from_row(row, v)
   if v then -- the version in use defines what callers see, even when the file is broken now
     e.description = v.description
     e.params = v.params and decode(v.params) or {}
     e.tool = v.tool and decode(v.tool) or nil
+    local pub = v.publish and decode(v.publish) or {}
+    e.prompt, e.resource = pub.prompt, pub.resource
   end
   t.skills[name] = e
   return e
@@ -165,15 +168,18 @@ local function index_skill(t, name, source, force)
     ok, cerr, cline = fmt.compile(name, src.code)
   end
   local tool_json = meta.tool and encode(meta.tool) or nil
+  local publish_json = (meta.prompt or meta.resource)
+    and encode({ prompt = meta.prompt, resource = meta.resource }) or nil
   local pjson = params_json(meta.params)
   local version = db.tx(function()
     local last = db.row("SELECT max(version) AS v FROM skill_versions WHERE tenant = ? AND name = ?",
       t.tenant, name)
     local v = ((last and last.v) or 0) + 1
     db.run([[INSERT INTO skill_versions (tenant, name, version, code, skill_md, hash, description,
-               params, tool, source, compiled, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)]],
+               params, tool, source, compiled, created_at, publish)
+             VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)]],
       t.tenant, name, v, src.code, src.md, hash, meta.description,
-      pjson, tool_json, source, ok and 1 or 0, now)
+      pjson, tool_json, source, ok and 1 or 0, now, publish_json)
     local good = ok and v or (row and row.status ~= "deleted" and row.good_version or nil)
     db.run([[INSERT INTO skills (tenant, name, path, form, description, params, returns, tool, hash,
                mtime, size, status, error, error_line, good_version, updated_at)
@@ -202,7 +208,9 @@ local function published_signature()
   for tenant, t in pairs(tenants) do
     if tenant == "default" then
       for name, e in pairs(t.skills) do
-        if e.tool and e.code then parts[#parts + 1] = name .. "@" .. tostring(e.version) end
+        if (e.tool or e.prompt or e.resource) and e.code then
+          parts[#parts + 1] = name .. "@" .. tostring(e.version)
+        end
       end
     end
   end
@@ -343,7 +351,8 @@ local function describe(e, with_code)
   local d = {
     name = e.name, description = e.description or "", params = public_params(e.params),
     returns = e.returns, version = e.version or null, status = e.status, path = e.path,
-    form = e.form, tool = e.tool ~= nil,
+    form = e.form, tool = e.tool ~= nil, prompt = e.prompt ~= nil,
+    resource = e.resource and e.resource.uri or nil,
   }
   if e.status == "error" then
     d.error = e.error
@@ -439,6 +448,18 @@ function M.save(tenant, args, source)
     if meta.tool.input_schema and meta.tool.input_schema.type ~= "object" then
       return nil, 'input_schema must have type "object"'
     end
+  end
+  if args.prompt ~= nil and args.prompt ~= null then
+    if type(args.prompt) ~= "boolean" then return nil, "prompt must be a boolean (true publishes the skill as an MCP prompt)" end
+    if args.prompt then meta.prompt = { title = type(args.title) == "string" and args.title or nil } end
+  end
+  if args.resource ~= nil and args.resource ~= null then
+    if type(args.resource) ~= "string" or not args.resource:match("^[%a][%w+.-]*:%S+$") then
+      return nil, "resource must be a URI such as test://static-text (with {name} placeholders for a template)"
+    end
+    meta.resource = { uri = args.resource,
+                      mimeType = type(args.mime_type) == "string" and args.mime_type or nil,
+                      template = args.resource:find("{", 1, true) ~= nil }
   end
   local t = get_tenant(tenant)
   local existing = read_source(t, name)
@@ -614,6 +635,20 @@ function M.count(tenant)
     end
   end
   return { count = n, with_errors = errors, published_as_tools = tools_n }
+end
+
+-- Skills of a tenant published as prompts or resources (entries).
+function M.published_as(tenant, kind)
+  local t = tenants[tenant or "default"]
+  local out = {}
+  if not t then return out end
+  local names = {}
+  for name, e in pairs(t.skills) do
+    if e[kind] and e.code then names[#names + 1] = name end
+  end
+  table.sort(names)
+  for _, name in ipairs(names) do out[#out + 1] = t.skills[name] end
+  return out
 end
 
 -- Published skills of a tenant as tool entries { definition, handler, skill }.

@@ -13,7 +13,10 @@ local cfg = mb.config
 -- history: the execution log in the store (mcp/history.lua).
 -- methods[name] = fn(params, request): protocol methods beyond tools (resources/*); handlers
 -- raise M.rpc_error(code, message, data) (set by the server) for JSON-RPC errors.
+-- resource_providers[i] = {list(tenant), templates(tenant), read(uri, request)}: resources
+-- beyond the workspace and skill sources (skills published as resources).
 local M = { list = {}, by_name = {}, stats_providers = {}, host_calls = {}, methods = {},
+            resource_providers = {},
             history = require("mcp.history") }
 M.stats_providers.history = function() return M.history.summary("default") end
 
@@ -316,6 +319,7 @@ M.pii = require("mcp.pii")
 M.pii.init(M)
 require("mcp.skill_tools").init(M)
 require("mcp.workspace_tools").init(M)
+require("mcp.skill_publish").init(M)
 require("mcp.catalog").init(M)
 
 return M

@@ -202,6 +202,9 @@ function M.init(tools)
       out[#out + 1] = { uri = WS_PREFIX .. uri_encode(f.path), name = f.path,
         mimeType = mime_of(f.path), size = f.size }
     end
+    for _, p in ipairs(tools.resource_providers) do
+      for _, r in ipairs(p.list(tenant)) do out[#out + 1] = r end
+    end
     return out
   end
 
@@ -222,13 +225,17 @@ function M.init(tools)
     return result
   end
 
-  tools.methods["resources/templates/list"] = function()
-    return { resourceTemplates = mb.array({
+  tools.methods["resources/templates/list"] = function(params, request)
+    local out = {
       { uriTemplate = WS_PREFIX .. "{+path}", name = "workspace-file", title = "Workspace file",
         description = "A file in the workspace, by relative path" },
       { uriTemplate = SKILL_PREFIX .. "{name}", name = "skill", title = "Skill source",
         description = "The source of a skill in use", mimeType = "text/x-lua" },
-    }) }
+    }
+    for _, p in ipairs(tools.resource_providers) do
+      for _, t in ipairs(p.templates(request.tenant or "default")) do out[#out + 1] = t end
+    end
+    return { resourceTemplates = mb.array(out) }
   end
 
   tools.methods["resources/read"] = function(params, request)
@@ -265,7 +272,12 @@ function M.init(tools)
       end
       return { contents = { { uri = uri, mimeType = mime, blob = mb.base64_encode(data) } } }
     end
-    not_found("unknown uri scheme (expected " .. WS_PREFIX .. "<path> or " .. SKILL_PREFIX .. "<name>)")
+    for _, p in ipairs(tools.resource_providers) do
+      local contents = p.read(uri, request)
+      if contents then return { contents = contents } end
+    end
+    not_found("no resource has this uri (workspace files are " .. WS_PREFIX .. "<path>, skills "
+      .. SKILL_PREFIX .. "<name>)")
   end
 end
 

@@ -137,7 +137,7 @@ describe("skill tools are listed and the capabilities advertised", () => {
         assert.ok(t.description.length > 20, `${name} has a description`);
       }
       assert.deepEqual(Object.keys(byName.save_skill.inputSchema.properties).sort(),
-        ["code", "description", "input_schema", "name", "output_schema", "params", "returns", "title", "tool"]);
+        ["code", "description", "input_schema", "mime_type", "name", "output_schema", "params", "prompt", "resource", "returns", "title", "tool"]);
       assert.equal(byName.save_skill.inputSchema.properties.name.pattern, "^[A-Za-z_][A-Za-z0-9_]*$");
       assert.equal(byName.save_skill.inputSchema.properties.params.type, "array");
       assert.equal(byName.skill_history.inputSchema.properties.version.type, "integer");
@@ -243,7 +243,7 @@ describe("save_skill", () => {
       assert.equal(errText(await call(s, "save_skill", { name: "d", code: "return 1", description: "x", params: [{ type: "number" }] })),
         "params[1] needs a name (an identifier)");
       assert.equal(errText(await call(s, "save_skill", { name: "d", code: "return 1", description: "x", bogus: 1 })),
-        'invalid arguments: save_skill has no argument "bogus" (expected code, description, input_schema, name, output_schema, params, returns, title, tool)');
+        'invalid arguments: save_skill has no argument "bogus" (expected code, description, input_schema, mime_type, name, output_schema, params, prompt, resource, returns, title, tool)');
       assert.deepEqual(readdirSync(s.skillsDir), []);
     });
   });
@@ -362,7 +362,7 @@ describe("load, list, delete, history, restore", () => {
       assert.deepEqual(all.problems, []);
       const one = all.skills[1];
       assert.deepEqual(one, { name: "csv_tools", description: "Helpers for CSV files.", params: [], version: 1,
-        status: "ok", path: "csv_tools.lua", form: "file", tool: false });
+        status: "ok", path: "csv_tools.lua", form: "file", tool: false, prompt: false });
       // matched against the name and the description, case-insensitively
       assert.deepEqual((await listSkills(s, "CSV")).skills.map((k) => k.name), ["csv_tools"]);
       assert.deepEqual((await listSkills(s, "iso")).skills.map((k) => k.name), ["parse_dates"]);
@@ -855,7 +855,7 @@ describe("skills published as MCP tools", () => {
       assert.deepEqual(r.content, [{ type: "text", text: "no good" }]);
 
       assert.equal(errText(await call(s, "s_notfn", {})),
-        "skill s_notfn must return a function, or a table with a run function, to be called as a tool");
+        "skill s_notfn must return a function, or a table with a run function, to be called");
     });
   });
 

@@ -478,7 +478,7 @@ describe("resources", () => {
       await expectErr("moonbox://workspace/nope.txt", -32002, "Resource not found: read nope.txt: no such file or directory");
       await expectErr("moonbox://skills/nope", -32002, 'Resource not found: no skill named "nope". list_skills shows what exists.');
       await expectErr("file:///etc/passwd", -32002,
-        "Resource not found: unknown uri scheme (expected moonbox://workspace/<path> or moonbox://skills/<name>)");
+        "Resource not found: no resource has this uri (workspace files are moonbox://workspace/<path>, skills moonbox://skills/<name>)");
       await expectErr("moonbox://workspace/%2e%2e/x", -32602, "resources/read: read ../x: '.' and '..' are not allowed as path components");
       await expectErr("moonbox://workspace/%2Fetc%2Fpasswd", -32602,
         "resources/read: read /etc/passwd: the path must be relative to the workspace (it starts with /)");
