@@ -237,8 +237,43 @@ static int sb_list_skills(lua_State *L)
 	return 1;
 }
 
+/* mcp.sample(params) / mcp.elicit(params): a request to the client, answered before it returns */
+static int client_request(lua_State *L, const char *method)
+{
+	lua_settop(L, 1);
+	if (!lua_isnil(L, 1))
+		luaL_checktype(L, 1, LUA_TTABLE);
+	lua_createtable(L, 0, 2);
+	lua_pushstring(L, method);
+	lua_setfield(L, -2, "method");
+	if (!lua_isnil(L, 1)) {
+		lua_pushvalue(L, 1);
+		lua_setfield(L, -2, "params");
+	}
+	mb_sandbox_host_call(L, "client_request");
+	return 1;
+}
+
+static int sb_sample(lua_State *L)
+{
+	return client_request(L, "sampling/createMessage");
+}
+
+static int sb_elicit(lua_State *L)
+{
+	return client_request(L, "elicitation/create");
+}
+
 int mb_sandbox_host_open(lua_State *L)
 {
+	/* mcp.sample, mcp.elicit next to mcp.log and mcp.progress */
+	if (lua_getfield(L, -1, "mcp") == LUA_TTABLE) {
+		lua_pushcfunction(L, sb_sample);
+		lua_setfield(L, -2, "sample");
+		lua_pushcfunction(L, sb_elicit);
+		lua_setfield(L, -2, "elicit");
+	}
+	lua_pop(L, 1);
 	/* the globals table is at the top of the stack */
 	lua_pushcfunction(L, sb_require);
 	lua_setfield(L, -2, "require");

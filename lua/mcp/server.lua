@@ -42,6 +42,8 @@ call; errors name the limit that stopped you.]]
 -- message is sent with its session and exchange (the HTTP POST it answers; 0 for messages not
 -- tied to one), and the final one of an exchange says so.
 local sessions = {}   -- session id -> { tenant, log_level, initialized, inflight = {key -> entry} }
+local client_requests = {} -- our request id -> the coroutine waiting for the client's answer
+local next_client_request = 0
 local by_job = {}     -- job id -> inflight entry (jobs are unique across sessions)
 
 local function session(sid, tenant)
@@ -96,11 +98,12 @@ function methods.initialize(params, request)
   local version = SUPPORTED[requested] and requested or LATEST
   request.sess.initialized = true
   request.sess.protocol_version = version
+  request.sess.client_capabilities = is_object(params.capabilities) and params.capabilities or {}
   return {
     protocolVersion = version,
     capabilities = { tools = { listChanged = true }, logging = {},
-                     resources = { listChanged = true, subscribe = false },
-                     prompts = { listChanged = true } },
+                     resources = { listChanged = true, subscribe = true },
+                     prompts = { listChanged = true }, completions = {} },
     serverInfo = {
       name = "moonbox", title = "moonbox", version = mb.version,
       description = "Code-execution MCP server: Lua 5.4 in a hardened sandbox",
@@ -110,6 +113,33 @@ function methods.initialize(params, request)
 end
 
 function methods.ping()
+  return {}
+end
+
+-- Argument completion: moonbox has no completable arguments yet; the answer says so.
+methods["completion/complete"] = function(params)
+  if not is_object(params.ref) or not is_object(params.argument) then
+    error(rpc_error(INVALID_PARAMS, "completion/complete: params.ref and params.argument must be objects"))
+  end
+  return { completion = { values = mb.array({}), total = 0, hasMore = false } }
+end
+
+-- Subscriptions to resource updates are recorded per session (updates are sent for resources
+-- that change: published skill resources when their skill changes).
+methods["resources/subscribe"] = function(params, request)
+  if type(params.uri) ~= "string" then
+    error(rpc_error(INVALID_PARAMS, "resources/subscribe: params.uri must be a string"))
+  end
+  request.sess.subscriptions = request.sess.subscriptions or {}
+  request.sess.subscriptions[params.uri] = true
+  return {}
+end
+
+methods["resources/unsubscribe"] = function(params, request)
+  if type(params.uri) ~= "string" then
+    error(rpc_error(INVALID_PARAMS, "resources/unsubscribe: params.uri must be a string"))
+  end
+  if request.sess.subscriptions then request.sess.subscriptions[params.uri] = nil end
   return {}
 end
 
@@ -169,6 +199,23 @@ end
 for name, fn in pairs(tools.methods) do methods[name] = fn end
 tools.rpc_error = rpc_error
 
+-- Sandbox code asking the client something (mcp.sample, mcp.elicit): the request goes to the
+-- client on the session of the tools/call that runs the code; the code waits for the answer.
+local CLIENT_METHODS = { ["sampling/createMessage"] = "sampling", ["elicitation/create"] = "elicitation",
+                         ["roots/list"] = "roots" }
+tools.host_calls.client_request = function(a, request)
+  local capability = CLIENT_METHODS[a.method]
+  if not capability then return nil, "mcp: the client cannot be asked " .. tostring(a.method) end
+  if a.params ~= nil and a.params ~= null and not is_object(a.params) then
+    return nil, a.method .. ": params must be an object"
+  end
+  local result, err = request:client_request(a.method, a.params ~= null and a.params or {}, capability)
+  if not result then
+    return nil, string.format("%s: %s", a.method, type(err) == "table" and tostring(err.message) or tostring(err))
+  end
+  return result
+end
+
 -- Published skills changed: tools, prompts and resources may all have (clients re-list).
 tools.list_changed = function()
   for sid, s in pairs(sessions) do
@@ -214,11 +261,42 @@ function request_mt:execute(spec)
   by_job[job] = self.entry
   local res = mb.wait(job)
   by_job[job] = nil
+  self:abandon_client_requests()
   self.entry.job = nil
   tools.history.add(self.tenant, started, spec, res)
   if res.pii_found then tools.pii.after_execution(self.tenant, res) end -- vault, before the answer
   if self.entry.cancelled then return nil end
   return res
+end
+
+-- Sends a request to the client (sampling/createMessage, elicitation/create, ...) on this
+-- request's session and exchange, and waits (yields) for its answer. Returns result or nil, error.
+function request_mt:client_request(method, params, capability)
+  local caps = self.sess.client_capabilities or {}
+  if capability and caps[capability] == nil then
+    return nil, { code = -32601, message = string.format(
+      "the client did not declare the %s capability, so moonbox cannot send it %s", capability, method) }
+  end
+  next_client_request = next_client_request + 1
+  local id = "mb-" .. next_client_request
+  local co = coroutine.running()
+  client_requests[id] = co
+  self.entry.client_requests = self.entry.client_requests or {}
+  self.entry.client_requests[id] = true
+  mb.send({ jsonrpc = "2.0", id = id, method = method, params = params }, self.session, self.exchange, false)
+  local msg = coroutine.yield()
+  self.entry.client_requests[id] = nil
+  if msg.error ~= nil then return nil, msg.error end
+  return msg.result
+end
+
+-- Ends the waits of client requests made for this request (the execution ended).
+function request_mt:abandon_client_requests()
+  for id in pairs(self.entry.client_requests or {}) do
+    local co = client_requests[id]
+    client_requests[id] = nil
+    if co then coroutine.resume(co, { error = { code = -32603, message = "the execution ended" } }) end
+  end
 end
 
 function request_mt:log(level, data, logger)
@@ -301,7 +379,15 @@ local function dispatch(msg, t0, ctx)
     return send_error(ctx, has_id and id or nil, INVALID_REQUEST, 'Invalid Request: jsonrpc must be "2.0"')
   end
   if method == nil then
-    if msg.result ~= nil or msg.error ~= nil then return end -- a response to us: we send no requests
+    if msg.result ~= nil or msg.error ~= nil then -- a response to one of our requests
+      local waiting = has_id and client_requests[tostring(id)]
+      if waiting then
+        client_requests[tostring(id)] = nil
+        local ok, err = coroutine.resume(waiting, msg)
+        if not ok then mb.log("error", "client response: " .. tostring(err)) end
+      end
+      return
+    end
     return send_error(ctx, has_id and id or nil, INVALID_REQUEST, "Invalid Request: method is missing")
   end
   if type(method) ~= "string" then
