@@ -346,6 +346,32 @@ return {
           example = 'for i, item in ipairs(items) do\n  process(item)\n'
             .. '  if i % 100 == 0 then mcp.progress(i, #items, "processing") end\nend',
         },
+        ["mcp.sample"] = {
+          signature = "mcp.sample(params)",
+          description = "Ask the client's model for a completion (sampling/createMessage) and wait "
+            .. "for it; only when the client declared the sampling capability.",
+          parameters = {
+            P("params", "table", "messages (array of {role, content}), maxTokens, and optionally "
+              .. "systemPrompt, temperature, modelPreferences"),
+          },
+          returns = "the client's result: {role, content, model, stopReason}",
+          use_cases = { "classify or summarise text with the client's model from inside code" },
+          example = 'local r = mcp.sample({ messages = { { role = "user", content = { type = "text", '
+            .. 'text = "Label: " .. line } } }, maxTokens = 20 })\nreturn r.content.text',
+        },
+        ["mcp.elicit"] = {
+          signature = "mcp.elicit(params)",
+          description = "Ask the user for input through the client (elicitation/create) and wait "
+            .. "for the answer; only when the client declared the elicitation capability.",
+          parameters = {
+            P("params", "table", "message and requestedSchema (a flat JSON Schema object)"),
+          },
+          returns = "{action = accept|decline|cancel, content = {...}}",
+          use_cases = { "confirm a destructive step", "ask for a missing parameter" },
+          example = 'local r = mcp.elicit({ message = "Delete 40 files?", requestedSchema = '
+            .. '{ type = "object", properties = { ok = { type = "boolean" } } } })\n'
+            .. 'if r.action ~= "accept" then return "cancelled" end',
+        },
       },
     },
 
