@@ -12,15 +12,16 @@
 LUA_PKG   ?= lua5.4
 PKGS      := $(LUA_PKG) libuv libpcre2-8 jansson sqlite3 libsodium
 DEB_PKGS  := liblua5.4-dev libuv1-dev libpcre2-dev libjansson-dev libsqlite3-dev libsodium-dev lua-cjson-dev \
-             pkg-config gcc make
-TEST_DEB_PKGS := valgrind clang libclang-rt-14-dev lua5.4 sqlite3
+             libhttp-parser-dev pkg-config gcc make
+TEST_DEB_PKGS := valgrind clang libclang-rt-14-dev lua5.4 sqlite3 wrk
 
 CC        ?= gcc
 BUILD     ?= build
 OPTFLAGS  ?= -O2 -g
 CFLAGS    := $(OPTFLAGS) $(EXTRA_CFLAGS) -std=c11 -D_GNU_SOURCE -Wall -Wextra -Werror -fno-strict-aliasing \
              $(shell pkg-config --cflags $(PKGS) 2>/dev/null) -iquote src -iquote $(BUILD)/gen
-LDLIBS    := $(EXTRA_LDFLAGS) $(shell pkg-config --libs $(PKGS) 2>/dev/null) -lpthread -lm -lrt
+# http-parser has no pkg-config file on Debian
+LDLIBS    := $(EXTRA_LDFLAGS) $(shell pkg-config --libs $(PKGS) 2>/dev/null) -lhttp_parser -lpthread -lm -lrt
 
 SRC       := $(sort $(wildcard src/*.c))
 LUA_SRC   := $(sort $(shell find lua -name '*.lua'))

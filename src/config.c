@@ -75,6 +75,18 @@ static const option options[] = {
 	I(pii_restore, 1, 0, 1, "1: restore_pii and detokenize_pii may turn tokens back into values"),
 	S(pii_disabled_types, "", "comma-separated PII types not to detect (EMAIL,PHONE,SSN,CARD,IPV4,IPV6,SECRET,IBAN)"),
 	S(pii_custom_patterns, "", "extra PII patterns as a JSON object {\"NAME\": \"pcre2 pattern\"}"),
+	S(http_listen, "", "serve Streamable HTTP on [host:]port (host default 127.0.0.1; \"\" = off)"),
+	S(http_tokens, "", "bearer tokens and their tenants: token1=tenantA,token2=tenantB (tokens >= 16 chars)"),
+	I(http_trust_proxy, 0, 0, 1, "1: allow a non-loopback http_listen without http_tokens (an authenticating proxy is in front)"),
+	S(http_allowed_origins, "", "comma-separated Origin values accepted besides loopback ones (\"*\" = any)"),
+	S(http_allowed_hosts, "", "comma-separated Host values (name or name:port) accepted besides loopback ones (\"*\" = any)"),
+	S(http_cors_origin, "", "CORS for browser clients: comma-separated origins, or \"*\" for every allowed origin (\"\" = off)"),
+	I(http_session_idle_ms, 1800000, 100, (int64_t)1 << 40, "an HTTP session unused this long ends"),
+	I(http_max_body_bytes, 0, 0, 1 << 30, "largest POST body (0 = max_message_bytes)"),
+	I(http_max_header_bytes, 16384, 1024, 65536, "request line and headers of one HTTP request"),
+	I(http_read_timeout_ms, 10000, 100, 3600000, "time to read one request's headers and body; also the idle keep-alive timeout"),
+	I(http_max_connections, 1024, 1, 1000000, "open HTTP connections; more are answered 503 and closed"),
+	I(http_max_sessions, 10000, 1, 10000000, "live HTTP sessions; more initialize requests are answered 503"),
 };
 #define NOPTS (sizeof options / sizeof options[0])
 
@@ -360,6 +372,9 @@ void mb_config_dump(const mb_config *cfg, void *file)
 		if (o->type == OPT_INT)
 			fprintf(f, "moonbox: config %s = %lld\n", o->name,
 				(long long)*(const int64_t *)((const char *)cfg + o->offset));
+		else if (strcmp(o->name, "http_tokens") == 0) /* secrets stay out of logs */
+			fprintf(f, "moonbox: config %s = %s\n", o->name,
+				cfg->http_tokens[0] ? "(set, not shown)" : "");
 		else
 			fprintf(f, "moonbox: config %s = %s\n", o->name, (const char *)cfg + o->offset);
 	}

@@ -64,6 +64,20 @@ typedef struct mb_config {
 	int64_t pii_restore;            /* 1: restore_pii and detokenize_pii may reveal values */
 	char pii_disabled_types[512];   /* comma-separated built-in types not to detect */
 	char pii_custom_patterns[16384];/* JSON object {"NAME": "pcre2 pattern", ...} */
+
+	/* Streamable HTTP (src/http.h) */
+	char http_listen[256];          /* "" = off; "[host:]port", host default 127.0.0.1 */
+	char http_tokens[16384];        /* "token1=tenantA,token2=tenantB" */
+	int64_t http_trust_proxy;       /* 1: an authenticating proxy is in front */
+	char http_allowed_origins[4096];/* comma-separated Origin values besides loopback */
+	char http_allowed_hosts[4096];  /* comma-separated Host values besides loopback */
+	char http_cors_origin[4096];    /* "" = no CORS; comma-separated origins or "*" */
+	int64_t http_session_idle_ms;
+	int64_t http_max_body_bytes;    /* 0 = max_message_bytes */
+	int64_t http_max_header_bytes;
+	int64_t http_read_timeout_ms;
+	int64_t http_max_connections;
+	int64_t http_max_sessions;
 } mb_config;
 
 /* Fills cfg from defaults, config file, environment and argv. Returns 0, 1 when the program
