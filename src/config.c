@@ -230,6 +230,8 @@ static const option *flag_option(const char *flag)
 			*p = '_';
 	if (strcmp(name, "config") == 0)
 		return find_option("config_file");
+	if (strcmp(name, "http") == 0) /* moonbox --http [host:]port */
+		return find_option("http_listen");
 	if (strcmp(name, "config_file") == 0)
 		return NULL;
 	return find_option(name);

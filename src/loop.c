@@ -11,6 +11,7 @@
 #include <stdlib.h>
 
 #include "history.h"
+#include "http.h"
 #include "host.h"
 #include "log.h"
 #include "pii_config.h"
@@ -32,6 +33,10 @@ typedef struct mb_server {
 	mb_pii_detector *pii;
 	unsigned char pii_key[MB_PII_KEY_BYTES];
 	size_t stuck;
+	mb_http *http;              /* Streamable HTTP instead of stdio (http_listen); NULL once closed */
+	int http_mode;
+	uv_signal_t sigint, sigterm;
+	char metrics[1024];
 	int eof;
 	int closing;
 	size_t pause_at;   /* executions in flight at which stdin reading pauses */
@@ -41,7 +46,8 @@ static void maybe_finish(mb_server *s)
 {
 	if (!s->eof || s->closing)
 		return;
-	if (mb_host_inflight(s->host) || mb_pool_pending(s->pool) || mb_stdio_pending_writes(s->io))
+	if (mb_host_inflight(s->host) || mb_pool_pending(s->pool) ||
+	    (s->io && mb_stdio_pending_writes(s->io)))
 		return;
 	s->closing = 1;
 	mb_log(MB_LOG_DEBUG, "stdin closed and all work answered; exiting");
@@ -50,7 +56,12 @@ static void maybe_finish(mb_server *s)
 	mb_pool_get_stats(s->pool, &st);
 	s->stuck = st.abandoned; /* such threads may still use the PII detector after we return */
 	mb_pool_close(s->pool);
-	mb_stdio_close(s->io);
+	if (s->io)
+		mb_stdio_close(s->io);
+	if (s->http_mode) {
+		uv_close((uv_handle_t *)&s->sigint, NULL);
+		uv_close((uv_handle_t *)&s->sigterm, NULL);
+	}
 }
 
 /* Flow control: once enough executions are in flight, stop reading stdin so a client that
@@ -84,10 +95,17 @@ static void on_drain(void *ud)
 
 static void host_send(void *ud, uint64_t session, uint64_t exchange, int final, char *data, size_t len)
 {
-	(void)session; /* stdio: one session, no exchanges */
-	(void)exchange;
-	(void)final;
 	mb_server *s = ud;
+	if (s->http_mode) {
+		if (!s->http) { /* closed: in-flight answers have nowhere to go */
+			free(data);
+			return;
+		}
+		/* one JSON message per send; the transport frames it (JSON body or SSE event) */
+		mb_http_send(s->http, session, exchange, final, data, len && data[len - 1] == '\n' ? len - 1 : len);
+		return;
+	}
+	/* stdio: one session, no exchanges */
 	int rc = mb_stdio_write(s->io, data, len);
 	if (rc)
 		mb_log(MB_LOG_ERROR, "stdout: %s", uv_strerror(rc));
@@ -111,8 +129,62 @@ static void job_done(void *ud, uint64_t job, const mb_exec_result *res)
 {
 	mb_server *s = ud;
 	mb_host_job_done(s->host, job, res);
-	if (mb_pool_pending(s->pool) <= s->pause_at / 2)
+	if (s->io && mb_pool_pending(s->pool) <= s->pause_at / 2)
 		mb_stdio_resume(s->io);
+	maybe_finish(s);
+}
+
+/* ---- Streamable HTTP --------------------------------------------------------------------- */
+
+static int http_message(void *ud, uint64_t session, uint64_t exchange, const char *tenant,
+			const char *body, size_t len)
+{
+	mb_server *s = ud;
+	return mb_host_handle_message(s->host, session, exchange, tenant, body, len);
+}
+
+static void http_session_end(void *ud, uint64_t session)
+{
+	mb_server *s = ud;
+	mb_host_end_session(s->host, session);
+}
+
+static const char *http_metrics(void *ud)
+{
+	mb_server *s = ud;
+	mb_pool_stats st;
+	mb_pool_get_stats(s->pool, &st);
+	snprintf(s->metrics, sizeof s->metrics,
+		 "# HELP moonbox_executions_total Executions submitted, completed and refused.\n"
+		 "# TYPE moonbox_executions_total counter\n"
+		 "moonbox_executions_total{state=\"submitted\"} %llu\n"
+		 "moonbox_executions_total{state=\"completed\"} %llu\n"
+		 "moonbox_executions_total{state=\"refused\"} %llu\n"
+		 "# HELP moonbox_workers Worker threads by state.\n"
+		 "# TYPE moonbox_workers gauge\n"
+		 "moonbox_workers{state=\"busy\"} %zu\n"
+		 "moonbox_workers{state=\"total\"} %zu\n"
+		 "moonbox_workers{state=\"stuck\"} %zu\n"
+		 "# HELP moonbox_queued_executions Executions waiting for a worker.\n"
+		 "# TYPE moonbox_queued_executions gauge\n"
+		 "moonbox_queued_executions %zu\n",
+		 (unsigned long long)st.submitted, (unsigned long long)st.completed,
+		 (unsigned long long)st.refused, st.busy, st.workers, st.abandoned, st.queued);
+	return s->metrics;
+}
+
+/* SIGINT / SIGTERM in HTTP mode: stop taking requests, finish what runs, exit 0. */
+static void on_signal(uv_signal_t *h, int sig)
+{
+	mb_server *s = h->data;
+	mb_log(MB_LOG_INFO, "signal %d: closing the HTTP endpoint and finishing in-flight work", sig);
+	uv_signal_stop(&s->sigint);
+	uv_signal_stop(&s->sigterm);
+	if (s->http) {
+		mb_http_close(s->http);
+		s->http = NULL;
+	}
+	s->eof = 1;
 	maybe_finish(s);
 }
 
@@ -170,12 +242,27 @@ int mb_server_run_stdio(const mb_config *cfg)
 	s->pause_at = (size_t)cfg->workers + (size_t)cfg->max_queue / 2;
 	if (s->pause_at < 1)
 		s->pause_at = 1;
-	mb_stdio_callbacks scb = { on_line, on_oversize, on_eof, on_drain, s };
-	s->io = mb_stdio_open(&s->loop, (size_t)cfg->max_message_bytes, &scb);
-	if (!s->io)
-		return 1;
-	mb_log(MB_LOG_INFO, "serving MCP on stdio (%lld workers, data dir %s)", (long long)cfg->workers,
-	       cfg->data_dir);
+	if (cfg->http_listen[0]) {
+		mb_http_callbacks hcb = { http_message, http_session_end, http_metrics, s };
+		s->http_mode = 1;
+		s->http = mb_http_start(&s->loop, cfg, &hcb, err, sizeof err);
+		if (!s->http) {
+			mb_log(MB_LOG_CRIT, "http: %s", err);
+			return 1;
+		}
+		uv_signal_init(&s->loop, &s->sigint);
+		uv_signal_init(&s->loop, &s->sigterm);
+		s->sigint.data = s->sigterm.data = s;
+		uv_signal_start(&s->sigint, on_signal, SIGINT);
+		uv_signal_start(&s->sigterm, on_signal, SIGTERM);
+	} else {
+		mb_stdio_callbacks scb = { on_line, on_oversize, on_eof, on_drain, s };
+		s->io = mb_stdio_open(&s->loop, (size_t)cfg->max_message_bytes, &scb);
+		if (!s->io)
+			return 1;
+		mb_log(MB_LOG_INFO, "serving MCP on stdio (%lld workers, data dir %s)",
+		       (long long)cfg->workers, cfg->data_dir);
+	}
 	uv_run(&s->loop, UV_RUN_DEFAULT);
 	mb_host_free(s->host);
 	uv_run(&s->loop, UV_RUN_NOWAIT); /* close callbacks of handles closed by lua_close */

@@ -154,17 +154,17 @@ methods["logging/setLevel"] = function(params, request)
   return {}
 end
 
-methods["tools/list"] = function(params)
+methods["tools/list"] = function(params, request)
   local page = mb.config.tools_page_size
   local offset = 0
   if params.cursor ~= nil then
     local n = type(params.cursor) == "string" and params.cursor:match("^mbc1%.(%d+)$")
     offset = n and tonumber(n)
-    if not offset or offset >= #tools.all() then
+    if not offset or offset >= #tools.all(request.tenant) then
       error(rpc_error(INVALID_PARAMS, "tools/list: invalid cursor", { cursor = params.cursor }))
     end
   end
-  local all = tools.all()
+  local all = tools.all(request.tenant)
   local out = {}
   for i = offset + 1, math.min(offset + page, #all) do
     out[#out + 1] = all[i].definition
@@ -181,10 +181,10 @@ methods["tools/call"] = function(params, request)
   if type(name) ~= "string" then
     error(rpc_error(INVALID_PARAMS, "tools/call: params.name must be a string"))
   end
-  local tool = tools.find(name)
+  local tool = tools.find(name, request.tenant)
   if not tool then
     local names = {}
-    for _, t in ipairs(tools.all()) do names[#names + 1] = t.definition.name end
+    for _, t in ipairs(tools.all(request.tenant)) do names[#names + 1] = t.definition.name end
     error(rpc_error(INVALID_PARAMS, "Unknown tool: " .. name, { available = mb.array(names) }))
   end
   local args = params.arguments

@@ -157,14 +157,18 @@ function M.init(tools)
   end
 
   -- published skills as tools
-  local defs = {} -- name@version -> tool entry (cached so tools/list does not rebuild them)
-  tools.providers[#tools.providers + 1] = function()
+  local defs = {} -- tenant/name@version -> tool entry (cached so tools/list does not rebuild them)
+  tools.providers[#tools.providers + 1] = function(tenant)
     local out, keep = {}, {}
-    for _, e in ipairs(skills.published("default")) do
-      local key = e.name .. "@" .. tostring(e.version)
+    skills.get_tenant(tenant) -- a tenant's skills are indexed on first use
+    for _, e in ipairs(skills.published(tenant)) do
+      local key = tenant .. "/" .. e.name .. "@" .. tostring(e.version)
       local t = defs[key] or M.tool_entry(tools, e)
       keep[key] = t
       out[#out + 1] = t
+    end
+    for k, v in pairs(defs) do -- other tenants' entries stay cached
+      if k:sub(1, #tenant + 1) ~= tenant .. "/" then keep[k] = v end
     end
     defs = keep
     return out

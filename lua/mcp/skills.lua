@@ -206,11 +206,9 @@ end
 local function published_signature()
   local parts = {}
   for tenant, t in pairs(tenants) do
-    if tenant == "default" then
-      for name, e in pairs(t.skills) do
-        if (e.tool or e.prompt or e.resource) and e.code then
-          parts[#parts + 1] = name .. "@" .. tostring(e.version)
-        end
+    for name, e in pairs(t.skills) do
+      if (e.tool or e.prompt or e.resource) and e.code then
+        parts[#parts + 1] = tenant .. "/" .. name .. "@" .. tostring(e.version)
       end
     end
   end

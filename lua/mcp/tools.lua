@@ -30,22 +30,22 @@ M.register = register
 -- providers[i] = fn() -> array of { definition, handler }: tools that come and go (published
 -- skills). Built-in tools come first and win on a name clash.
 M.providers = {}
-function M.all()
+function M.all(tenant)
   local out = {}
   for i = 1, #M.list do out[i] = M.list[i] end
   for _, provider in ipairs(M.providers) do
-    for _, t in ipairs(provider()) do
+    for _, t in ipairs(provider(tenant or "default")) do
       if not M.by_name[t.definition.name] then out[#out + 1] = t end
     end
   end
   return out
 end
 
-function M.find(name)
+function M.find(name, tenant)
   local t = M.by_name[name]
   if t then return t end
   for _, provider in ipairs(M.providers) do
-    for _, d in ipairs(provider()) do
+    for _, d in ipairs(provider(tenant or "default")) do
       if d.definition.name == name then return d end
     end
   end
