@@ -36,6 +36,8 @@ typedef struct mb_server {
 	mb_http *http;              /* Streamable HTTP instead of stdio (http_listen); NULL once closed */
 	int http_mode;
 	uv_signal_t sigint, sigterm;
+	uv_timer_t drain;           /* after a signal: waits for in-flight requests */
+	uint64_t drain_until;
 	char metrics[1024];
 	int eof;
 	int closing;
@@ -173,19 +175,35 @@ static const char *http_metrics(void *ud)
 	return s->metrics;
 }
 
-/* SIGINT / SIGTERM in HTTP mode: stop taking requests, finish what runs, exit 0. */
-static void on_signal(uv_signal_t *h, int sig)
+/* After a signal: once no request is in flight (or the longest execution plus its grace has
+ * passed), close the endpoint and finish like stdio's EOF. */
+static void drain_check(uv_timer_t *t)
 {
-	mb_server *s = h->data;
-	mb_log(MB_LOG_INFO, "signal %d: closing the HTTP endpoint and finishing in-flight work", sig);
-	uv_signal_stop(&s->sigint);
-	uv_signal_stop(&s->sigterm);
+	mb_server *s = t->data;
+	if ((mb_host_inflight(s->host) || mb_pool_pending(s->pool)) && uv_now(&s->loop) < s->drain_until)
+		return;
+	uv_timer_stop(t);
+	uv_close((uv_handle_t *)t, NULL);
 	if (s->http) {
 		mb_http_close(s->http);
 		s->http = NULL;
 	}
 	s->eof = 1;
 	maybe_finish(s);
+}
+
+/* SIGINT / SIGTERM in HTTP mode: answer what is running, then close and exit 0. */
+static void on_signal(uv_signal_t *h, int sig)
+{
+	mb_server *s = h->data;
+	mb_log(MB_LOG_INFO, "signal %d: finishing in-flight requests, then closing the HTTP endpoint", sig);
+	uv_signal_stop(&s->sigint);
+	uv_signal_stop(&s->sigterm);
+	s->drain_until = uv_now(&s->loop) + (uint64_t)s->cfg->max_timeout_ms +
+			 (uint64_t)s->cfg->timeout_grace_ms + 1000;
+	uv_timer_init(&s->loop, &s->drain);
+	s->drain.data = s;
+	uv_timer_start(&s->drain, drain_check, 0, 20);
 }
 
 int mb_server_run_stdio(const mb_config *cfg)
