@@ -338,5 +338,8 @@ fi
 command -v node >/dev/null && { echo; node tests/bench/bench_catalog.mjs "$MOONBOX" | tee "$OUT/catalog.txt"; }
 
 $CC -O2 -std=c11 -D_GNU_SOURCE -Wall -Wextra -Werror -iquote src tests/bench/bench_pii.c "$BUILD/obj/pii_detect.o" "$BUILD/obj/pii_token.o" $(pkg-config --libs libpcre2-8 libsodium) -lm -o "$OUT/bench_pii" && { echo; "$OUT/bench_pii" 10 7 | tee -a "$OUT/results.txt"; } # PII scan/sanitize MB/s (docs/pii.md)
+# ---- Streamable HTTP under wrk (tests/bench/http_bench.sh)
+echo; tests/bench/http_bench.sh "$MOONBOX" | tee "$OUT/http.txt"
+
 echo
 echo "bench: done in $(( $(date +%s) - T0 )) s; raw figures in $OUT/"
