@@ -21,17 +21,6 @@ local function obj(props, required)
            additionalProperties = false }
 end
 
-local function check_args(args, allowed, tool)
-  for k in pairs(args) do
-    if not allowed[k] then
-      local names = {}
-      for a in pairs(allowed) do names[#names + 1] = a end
-      table.sort(names)
-      return string.format("invalid arguments: %s has no argument %q (expected %s)", tool,
-        tostring(k), table.concat(names, ", "))
-    end
-  end
-end
 
 local PARAMS_SCHEMA = {
   type = "array",
@@ -41,6 +30,7 @@ local PARAMS_SCHEMA = {
 }
 
 function M.init(tools)
+  local check_args = tools.check_args
   local tool_error, structured = tools.tool_error, tools.structured_result
 
   local function wrap(name, allowed, fn)

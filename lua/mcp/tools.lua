@@ -73,6 +73,19 @@ end
 M.tool_error = tool_error
 M.structured_result = structured_result
 
+-- An argument the tool does not take: the message the model gets, or nil when all are known.
+function M.check_args(args, allowed, tool)
+  for k in pairs(args) do
+    if not allowed[k] then
+      local names = {}
+      for a in pairs(allowed) do names[#names + 1] = a end
+      table.sort(names)
+      return string.format("invalid arguments: %s has no argument %q (expected %s)", tool,
+        tostring(k), table.concat(names, ", "))
+    end
+  end
+end
+
 local function is_object(v)
   return type(v) == "table" and getmetatable(v) ~= "json.array"
 end

@@ -46,17 +46,6 @@ local function uri_decode(s)
   return (s:gsub("%%(%x%x)", function(h) return string.char(tonumber(h, 16)) end))
 end
 
-local function check_args(args, allowed, tool)
-  for k in pairs(args) do
-    if not allowed[k] then
-      local names = {}
-      for a in pairs(allowed) do names[#names + 1] = a end
-      table.sort(names)
-      return string.format("invalid arguments: %s has no argument %q (expected %s)", tool,
-        tostring(k), table.concat(names, ", "))
-    end
-  end
-end
 
 local function encoding_arg(args)
   local e = args.encoding
@@ -66,6 +55,7 @@ local function encoding_arg(args)
 end
 
 function M.init(tools)
+  local check_args = tools.check_args
   local tool_error, structured = tools.tool_error, tools.structured_result
 
   local function with_path(args)
