@@ -31,7 +31,7 @@ UNIT_SRC  := $(sort $(wildcard tests/unit/test_*.c))
 UNIT_BIN  := $(patsubst tests/unit/%.c,$(BUILD)/tests/%,$(UNIT_SRC))
 
 .PHONY: all deps test-deps run test test-unit test-lua test-valgrind test-integration test-security \
-        test-asan bench fuzz clean
+        test-asan bench fuzz clean conformance
 
 all: $(BUILD)/moonbox
 
@@ -91,11 +91,11 @@ run:
 
 # ---- tests ---------------------------------------------------------------------------------
 # `make test` runs the C unit tests and Lua tests under ASan+UBSan, then the integration and
-# security tests against the normal build. Each suite prints "N passed, N failed".
+# security tests against the normal build, then the official MCP conformance suite over HTTP. Each suite prints "N passed, N failed".
 test: test-deps
 	@$(MAKE) --no-print-directory all
 	@$(MAKE) --no-print-directory test-asan
-	@$(MAKE) --no-print-directory test-lua test-valgrind test-integration test-security
+	@$(MAKE) --no-print-directory test-lua test-valgrind test-integration test-security conformance
 
 test-unit: $(UNIT_BIN)
 	@tests/run-unit.sh $(UNIT_BIN)
@@ -117,6 +117,11 @@ test-integration: $(BUILD)/moonbox
 
 test-security: $(BUILD)/moonbox
 	@cd tests && MOONBOX=../$(BUILD)/moonbox node --test --test-reporter=spec security/
+
+# The official MCP conformance suite over Streamable HTTP with the fixture skill pack
+# (tests/conformance/skills); REQUIREMENTS=2025-11-25 by default.
+conformance: test-deps all
+	@MOONBOX=$(BUILD)/moonbox tests/conformance/run.sh
 
 # ---- bench and fuzz ------------------------------------------------------------------------
 bench: test-deps all

@@ -258,6 +258,7 @@ function request_mt:execute(spec)
   local job, err = mb.submit(spec)
   if not job then return nil, err end
   self.entry.job = job
+  self.entry.tool = spec.tool -- the logger name of its log messages
   by_job[job] = self.entry
   local res = mb.wait(job)
   by_job[job] = nil
@@ -321,7 +322,7 @@ function on_notify(job, kind, payload)
     if p then entry.request:progress(p.progress, p.total, p.message) end
   else
     -- log data is spliced into the notification as it came, without decoding it here
-    entry.request:log(kind, mb.json_raw(payload), "execute_code")
+    entry.request:log(kind, mb.json_raw(payload), entry.tool or "execute_code")
   end
 end
 
