@@ -24,6 +24,7 @@
 #include "json.h"
 #include "sandbox_int.h"
 #include "workspace.h"
+#include "workspace_push.h"
 
 #define ERRLEN 640
 
@@ -50,50 +51,6 @@ static int rethrow(lua_State *L)
 	return lua_error(L);
 }
 
-typedef struct {
-	const char *s;
-	size_t n;
-} bytes;
-
-static int push_bytes(lua_State *L)
-{
-	bytes *b = lua_touserdata(L, 1);
-	lua_pushlstring(L, b->s, b->n);
-	return 1;
-}
-
-typedef struct {
-	mb_workspace_entry *e;
-	size_t n;
-} entries;
-
-static int push_entries(lua_State *L)
-{
-	entries *es = lua_touserdata(L, 1);
-	lua_createtable(L, (int)(es->n < 1000000 ? es->n : 1000000), 0);
-	for (size_t i = 0; i < es->n; i++) {
-		if ((i & 1023) == 1023)
-			mb_budget_poll(L);
-		lua_createtable(L, 0, 3);
-		lua_pushstring(L, es->e[i].path);
-		lua_setfield(L, -2, "path");
-		lua_pushinteger(L, es->e[i].size);
-		lua_setfield(L, -2, "size");
-		lua_pushinteger(L, es->e[i].mtime_ms);
-		lua_setfield(L, -2, "modified");
-		lua_rawseti(L, -2, (lua_Integer)i + 1);
-	}
-	mb_json_mark_array(L, -1);
-	return 1;
-}
-
-/* Runs f(ud) in protected mode; returns the status with one value on top (result or error). */
-static int pcall1(lua_State *L, lua_CFunction f, void *ud)
-{
-	lua_pushcfunction(L, f);
-	lua_pushlightuserdata(L, ud);
-	return lua_pcall(L, 1, 1, 0);
-}
 
 /* Reads path into a budget-charged buffer. Returns 0 (free *data with mb_budget_free), 1 after
  * pushing nil and the message (no such file), or raises. */
@@ -122,8 +79,8 @@ static int sb_read_file(lua_State *L)
 	char *data;
 	if (read_bytes(L, ws, path, plen, &data, &n))
 		return 2;
-	bytes b = { data, n };
-	int status = pcall1(L, push_bytes, &b);
+	mb_ws_bytes b = { data, n };
+	int status = mb_ws_pcall1(L, mb_ws_push_bytes, &b);
 	mb_budget_free(data);
 	if (status != LUA_OK)
 		return rethrow(L);
@@ -153,11 +110,11 @@ static int sb_list_files(lua_State *L)
 	size_t dlen = 0;
 	const char *dir = luaL_optlstring(L, 1, NULL, &dlen);
 	char err[ERRLEN];
-	entries es = { NULL, 0 };
+	mb_ws_entries es = { NULL, 0 };
 	int rc = mb_workspace_list(ws, dir, dlen, &es.e, &es.n, err, sizeof err);
 	if (rc && rc != -ENOENT)
 		return raise_msg(L, err);
-	int status = pcall1(L, push_entries, &es);
+	int status = mb_ws_pcall1(L, mb_ws_push_entries, &es);
 	mb_workspace_entries_free(es.e, es.n);
 	if (status != LUA_OK)
 		return rethrow(L);

@@ -16,6 +16,7 @@
 
 #include "json.h"
 #include "workspace.h"
+#include "workspace_push.h"
 
 #define ERRLEN 640
 
@@ -40,48 +41,6 @@ static mb_workspace *tenant_ws(lua_State *L, char *err, size_t errlen)
 	return mb_workspaces_get(reg, t, err, errlen);
 }
 
-typedef struct {
-	const char *s;
-	size_t n;
-} bytes;
-
-static int push_bytes(lua_State *L)
-{
-	bytes *b = lua_touserdata(L, 1);
-	lua_pushlstring(L, b->s, b->n);
-	return 1;
-}
-
-typedef struct {
-	mb_workspace_entry *e;
-	size_t n;
-} entries;
-
-static int push_entries(lua_State *L)
-{
-	entries *es = lua_touserdata(L, 1);
-	lua_createtable(L, (int)(es->n < 1000000 ? es->n : 1000000), 0);
-	for (size_t i = 0; i < es->n; i++) {
-		lua_createtable(L, 0, 3);
-		lua_pushstring(L, es->e[i].path);
-		lua_setfield(L, -2, "path");
-		lua_pushinteger(L, es->e[i].size);
-		lua_setfield(L, -2, "size");
-		lua_pushinteger(L, es->e[i].mtime_ms);
-		lua_setfield(L, -2, "modified");
-		lua_rawseti(L, -2, (lua_Integer)i + 1);
-	}
-	mb_json_mark_array(L, -1);
-	return 1;
-}
-
-/* Runs f(ud) in protected mode, so a memory error cannot leak the caller's C buffer. */
-static int pcall1(lua_State *L, lua_CFunction f, void *ud)
-{
-	lua_pushcfunction(L, f);
-	lua_pushlightuserdata(L, ud);
-	return lua_pcall(L, 1, 1, 0);
-}
 
 /* read(tenant, path) -> data | nil, msg, code */
 static int l_read(lua_State *L)
@@ -96,8 +55,8 @@ static int l_read(lua_State *L)
 	int rc = mb_workspace_read(ws, path, plen, &data, &n, err, sizeof err);
 	if (rc)
 		return fail3(L, err, mb_workspace_error_code(rc));
-	bytes b = { data, n };
-	int status = pcall1(L, push_bytes, &b);
+	mb_ws_bytes b = { data, n };
+	int status = mb_ws_pcall1(L, mb_ws_push_bytes, &b);
 	free(data);
 	if (status != LUA_OK)
 		return lua_error(L);
@@ -148,11 +107,11 @@ static int l_list(lua_State *L)
 	const char *dir = luaL_optlstring(L, 2, NULL, &dlen);
 	if (!ws)
 		return fail3(L, err, "invalid");
-	entries es = { NULL, 0 };
+	mb_ws_entries es = { NULL, 0 };
 	int rc = mb_workspace_list(ws, dir, dlen, &es.e, &es.n, err, sizeof err);
 	if (rc && rc != -ENOENT)
 		return fail3(L, err, mb_workspace_error_code(rc));
-	int status = pcall1(L, push_entries, &es);
+	int status = mb_ws_pcall1(L, mb_ws_push_entries, &es);
 	mb_workspace_entries_free(es.e, es.n);
 	if (status != LUA_OK)
 		return lua_error(L);
