@@ -501,10 +501,18 @@ static void head_start(conn *c, hb *b, int status, const char *ctype)
 
 static void head_end(conn *c, hb *b)
 {
-	if (!c->keep_alive)
+	if (!c->keep_alive) {
 		hb_str(b, "Connection: close\r\n");
-	else if (c->http10)
-		hb_str(b, "Connection: keep-alive\r\n");
+	} else {
+		if (c->http10)
+			hb_str(b, "Connection: keep-alive\r\n");
+		/* Tell clients when an idle connection will be closed, so a pooled one (fetch/undici
+		 * in the SDK) is retired before that instead of being reused as we close it. */
+		char ka[48];
+		uint64_t secs = c->h->read_timeout / 1000;
+		snprintf(ka, sizeof ka, "Keep-Alive: timeout=%llu\r\n", (unsigned long long)(secs ? secs : 1));
+		hb_str(b, ka);
+	}
 	hb_str(b, "\r\n");
 }
 

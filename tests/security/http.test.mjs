@@ -1,0 +1,157 @@
+// Hostile HTTP against the real binary (`--http 127.0.0.1:0`): the header, body, origin, session
+// and token rules of the Streamable HTTP endpoint, each with the exact status, and a check that
+// the server still serves a normal request afterwards. Raw sockets where fetch would fix up the
+// request (Host, Content-Length).
+
+import { describe, it, before, after } from "node:test";
+import assert from "node:assert/strict";
+import { spawn } from "node:child_process";
+import { mkdtempSync, rmSync } from "node:fs";
+import net from "node:net";
+import { tmpdir } from "node:os";
+import path from "node:path";
+import { MOONBOX, requireBinary } from "../lib/moonbox.mjs";
+
+const T = { timeout: 30000 };
+const TOKEN = "a-long-enough-token-for-tenant-x";
+const INIT = JSON.stringify({ jsonrpc: "2.0", id: 1, method: "initialize", params: {
+  protocolVersion: "2025-11-25", capabilities: {}, clientInfo: { name: "sec", version: "1" } } });
+
+let srv;
+
+async function start(args) {
+  requireBinary();
+  const dataDir = mkdtempSync(path.join(tmpdir(), "moonbox-httpsec-"));
+  const proc = spawn(MOONBOX, ["--data-dir", dataDir, "--http", "127.0.0.1:0", ...args],
+    { stdio: ["ignore", "ignore", "pipe"] });
+  let err = "";
+  const url = await new Promise((resolve, reject) => {
+    proc.stderr.on("data", (c) => {
+      err += c;
+      const m = err.match(/serving MCP over HTTP on (http:\/\/\S+\/mcp)/);
+      if (m) resolve(m[1]);
+    });
+    proc.on("exit", (code) => reject(new Error(`exited ${code}: ${err}`)));
+  });
+  const u = new URL(url);
+  return { url, port: Number(u.port), proc, dataDir };
+}
+
+const H = (extra = {}) => ({ "Content-Type": "application/json", Accept: "application/json, text/event-stream",
+  Authorization: `Bearer ${TOKEN}`, ...extra });
+
+async function post(body, headers = H()) {
+  return fetch(srv.url, { method: "POST", headers, body });
+}
+
+async function session() {
+  const r = await post(INIT);
+  assert.equal(r.status, 200);
+  return r.headers.get("mcp-session-id");
+}
+
+/** Sends raw bytes on a fresh connection; resolves with the status line's code. */
+function raw(bytes) {
+  return new Promise((resolve, reject) => {
+    const sock = net.connect(srv.port, "127.0.0.1");
+    let data = "";
+    sock.on("data", (c) => {
+      data += c;
+      const m = data.match(/^HTTP\/1\.1 (\d{3})/);
+      if (m) { resolve(Number(m[1])); sock.destroy(); }
+    });
+    sock.on("error", reject);
+    sock.on("close", () => { if (!/^HTTP/.test(data)) resolve(0); });
+    sock.write(bytes);
+  });
+}
+
+async function stillServes() {
+  const sid = await session();
+  const r = await post(JSON.stringify({ jsonrpc: "2.0", id: 2, method: "ping" }),
+    H({ "Mcp-Session-Id": sid, "MCP-Protocol-Version": "2025-11-25" }));
+  assert.equal(r.status, 200);
+  assert.deepEqual((await r.json()).result, {});
+}
+
+describe("HTTP endpoint rules", () => {
+  before(async () => { srv = await start(["--http-tokens", `${TOKEN}=x`, "--http-max-body-bytes", "4096",
+    "--http-max-header-bytes", "2048", "--http-read-timeout-ms", "2000"]); });
+  after(async () => {
+    srv.proc.kill("SIGTERM");
+    await new Promise((r) => srv.proc.on("exit", r));
+    rmSync(srv.dataDir, { recursive: true, force: true });
+  });
+
+  it("tokens: none, wrong, malformed -> 401 with WWW-Authenticate", T, async () => {
+    for (const auth of [undefined, "Bearer wrong-token-wrong-token-wrong", "Basic abc", "Bearer"]) {
+      const h = H();
+      if (auth === undefined) delete h.Authorization; else h.Authorization = auth;
+      const r = await post(INIT, h);
+      assert.equal(r.status, 401, String(auth));
+      assert.match(r.headers.get("www-authenticate") ?? "", /^Bearer/);
+    }
+    await stillServes();
+  });
+
+  it("Origin and Host not allowed -> 403 (DNS rebinding)", T, async () => {
+    assert.equal((await post(INIT, H({ Origin: "http://evil.example" }))).status, 403);
+    const status = await raw(`POST /mcp HTTP/1.1\r\nHost: evil.example\r\nContent-Type: application/json\r\n` +
+      `Accept: application/json, text/event-stream\r\nAuthorization: Bearer ${TOKEN}\r\n` +
+      `Content-Length: ${Buffer.byteLength(INIT)}\r\n\r\n${INIT}`);
+    assert.equal(status, 403);
+    await stillServes();
+  });
+
+  it("Accept and Content-Type rules -> 406 and 415", T, async () => {
+    assert.equal((await post(INIT, H({ Accept: "application/json" }))).status, 406);
+    assert.equal((await post(INIT, H({ Accept: "*/*" }))).status, 406);
+    assert.equal((await post(INIT, H({ "Content-Type": "text/plain" }))).status, 415);
+    await stillServes();
+  });
+
+  it("sessions: missing -> 400, unknown -> 404, bad protocol version -> 400", T, async () => {
+    const ping = JSON.stringify({ jsonrpc: "2.0", id: 3, method: "ping" });
+    assert.equal((await post(ping)).status, 400);
+    assert.equal((await post(ping, H({ "Mcp-Session-Id": "f".repeat(64) }))).status, 404);
+    const sid = await session();
+    assert.equal((await post(ping, H({ "Mcp-Session-Id": sid, "MCP-Protocol-Version": "1999-01-01" }))).status, 400);
+    assert.equal((await fetch(srv.url, { method: "DELETE", headers: H({ "Mcp-Session-Id": sid }) })).status, 204);
+    assert.equal((await post(ping, H({ "Mcp-Session-Id": sid }))).status, 404);
+    await stillServes();
+  });
+
+  it("size limits: body -> 413, headers -> 431; other methods -> 405", T, async () => {
+    assert.equal((await post("x".repeat(5000))).status, 413);
+    assert.equal((await post(INIT, H({ "X-Pad": "y".repeat(3000) }))).status, 431);
+    const r = await fetch(srv.url, { method: "PUT", headers: H(), body: "{}" });
+    assert.equal(r.status, 405);
+    assert.ok(r.headers.get("allow"));
+    await stillServes();
+  });
+
+  it("smuggling (Content-Length with Transfer-Encoding, two Content-Lengths) is refused", T, async () => {
+    const base = `POST /mcp HTTP/1.1\r\nHost: 127.0.0.1:${srv.port}\r\nContent-Type: application/json\r\n` +
+      `Accept: application/json, text/event-stream\r\nAuthorization: Bearer ${TOKEN}\r\n`;
+    const a = await raw(base + `Content-Length: 4\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n`);
+    const b = await raw(base + `Content-Length: 4\r\nContent-Length: 40\r\n\r\nabcd`);
+    assert.ok(a === 400 || a === 0, `CL+TE got ${a}`);
+    assert.ok(b === 400 || b === 0, `CL+CL got ${b}`);
+    await stillServes();
+  });
+
+  it("a slow client is cut by the read timeout (408 or closed)", T, async () => {
+    const t0 = performance.now();
+    const status = await raw(`POST /mcp HTTP/1.1\r\nHost: 127.0.0.1:${srv.port}\r\n`);
+    const ms = performance.now() - t0;
+    assert.ok(status === 408 || status === 0, `got ${status}`);
+    assert.ok(ms < 5000, `took ${ms} ms`);
+    await stillServes();
+  });
+
+  it("garbage bytes get a 400 and do not stop the server", T, async () => {
+    const status = await raw("\x00\x01\x02 not http at all\r\n\r\n");
+    assert.ok(status === 400 || status === 0, `got ${status}`);
+    await stillServes();
+  });
+});
