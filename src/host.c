@@ -540,6 +540,15 @@ void mb_host_set_pool(mb_host *h, mb_pool *pool)
 	h->pool = pool;
 }
 
+void mb_host_set_pii(mb_host *h, const mb_pii_detector *pii, const unsigned char *key)
+{
+	h->deps.pii = pii;
+	h->deps.pii_key = key;
+	lua_getglobal(h->L, "mb");
+	mb_pii_lua_open(h->L, pii, key);
+	lua_pop(h->L, 1);
+}
+
 void mb_host_set_history(mb_host *h, mb_history *history)
 {
 	h->history = history;

@@ -46,6 +46,10 @@ mb_host *mb_host_new(const mb_config *cfg, const mb_host_io *io, const mb_host_d
 /// Gives the host the pool it submits executions to.
 void mb_host_set_pool(mb_host *h, mb_pool *pool);
 
+/// Gives the host the PII detector and key (mb.pii_scan, mb.pii_sanitize, mb.pii_token) when
+/// they were not in its deps at creation (built on another thread meanwhile).
+void mb_host_set_pii(mb_host *h, const struct mb_pii_detector *pii, const unsigned char *key);
+
 /// Gives the host the execution log (history.h); before that mb.history_add does nothing.
 struct mb_history;
 void mb_host_set_history(mb_host *h, struct mb_history *history);

@@ -206,6 +206,22 @@ static void on_signal(uv_signal_t *h, int sig)
 	uv_timer_start(&s->drain, drain_check, 0, 20);
 }
 
+/* The PII detector (PCRE2 JIT of every rule, ~3 ms on a cold start) is built on its own thread
+ * while the store opens and the host loads: start-up is what a desktop client waits for. */
+typedef struct {
+	const mb_config *cfg;
+	mb_pii_detector *d;
+	unsigned char *key;
+	char err[1024];
+	int rc;
+} pii_build;
+
+static void build_pii(void *arg)
+{
+	pii_build *b = arg;
+	b->rc = mb_pii_from_config(b->cfg, &b->d, b->key, b->err, sizeof b->err);
+}
+
 int mb_server_run_stdio(const mb_config *cfg)
 {
 	mb_server *s = calloc(1, sizeof *s);
@@ -218,9 +234,16 @@ int mb_server_run_stdio(const mb_config *cfg)
 		return 1;
 	}
 	char err[1024], path[4200];
+	pii_build pb = { cfg, NULL, s->pii_key, "", 0 };
+	uv_thread_t pii_thread;
+	int pii_threaded = uv_thread_create(&pii_thread, build_pii, &pb) == 0;
+	if (!pii_threaded)
+		build_pii(&pb);
 	snprintf(path, sizeof path, "%s/moonbox.db", cfg->data_dir);
 	if (mb_store_open(&s->store, path, (int)cfg->store_busy_timeout_ms, err, sizeof err) != 0) {
 		mb_log(MB_LOG_CRIT, "store: %s", err);
+		if (pii_threaded)
+			uv_thread_join(&pii_thread);
 		return 1;
 	}
 	snprintf(path, sizeof path, "%s/workspaces", cfg->data_dir);
@@ -231,18 +254,22 @@ int mb_server_run_stdio(const mb_config *cfg)
 		mb_log(MB_LOG_CRIT, "workspaces: %s", err);
 		return 1;
 	}
-	if (mb_pii_from_config(cfg, &s->pii, s->pii_key, err, sizeof err) != 0) {
-		mb_log(MB_LOG_CRIT, "%s", err); /* the message names the option or file */
-		return 1;
-	}
-	mb_sandbox_pii_set(s->pii, s->pii_key); /* before any worker thread exists */
 	mb_host_io hio = { host_send, s };
-	mb_host_deps deps = { &s->loop, s->store, s->workspaces, s->pii, s->pii_key };
+	mb_host_deps deps = { &s->loop, s->store, s->workspaces, NULL, NULL };
 	s->host = mb_host_new(cfg, &hio, &deps);
+	if (pii_threaded)
+		uv_thread_join(&pii_thread);
 	if (!s->host) {
 		mb_store_close(s->store); /* no checkpoint into a refused file: see mb_store_migrate */
 		return 1;
 	}
+	if (pb.rc != 0) {
+		mb_log(MB_LOG_CRIT, "%s", pb.err); /* the message names the option or file */
+		return 1;
+	}
+	s->pii = pb.d;
+	mb_sandbox_pii_set(s->pii, s->pii_key); /* before any worker thread exists */
+	mb_host_set_pii(s->host, s->pii, s->pii_key);
 	/* after the host: its start-up applied the schema the writer needs */
 	snprintf(path, sizeof path, "%s/moonbox.db", cfg->data_dir);
 	s->history = mb_history_open(path, cfg->history_max_rows, (int)cfg->store_busy_timeout_ms,
