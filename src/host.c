@@ -16,6 +16,7 @@
 #include <time.h>
 
 #include "embedded.h"
+#include "arena.h"
 #include "codec.h"
 #include "host_fs.h"
 #include "history.h"
@@ -36,6 +37,8 @@ struct mb_host {
 	mb_host_io io;
 	mb_pool *pool;
 	mb_history *history;
+	mb_arena *arena;       /* the host state's allocator: size classes with free lists */
+	mb_arena_ud aud;
 	mb_host_deps deps;
 	mb_json_limits jl;
 	int ref_handle_line, ref_handle_oversize, ref_on_notify, ref_on_host_call, ref_waiting;
@@ -45,6 +48,14 @@ struct mb_host {
 	uint64_t cur_exchange;
 	int cur_pending, cur_answered;
 };
+
+/* An error outside any protected call in the host state: our own bug; say where and stop. */
+static int host_panic(lua_State *L)
+{
+	mb_log(MB_LOG_CRIT, "host: unprotected Lua error: %s",
+	       lua_type(L, -1) == LUA_TSTRING ? lua_tostring(L, -1) : "(not a string)");
+	return 0; /* Lua aborts after the panic function returns */
+}
 
 static mb_host *host_of(lua_State *L)
 {
@@ -579,7 +590,16 @@ mb_host *mb_host_new(const mb_config *cfg, const mb_host_io *io, const mb_host_d
 	h->jl.max_input_bytes = (size_t)cfg->max_message_bytes;
 	h->jl.max_output_bytes = (size_t)cfg->max_result_bytes * 3 + ((size_t)1 << 20);
 	h->jl.input_limit_name = "max_message_bytes";
-	lua_State *L = h->L = luaL_newstate();
+	/* The host state allocates and frees small blocks for every message (tables, strings, the
+	 * request coroutine): served from size-class free lists instead of malloc, which took a
+	 * fifth of the loop thread under load. 1 GiB of address space is reserved, not used;
+	 * blocks above 4 KiB and any overflow go to malloc. */
+	h->arena = mb_arena_new((size_t)1 << 30, (size_t)8 << 20);
+	h->aud.a = h->arena;
+	h->aud.b = NULL;
+	lua_State *L = h->L = h->arena ? lua_newstate(mb_arena_lua_alloc, &h->aud) : luaL_newstate();
+	if (L)
+		lua_atpanic(L, host_panic);
 	if (!L)
 		goto fail;
 	*(mb_budget **)lua_getextraspace(L) = NULL;
@@ -652,6 +672,7 @@ mb_host *mb_host_new(const mb_config *cfg, const mb_host_io *io, const mb_host_d
 fail:
 	if (h->L)
 		lua_close(h->L);
+	mb_arena_delete(h->arena);
 	free(h);
 	return NULL;
 }
@@ -681,5 +702,7 @@ void mb_host_free(mb_host *h)
 	if (!h)
 		return;
 	lua_close(h->L);
+	if (mb_arena_delete(h->arena) != 0)
+		mb_log(MB_LOG_ERROR, "host: blocks of the host state's arena outlived it");
 	free(h);
 }
