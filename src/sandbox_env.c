@@ -228,7 +228,7 @@ static int sb_print(lua_State *L)
 			luaL_addvalue(&b);
 		}
 		luaL_pushresult(&b);
-		mb_sandbox_pii_line(L);
+		mb_sandbox_pii_top(L);
 		size_t len;
 		const char *s = lua_tolstring(L, -1, &len);
 		mb_sandbox_output(c, s, len);

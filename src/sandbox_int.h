@@ -58,7 +58,6 @@ int mb_sandbox_pii_values(lua_State *L, int base, int msgh);
 /* the policy over the value at the top of the stack (error objects, log payloads, print
  * lines): replaced in place; withheld when it cannot be scanned; never raises */
 void mb_sandbox_pii_top(lua_State *L);
-void mb_sandbox_pii_line(lua_State *L);
 void mb_sandbox_pii_finish(mb_sandbox_ctx *c, mb_exec_result *res);
 void mb_sandbox_pii_free(mb_sandbox_ctx *c);
 void mb_sandbox_pii_thread_exit(void);

@@ -178,8 +178,9 @@ static int sanitize(mb_sandbox_ctx *c, const char *s, size_t len, mb_pii_result 
 }
 
 /* The policy's sanitize: a text longer than regex_max_subject_bytes is done in pieces cut at a
- * line end (else a space) near the limit, so a long result or error is tokenized, not refused.
- * A value split by a piece boundary would need to span that line end or space. Polls the budget
+ * line end (else a space or punctuation no detected value contains) near the limit, so a long
+ * result or error is tokenized, not refused. Only a text with none of those in the last 64 KiB
+ * before the limit is cut blindly, and a value could then be split. Polls the budget
  * between pieces. res gets the text and the total (its found list stays empty: the values are
  * in the execution's found set). */
 static int sanitize_chunked(mb_sandbox_ctx *c, const char *s, size_t len, mb_pii_result *res,
@@ -194,11 +195,12 @@ static int sanitize_chunked(mb_sandbox_ctx *c, const char *s, size_t len, mb_pii
 	while (pos < len) {
 		size_t n = len - pos;
 		if (n > max) {
+			/* cut after a line end, else after a byte no detected value contains */
 			size_t lo = max > 65536 ? max - 65536 : max / 2, k;
 			for (k = max; k > lo && s[pos + k - 1] != '\n'; k--)
 				;
 			if (k == lo)
-				for (k = max; k > lo && s[pos + k - 1] != ' '; k--)
+				for (k = max; k > lo && !strchr(" \t,;\"'<>()[]{}|", s[pos + k - 1]); k--)
 					;
 			n = k > lo ? k : max;
 		}
@@ -598,13 +600,6 @@ void mb_sandbox_pii_top(lua_State *L)
 	}
 }
 
-void mb_sandbox_pii_line(lua_State *L)
-{
-	mb_sandbox_ctx *c = mb_sandbox_ctx_of(L);
-	if (!c->req || !c->req->pii_policy || !detector || lua_type(L, -1) != LUA_TSTRING)
-		return;
-	mb_sandbox_pii_top(L);
-}
 
 void mb_sandbox_pii_finish(mb_sandbox_ctx *c, mb_exec_result *res)
 {

@@ -126,6 +126,18 @@ describe("texts above regex_max_subject_bytes", () => {
     });
   });
 
+  it("without line ends or spaces, a piece is cut after punctuation, not through an address", T, async () => {
+    await withClient(args, async (s) => {
+      // a blind cut at regex_max_subject_bytes would fall inside the address after the comma
+      const res = await exec(s, `return string.rep('a', ${LIMIT} - 6) .. ',${EMAIL},' .. string.rep('b', 2000)`);
+      const sc = res.structuredContent;
+      assert.equal(sc.success, true);
+      // the whole address became one token: no fragment of it is left before or after
+      assert.match(sc.result, /^a+,\[EMAIL_[0-9a-f]{8}\],b+$/);
+      assertAbsent(res, [EMAIL]);
+    });
+  });
+
   it("output and error text longer than the scan window are tokenized in pieces, never leaked", T, async () => {
     await withClient(args, async (s) => {
       const long = `'${EMAIL} ' .. string.rep(string.rep('a', 99) .. ' ', 50) .. '${EMAIL}'`;
