@@ -10,9 +10,9 @@
 # LUA_PKG selects the Lua 5.4 to link, e.g. `make LUA_PKG=lua54-custom`.
 
 LUA_PKG   ?= lua5.4
-PKGS      := $(LUA_PKG) libuv libpcre2-8 jansson sqlite3 libsodium
+PKGS      := $(LUA_PKG) libuv libpcre2-8 jansson sqlite3 libsodium libcurl
 DEB_PKGS  := liblua5.4-dev libuv1-dev libpcre2-dev libjansson-dev libsqlite3-dev libsodium-dev lua-cjson-dev \
-             libhttp-parser-dev pkg-config gcc make
+             libhttp-parser-dev libcurl4-openssl-dev pkg-config gcc make
 TEST_DEB_PKGS := valgrind clang libclang-rt-14-dev lua5.4 sqlite3 wrk
 
 CC        ?= gcc

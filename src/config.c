@@ -87,6 +87,13 @@ static const option options[] = {
 	I(http_read_timeout_ms, 10000, 100, 3600000, "time to read one request's headers and body; also the idle keep-alive timeout"),
 	I(http_max_connections, 1024, 1, 1000000, "open HTTP connections; more are answered 503 and closed"),
 	I(http_max_sessions, 10000, 1, 10000000, "live HTTP sessions; more initialize requests are answered 503"),
+	S(mcp_servers, "", "upstream MCP servers as a JSON object, the \"mcpServers\" block of the config file (docs/gateway.md)"),
+	I(upstream_timeout_ms, 60000, 1, 3600000, "one upstream tool call (a server's timeoutMs overrides it)"),
+	I(upstream_init_timeout_ms, 30000, 100, 3600000, "start and initialize of an upstream server"),
+	I(upstream_max_calls, 1000, 0, 100000000, "upstream tool calls per execution, all servers together"),
+	I(upstream_max_parallel, 64, 1, 10000, "calls of one mcp.parallel in flight at once (the rest wait their turn)"),
+	I(upstream_restart_max_ms, 30000, 100, 3600000, "longest pause between restarts of a failing upstream"),
+	I(upstream_shutdown_grace_ms, 2000, 0, 60000, "at shutdown, time an upstream child gets after SIGTERM before SIGKILL"),
 };
 #define NOPTS (sizeof options / sizeof options[0])
 
@@ -185,7 +192,8 @@ static int load_file(mb_config *cfg, const char *path, int required)
 	const char *key;
 	json_t *val;
 	json_object_foreach(root, key, val) {
-		const option *o = find_option(key);
+		/* "mcpServers", as in desktop agent configs, is the file's name for mcp_servers */
+		const option *o = find_option(strcmp(key, "mcpServers") == 0 ? "mcp_servers" : key);
 		char source[4200];
 		snprintf(source, sizeof source, "config file %s", path);
 		if (!o || strcmp(key, "config_file") == 0) {
@@ -374,9 +382,10 @@ void mb_config_dump(const mb_config *cfg, void *file)
 		if (o->type == OPT_INT)
 			fprintf(f, "moonbox: config %s = %lld\n", o->name,
 				(long long)*(const int64_t *)((const char *)cfg + o->offset));
-		else if (strcmp(o->name, "http_tokens") == 0) /* secrets stay out of logs */
+		else if (strcmp(o->name, "http_tokens") == 0 || strcmp(o->name, "mcp_servers") == 0)
+			/* secrets (tokens, upstream headers and env) stay out of logs */
 			fprintf(f, "moonbox: config %s = %s\n", o->name,
-				cfg->http_tokens[0] ? "(set, not shown)" : "");
+				((const char *)cfg + o->offset)[0] ? "(set, not shown)" : "");
 		else
 			fprintf(f, "moonbox: config %s = %s\n", o->name, (const char *)cfg + o->offset);
 	}

@@ -78,6 +78,15 @@ typedef struct mb_config {
 	int64_t http_read_timeout_ms;
 	int64_t http_max_connections;
 	int64_t http_max_sessions;
+
+	/* upstream MCP servers (lua/mcp/upstream.lua, docs/gateway.md) */
+	char mcp_servers[65536];        /* JSON object: the "mcpServers" block of the config file */
+	int64_t upstream_timeout_ms;    /* one upstream call, unless the server sets timeoutMs */
+	int64_t upstream_init_timeout_ms;
+	int64_t upstream_max_calls;     /* upstream calls per execution, all servers together */
+	int64_t upstream_max_parallel;  /* calls of one mcp.parallel in flight at once */
+	int64_t upstream_restart_max_ms;/* longest pause between restarts of a failing upstream */
+	int64_t upstream_shutdown_grace_ms;
 } mb_config;
 
 /* Fills cfg from defaults, config file, environment and argv. Returns 0, 1 when the program

@@ -358,7 +358,13 @@ static void push_config(lua_State *L, const mb_config *c)
 	CI(max_skill_bytes); CI(workspace_max_file_bytes); CI(workspace_max_bytes);
 	CI(workspace_max_files); CI(history_max_rows); CI(max_host_calls); CI(max_queue_bytes);
 	CI(max_abandoned); CI(pii_policy); CI(pii_restore);
+	CI(upstream_timeout_ms); CI(upstream_init_timeout_ms); CI(upstream_max_calls);
+	CI(upstream_max_parallel); CI(upstream_restart_max_ms); CI(upstream_shutdown_grace_ms);
 #undef CI
+	lua_pushstring(L, c->mcp_servers);
+	lua_setfield(L, -2, "mcp_servers");
+	lua_pushstring(L, c->config_file);
+	lua_setfield(L, -2, "config_file");
 	lua_pushstring(L, c->skills_dir);
 	lua_setfield(L, -2, "skills_dir");
 	lua_pushstring(L, c->catalog_dir);
@@ -695,6 +701,26 @@ void mb_host_shutdown(mb_host *h)
 		lua_pop(L, 1);
 	}
 	mb_host_uv_close_all(L);
+}
+
+char *mb_host_metrics(mb_host *h)
+{
+	lua_State *L = h->L;
+	lua_getglobal(L, "metrics_text");
+	if (!lua_isfunction(L, -1)) {
+		lua_pop(L, 1);
+		return NULL;
+	}
+	if (lua_pcall(L, 0, 1, 0) != LUA_OK) {
+		mb_log(MB_LOG_ERROR, "host: metrics_text: %s", lua_tostring(L, -1));
+		lua_pop(L, 1);
+		return NULL;
+	}
+	size_t len;
+	const char *text = lua_tolstring(L, -1, &len);
+	char *out = text && len ? strndup(text, len) : NULL;
+	lua_pop(L, 1);
+	return out;
 }
 
 void mb_host_free(mb_host *h)

@@ -81,6 +81,10 @@ void mb_host_job_done(mb_host *h, uint64_t job, const mb_exec_result *res);
 /// Requests still being handled (suspended coroutines).
 size_t mb_host_inflight(mb_host *h);
 
+/// Prometheus text the host Lua adds to /metrics (the global `metrics_text`: upstream servers).
+/// @returns a malloc'd NUL-terminated string the caller frees, or NULL when there is none
+char *mb_host_metrics(mb_host *h);
+
 /// Stops timers and watchers and flushes buffered history (before the loop's last run).
 void mb_host_shutdown(mb_host *h);
 

@@ -9,6 +9,7 @@
 
 #include <signal.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "history.h"
 #include "http.h"
@@ -39,6 +40,7 @@ typedef struct mb_server {
 	uv_timer_t drain;           /* after a signal: waits for in-flight requests */
 	uint64_t drain_until;
 	char metrics[1024];
+	char *metrics_all;          /* metrics plus the host's text; freed at the next /metrics */
 	int eof;
 	int closing;
 	size_t pause_at;   /* executions in flight at which stdin reading pauses */
@@ -172,7 +174,19 @@ static const char *http_metrics(void *ud)
 		 "moonbox_queued_executions %zu\n",
 		 (unsigned long long)st.submitted, (unsigned long long)st.completed,
 		 (unsigned long long)st.refused, st.busy, st.workers, st.abandoned, st.queued);
-	return s->metrics;
+	free(s->metrics_all);
+	s->metrics_all = NULL;
+	char *extra = mb_host_metrics(s->host);
+	if (!extra)
+		return s->metrics;
+	size_t a = strlen(s->metrics), b = strlen(extra);
+	s->metrics_all = malloc(a + b + 1);
+	if (s->metrics_all) {
+		memcpy(s->metrics_all, s->metrics, a);
+		memcpy(s->metrics_all + a, extra, b + 1);
+	}
+	free(extra);
+	return s->metrics_all ? s->metrics_all : s->metrics;
 }
 
 /* After a signal: once no request is in flight (or the longest execution plus its grace has
@@ -316,6 +330,7 @@ int mb_server_run_stdio(const mb_config *cfg)
 	if (!s->stuck)
 		mb_pii_detector_free(s->pii); /* a stuck worker may still be scanning */
 	mb_workspaces_free(s->workspaces);
+	free(s->metrics_all);
 	if (uv_loop_close(&s->loop) != 0)
 		mb_log(MB_LOG_DEBUG, "loop closed with handles still open (stuck worker threads)");
 	free(s);

@@ -774,6 +774,7 @@ int mb_sandbox_env_open(lua_State *L)
 	mb_sandbox_host_open(L); /* require, skills, save_skill, load_skill, list_skills */
 	mb_sandbox_pii_open(L);  /* pii.scan, tokenize_pii, detokenize_pii */
 	mb_sandbox_ws_open(L); /* read_file, write_file, list_files, ..., json.read_file/write_file */
+	mb_sandbox_mcp_open(L); /* servers.<server>.<tool>, mcp.call, mcp.parallel */
 
 	/* loaded libraries stay reachable only through globals */
 	lua_pop(L, 1);

@@ -66,4 +66,8 @@ void mb_sandbox_pii_thread_exit(void);
 /// the globals table at the top of the stack.
 int mb_sandbox_host_open(lua_State *L);
 
+/// Adds servers (upstream MCP tools), mcp.call and mcp.parallel (sandbox_mcp.c) to the globals
+/// table at the top of the stack; after the coroutine library and the mcp table are in place.
+int mb_sandbox_mcp_open(lua_State *L);
+
 #endif

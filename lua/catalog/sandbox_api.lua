@@ -317,8 +317,9 @@ return {
 
     ["sandbox.mcp"] = {
       kind = "function",
-      description = "Talking to the MCP client from inside execute_code: log messages and progress "
-        .. "notifications while code runs.",
+      description = "Talking to MCP from inside execute_code: log messages and progress "
+        .. "notifications to the client, sampling and elicitation, and calls to the tools of "
+        .. "upstream MCP servers (servers.<server>.<tool>(args), mcp.call, mcp.parallel).",
       tools = {
         ["mcp.log"] = {
           signature = "mcp.log(level, data)",
@@ -358,6 +359,40 @@ return {
           use_cases = { "classify or summarise text with the client's model from inside code" },
           example = 'local r = mcp.sample({ messages = { { role = "user", content = { type = "text", '
             .. 'text = "Label: " .. line } } }, maxTokens = 20 })\nreturn r.content.text',
+        },
+        ["mcp.call"] = {
+          signature = "mcp.call(server, tool, args)",
+          description = "Call a tool of an upstream MCP server configured in mcpServers (the same "
+            .. "as servers.<server>.<tool>(args), for names that are not Lua identifiers). Returns "
+            .. "the tool's structuredContent, else its text decoded as JSON when it is JSON, else "
+            .. "the text, else the content blocks. A tool error raises a Lua error with the tool's "
+            .. "message (catch it with pcall). Upstream tools are listed by search_tools under "
+            .. "the server's name.",
+          parameters = {
+            P("server", "string", "the server name from mcpServers"),
+            P("tool", "string", "the exact tool name"),
+            P("args", "table", "the tool's arguments", true),
+          },
+          returns = "the tool's value (see description)",
+          use_cases = { "call a tool of another MCP server and filter its result in Lua",
+                        "chain tools of several servers without sending the data to the model" },
+          example = 'local files = mcp.call("filesystem", "list_directory", { path = "/data" })\n'
+            .. 'return #files',
+        },
+        ["mcp.parallel"] = {
+          signature = "mcp.parallel(list)",
+          description = "Run several upstream calls at once and return their results in order. "
+            .. "Items are {server, tool, args} tables or functions that make calls (each function "
+            .. "runs as its own task; its calls overlap with the others'). The first failure "
+            .. "raises; wrap calls in pcall inside a function to keep going.",
+          parameters = {
+            P("list", "table", "array of {server, tool, args} and/or functions"),
+          },
+          returns = "array of results (a function's first return value)",
+          use_cases = { "fetch many items concurrently", "fan out one query to several servers" },
+          example = 'local r = mcp.parallel({\n  { "weather", "get_forecast", { city = "Oslo" } },\n'
+            .. '  function() return servers.weather.get_forecast({ city = "Lima" }).temp end,\n})\n'
+            .. 'return { oslo = r[1], lima = r[2] }',
         },
         ["mcp.elicit"] = {
           signature = "mcp.elicit(params)",

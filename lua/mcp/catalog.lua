@@ -490,6 +490,17 @@ function M.remove(source)
   return with_resolve(remove_source, source)
 end
 
+-- Names of the sources imported with catalog.import whose name starts with prefix.
+function M.sources(prefix)
+  ensure_started()
+  if not state.ready then return {} end
+  local out = {}
+  for _, r in ipairs(mb.db.query("SELECT source FROM catalog_sources ORDER BY source")) do
+    if r.source:sub(1, #prefix) == prefix then out[#out + 1] = r.source end
+  end
+  return out
+end
+
 -- Counts for get_execution_stats.
 function M.counts()
   local db = mb.db

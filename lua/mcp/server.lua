@@ -108,7 +108,7 @@ function methods.initialize(params, request)
       name = "moonbox", title = "moonbox", version = mb.version,
       description = "Code-execution MCP server: Lua 5.4 in a hardened sandbox",
     },
-    instructions = INSTRUCTIONS,
+    instructions = tools.upstream.instructions(INSTRUCTIONS),
   }
 end
 
@@ -263,6 +263,7 @@ function request_mt:execute(spec)
   local res = mb.wait(job)
   by_job[job] = nil
   self:abandon_client_requests()
+  tools.upstream.abandon(self.entry) -- cancels its upstream calls still in flight
   self.entry.job = nil
   tools.history.add(self.tenant, started, spec, res)
   if res.pii_found then tools.pii.after_execution(self.tenant, res) end -- vault, before the answer
@@ -468,7 +469,13 @@ function on_session_end(sid)
 end
 
 function on_shutdown()
+  tools.upstream.shutdown() -- stdin closed, SIGTERM, SIGKILL after upstream_shutdown_grace_ms
   tools.history.flush()
+end
+
+-- Prometheus text the host adds to /metrics (upstream servers).
+function metrics_text()
+  return tools.upstream.metrics_text()
 end
 
 function handle_oversize(bytes)

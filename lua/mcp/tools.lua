@@ -334,5 +334,6 @@ require("mcp.skill_tools").init(M)
 require("mcp.workspace_tools").init(M)
 require("mcp.skill_publish").init(M)
 require("mcp.catalog").init(M)
+require("mcp.upstream").init(M)
 
 return M

@@ -1,0 +1,696 @@
+-- mcp/upstream.lua - moonbox as an MCP client of the servers in "mcpServers": the gateway.
+--
+-- Each configured server gets a client object that starts its transport
+-- (mcp/upstream_transport.lua), initializes, lists its tools (every page) into the catalog
+-- (category = server name) and then serves `tools/call` for sandbox code: host calls
+-- `upstream_call` (servers.<server>.<tool>(args), mcp.call) and `upstream_batch` (mcp.parallel)
+-- arrive here, run in coroutines that yield until the upstream answers, and reply with the
+-- tool's value or an error the sandbox raises.
+--
+-- Supervision: a client is starting, ready, or in backoff after a failure (the process exited,
+-- initialize failed or timed out, a ping after a timed-out call went unanswered). In backoff it
+-- restarts after 250 ms doubling up to upstream_restart_max_ms; calls meanwhile fail at once with
+-- the reason and the time of the next attempt. A client's callbacks carry the generation they
+-- were made for, so nothing from a replaced connection touches the new one.
+--
+-- Calls respect the execution: upstream_max_calls and a server's maxCalls bound them, the
+-- server's timeoutMs (else upstream_timeout_ms) bounds each, and when the execution ends
+-- (deadline, cancellation, error) its calls still in flight are cancelled upstream
+-- (notifications/cancelled). With the PII policy on, tokens in the arguments are restored from
+-- the tenant's vault here, on the way to the upstream only; what comes back goes to the sandbox
+-- and leaves it through the execution's policy like any other value.
+
+local mb = mb
+local null = mb.null
+local cfg = mb.config
+local sfmt = string.format
+local ucfg = require("mcp.upstream_config")
+local transport = require("mcp.upstream_transport")
+
+local M = { by_name = {}, by_ident = {}, list = {} }
+local tools, catalog, text -- set by init
+
+local PROTOCOL = "2025-11-25"
+local MAX_TOOLS, MAX_PAGES = 10000, 1000
+
+local function is_object(v) return type(v) == "table" and getmetatable(v) ~= "json.array" end
+
+local function errtext(err)
+  if type(err) == "table" then
+    local m = tostring(err.message or "error")
+    if math.type(err.code) == "integer" and err.code ~= -32000 and err.code ~= -32001 then
+      m = sfmt("%s (JSON-RPC error %d)", m, err.code)
+    end
+    return m
+  end
+  return tostring(err)
+end
+
+local function resume(co, ...)
+  local ok, err = coroutine.resume(co, ...)
+  if not ok then mb.log("error", "upstream: " .. tostring(err)) end
+end
+
+---------------------------------------------------------------------------------------------
+-- one upstream server
+
+local S = {}
+S.__index = S
+
+function S:log(level, fmt, ...)
+  mb.log(level, sfmt("upstream %s: " .. fmt, self.name, ...))
+end
+
+-- Sends a request and yields until its answer, a timeout or a failure; result | nil, err table.
+-- opts: on_progress(params), id_out (a table whose .id is set to the request id).
+function S:request(method, params, timeout_ms, opts)
+  opts = opts or {}
+  if not self.t then return nil, { message = "not connected" } end
+  self.next_id = self.next_id + 1
+  local id = self.next_id
+  local msg = { jsonrpc = "2.0", id = id, method = method, params = params }
+  local p = { co = coroutine.running(), msg = msg, method = method, on_progress = opts.on_progress,
+              progress_token = opts.progress_token }
+  local ok, err = self.t:send(msg)
+  if not ok then return nil, { message = "cannot send: " .. tostring(err) } end
+  self.pending[id] = p
+  if p.progress_token ~= nil then self.progress[p.progress_token] = p end
+  opts.id = id
+  p.timer = mb.timer(timeout_ms, function() self:timed_out(id, timeout_ms) end)
+  local resp = coroutine.yield()
+  if resp.error ~= nil then return nil, resp.error end
+  return resp.result
+end
+
+-- Ends the wait of request id with resp (a JSON-RPC response table).
+function S:settle(id, resp)
+  local p = self.pending[id]
+  if not p then return end
+  self.pending[id] = nil
+  if p.progress_token ~= nil then self.progress[p.progress_token] = nil end
+  if p.timer then p.timer:stop() end
+  resume(p.co, resp)
+end
+
+function S:notify(method, params)
+  if self.t then self.t:send({ jsonrpc = "2.0", method = method, params = params }) end
+end
+
+function S:cancel_request(id, reason)
+  if not self.pending[id] then return end
+  self:notify("notifications/cancelled", { requestId = id, reason = reason })
+  self:settle(id, { error = { code = -32001, message = reason } })
+end
+
+function S:timed_out(id, ms)
+  local p = self.pending[id]
+  if not p then return end
+  p.timer = nil
+  self.timeouts = self.timeouts + 1
+  local limit = p.method == "tools/call" and sfmt("timeoutMs of mcpServers.%s, else upstream_timeout_ms", self.name)
+    or "upstream_init_timeout_ms"
+  self:cancel_request(id, sfmt("no answer to %s within %d ms (%s)", p.method, ms, limit))
+  if p.method == "tools/call" then self:probe() end
+end
+
+-- After a call timed out: is the server alive at all? One ping; no answer means hung: restart.
+function S:probe()
+  if self.probing or self.state ~= "ready" then return end
+  self.probing = true
+  local gen = self.generation
+  coroutine.wrap(function()
+    local _, err = self:request("ping", {}, math.min(10000, cfg.upstream_init_timeout_ms))
+    self.probing = false
+    if err and gen == self.generation then
+      self:failed("did not answer a ping after a call timed out (hung?): " .. errtext(err))
+    end
+  end)()
+end
+
+function S:fail_pending(reason)
+  local ids = {}
+  for id in pairs(self.pending) do ids[#ids + 1] = id end
+  table.sort(ids)
+  for _, id in ipairs(ids) do self:settle(id, { error = { code = -32000, message = reason } }) end
+end
+
+function S:wake_waiters()
+  local w = self.waiters
+  self.waiters = {}
+  for _, co in ipairs(w) do resume(co) end
+end
+
+-- Why calls cannot be made now, for an agent to act on.
+function S:unavailable()
+  if self.state == "backoff" then
+    return sfmt("upstream server %q is not available: %s; restarting (attempt %d) in %d ms",
+      self.name, tostring(self.last_error), self.failures + 1,
+      math.max(0, math.floor(self.retry_at - mb.now_ms())))
+  elseif self.state == "disabled" then
+    return sfmt("upstream server %q is disabled in mcpServers", self.name)
+  elseif self.state == "stopped" then
+    return sfmt("upstream server %q is stopped (moonbox is shutting down)", self.name)
+  end
+  return sfmt("upstream server %q is %s", self.name, self.state)
+end
+
+function S:failed(reason)
+  if self.state == "stopped" then return end
+  self:log("warning", "%s", reason)
+  self.last_error = reason
+  self.failures = self.failures + 1
+  self.generation = self.generation + 1
+  local t = self.t
+  self.t = nil
+  self.pid = nil
+  if t then t:close(0) end
+  self.resend = {}
+  self.state = "backoff"
+  self:fail_pending(sfmt("upstream server %q failed: %s", self.name, reason))
+  local delay = math.min(cfg.upstream_restart_max_ms, 250 * 2 ^ math.min(self.failures - 1, 20))
+  delay = math.floor(delay)
+  self.retry_at = mb.now_ms() + delay
+  self.restart_timer = mb.timer(delay, function()
+    self.restart_timer = nil
+    self.restarts = self.restarts + 1
+    self:start()
+  end)
+  self:wake_waiters()
+end
+
+local function valid_tool(t)
+  return is_object(t) and type(t.name) == "string" and t.name ~= "" and #t.name <= 256
+    and not t.name:find("[%c]") and not t.name:find("^%s") and not t.name:find("%s$")
+end
+
+-- Lists every page of tools; imports the callable ones into the catalog.
+function S:refresh_tools(gen)
+  local list, seen, cursor = {}, {}, nil
+  for _ = 1, MAX_PAGES do
+    local r, err = self:request("tools/list", cursor and { cursor = cursor } or {}, cfg.upstream_init_timeout_ms)
+    if gen ~= self.generation then return nil end
+    if not r then return nil, "tools/list: " .. errtext(err) end
+    if not is_object(r) or type(r.tools) ~= "table" then return nil, "tools/list: the result has no tools array" end
+    for _, t in ipairs(r.tools) do
+      if not valid_tool(t) then
+        self:log("warning", "tools/list: skipped a tool without a usable name")
+      elseif seen[t.name] then
+        self:log("warning", "tools/list: tool %q listed twice; the first kept", t.name)
+      elseif #list >= MAX_TOOLS then
+        self:log("warning", "tools/list: more than %d tools; the rest ignored", MAX_TOOLS)
+        break
+      else
+        seen[t.name] = true
+        list[#list + 1] = t
+      end
+    end
+    cursor = r.nextCursor
+    if type(cursor) ~= "string" or cursor == "" then break end
+  end
+  local by_name, by_ident, shown = {}, {}, {}
+  for _, t in ipairs(list) do
+    by_name[t.name] = t
+    local id = ucfg.ident(t.name)
+    if by_ident[id] == nil then by_ident[id] = t else by_ident[id] = false end -- false: ambiguous
+    if not ucfg.refusal(self.spec, t) then
+      shown[#shown + 1] = { name = t.name, title = type(t.title) == "string" and t.title or nil,
+        description = type(t.description) == "string" and t.description or "",
+        inputSchema = is_object(t.inputSchema) and t.inputSchema or nil,
+        outputSchema = is_object(t.outputSchema) and t.outputSchema or nil,
+        annotations = is_object(t.annotations) and t.annotations or nil }
+    end
+  end
+  self.tools, self.tool_by_name, self.tool_by_ident = list, by_name, by_ident
+  self.callable = #shown
+  local info = is_object(self.server_info) and self.server_info or {}
+  local desc = type(self.instructions) == "string" and self.instructions:sub(1, 500)
+    or sfmt("tools of the upstream MCP server %s (%s)", self.name, tostring(info.name or "?"))
+  local ok, err = catalog.import("upstream:" .. self.name,
+    { server = self.name, description = desc, tools = mb.array(shown) }, "mcpServers." .. self.name)
+  if not ok then self:log("warning", "catalog: %s", tostring(err)) end
+  return true
+end
+
+local function handlers(self, gen)
+  local h = {}
+  function h.message(msg)
+    if gen ~= self.generation then return end
+    if msg.method == nil then
+      if msg.id ~= nil then self:settle(msg.id, msg) end
+      return
+    end
+    if msg.id ~= nil then -- a request from the upstream: only ping is served
+      if msg.method == "ping" then
+        self.t:send({ jsonrpc = "2.0", id = msg.id, result = {} })
+      else
+        self.t:send({ jsonrpc = "2.0", id = msg.id, error = { code = -32601,
+          message = "moonbox does not serve " .. tostring(msg.method) .. " to upstream servers" } })
+      end
+      return
+    end
+    local params = is_object(msg.params) and msg.params or {}
+    if msg.method == "notifications/tools/list_changed" then
+      self:schedule_refresh()
+    elseif msg.method == "notifications/progress" then
+      local p = params.progressToken ~= nil and self.progress[params.progressToken]
+      if p and p.on_progress then p.on_progress(params) end
+    elseif msg.method == "notifications/message" then
+      local data = params.data
+      if type(data) ~= "string" then data = select(2, pcall(mb.json_encode, data)) end
+      self:log("info", "[%s] %s", tostring(params.level), tostring(data):sub(1, 2000))
+    end
+  end
+  function h.closed(reason)
+    if gen ~= self.generation then return end
+    self:failed(reason)
+  end
+  function h.bad(what)
+    if gen ~= self.generation then return end
+    self:log("warning", "%s", what)
+  end
+  function h.stderr(line)
+    if gen ~= self.generation then return end
+    local now = mb.now_ms()
+    if now - self.stderr_window > 10000 then
+      if self.stderr_dropped > 0 then self:log("info", "(%d stderr lines not logged)", self.stderr_dropped) end
+      self.stderr_window, self.stderr_count, self.stderr_dropped = now, 0, 0
+    end
+    self.stderr_count = self.stderr_count + 1
+    if self.stderr_count <= 50 then
+      self:log("info", "stderr: %s", line)
+    else
+      self.stderr_dropped = self.stderr_dropped + 1
+    end
+  end
+  function h.session_expired(msg)
+    -- HTTP 404 to our session: the server forgot it. Initialize again, then send msg again.
+    if not self.pending[msg.id] then return end
+    if self.state == "ready" and gen ~= self.generation then -- already re-initialized
+      return self.t:send(msg)
+    end
+    self.resend[#self.resend + 1] = msg
+    if self.state == "ready" and gen == self.generation then
+      self:log("info", "session expired (HTTP 404); initializing a new one")
+      self.generation = self.generation + 1
+      local t = self.t
+      self.t = nil
+      if t then t:close(0) end
+      self:start()
+    end
+  end
+  return h
+end
+
+function S:schedule_refresh()
+  if self.refresh_timer then return end
+  self.refresh_timer = mb.timer(100, function()
+    self.refresh_timer = nil
+    if self.state ~= "ready" then return end
+    local gen = self.generation
+    coroutine.wrap(function()
+      local ok, err = self:refresh_tools(gen)
+      if ok then
+        self:log("info", "tools changed: %d tools", #self.tools)
+      elseif err then
+        self:log("warning", "%s", err)
+      end
+    end)()
+  end)
+end
+
+function S:start()
+  self.generation = self.generation + 1
+  local gen = self.generation
+  self.state = "starting"
+  local t, err = transport.open(self.spec, handlers(self, gen))
+  if not t then return self:failed("cannot start: " .. tostring(err)) end
+  self.t, self.pid = t, t.pid
+  self:log("info", "starting (%s%s)", self.spec.transport, t.pid and (", pid " .. t.pid) or "")
+  coroutine.wrap(function()
+    local r, ierr = self:request("initialize", {
+      protocolVersion = PROTOCOL, capabilities = {},
+      clientInfo = { name = "moonbox", title = "moonbox gateway", version = mb.version },
+    }, cfg.upstream_init_timeout_ms)
+    if gen ~= self.generation then return end
+    if not r then return self:failed("initialize: " .. errtext(ierr)) end
+    if not is_object(r) or type(r.protocolVersion) ~= "string" then
+      return self:failed("initialize: the answer has no protocolVersion")
+    end
+    self.protocol = r.protocolVersion
+    t.protocol = r.protocolVersion
+    self.server_info = r.serverInfo
+    self.instructions = r.instructions
+    self:notify("notifications/initialized", {})
+    local ok, lerr = self:refresh_tools(gen)
+    if gen ~= self.generation then return end
+    if not ok then return self:failed(lerr) end
+    self.state = "ready"
+    self.ready_since = mb.now_ms()
+    self:log("info", "ready: %s %s, protocol %s, %d tools (%d callable from code)",
+      tostring(is_object(r.serverInfo) and r.serverInfo.name or "?"),
+      tostring(is_object(r.serverInfo) and r.serverInfo.version or "?"), r.protocolVersion,
+      #self.tools, self.callable)
+    if t.listen then t:listen() end
+    local again = self.resend
+    self.resend = {}
+    for _, msg in ipairs(again) do
+      if self.pending[msg.id] then t:send(msg) end
+    end
+    -- a server that stays up 30 s has recovered: the next failure restarts quickly again
+    mb.timer(30000, function()
+      if gen == self.generation and self.state == "ready" then self.failures = 0 end
+    end)
+    self:wake_waiters()
+  end)()
+end
+
+-- Waits (yields) until a starting server is ready or failed; bounded by the init timeout.
+function S:wait_ready()
+  local co = coroutine.running()
+  self.waiters[#self.waiters + 1] = co
+  coroutine.yield()
+end
+
+---------------------------------------------------------------------------------------------
+-- calls from sandbox code
+
+local function content_text(content)
+  if type(content) ~= "table" then return nil end
+  local parts = {}
+  for _, b in ipairs(content) do
+    if is_object(b) and b.type == "text" and type(b.text) == "string" then parts[#parts + 1] = b.text end
+  end
+  if #parts == 0 then return nil end
+  return table.concat(parts, "\n"), #parts == #content
+end
+
+-- structuredContent, else the text decoded as JSON when it is JSON, else the text, else blocks.
+local function result_value(r)
+  if not is_object(r) then return null end
+  if r.structuredContent ~= nil and r.structuredContent ~= null then return r.structuredContent end
+  local txt, all_text = content_text(r.content)
+  if txt and all_text then
+    local first = txt:match("^%s*(.)")
+    if first == "{" or first == "[" or first == "\"" or first == "-" or (first and first:find("[%dtfn]")) then
+      local v = mb.json_decode(txt)
+      if v ~= nil then return v end
+    end
+    return txt
+  end
+  if type(r.content) == "table" then return r.content end
+  return null
+end
+
+local function resolve_server(name)
+  if type(name) ~= "string" then return nil, "the server name must be a string" end
+  local s = M.by_name[name] or M.by_ident[name]
+  if s then return s end
+  local names = {}
+  for _, x in ipairs(M.list) do names[#names + 1] = x.name end
+  if #names == 0 then
+    return nil, sfmt("unknown upstream server %q: no servers are configured (mcpServers, docs/gateway.md)", name)
+  end
+  return nil, sfmt("unknown upstream server %q; configured: %s", name, table.concat(names, ", "))
+end
+
+local function resolve_tool(s, name)
+  if type(name) ~= "string" then return nil, "the tool name must be a string" end
+  local t = s.tool_by_name[name]
+  if t then return t end
+  t = s.tool_by_ident[name]
+  if t then return t end
+  if t == false then
+    local same = {}
+    for _, x in ipairs(s.tools) do if ucfg.ident(x.name) == name then same[#same + 1] = sfmt("%q", x.name) end end
+    return nil, sfmt("servers.%s.%s is ambiguous (tools %s); use mcp.call(%q, <exact name>, args)",
+      s.ident, name, table.concat(same, ", "), s.name)
+  end
+  local best = {}
+  for _, x in ipairs(s.tools) do
+    local d = text.levenshtein(name:lower(), x.name:lower(), 4)
+    if d <= 4 and not ucfg.refusal(s.spec, x) then best[#best + 1] = { d = d, n = x.name } end
+  end
+  table.sort(best, function(a, b) return a.d < b.d or (a.d == b.d and a.n < b.n) end)
+  local hint = ""
+  if #best > 0 then
+    local names = {}
+    for i = 1, math.min(3, #best) do names[i] = best[i].n end
+    hint = "; did you mean " .. table.concat(names, ", ") .. "?"
+  end
+  return nil, sfmt("server %q has no tool %q%s (search_tools lists them)", s.name, name, hint)
+end
+
+-- Tokens from the model become the values again, inside strings anywhere in args.
+local function restore(tenant, v, depth)
+  if type(v) == "string" then
+    if v:find("[", 1, true) then return (tools.pii.restore(tenant, v)) end
+    return v
+  end
+  if type(v) ~= "table" or depth > 200 then return v end
+  local out = setmetatable({}, getmetatable(v))
+  for k, x in pairs(v) do
+    local nk = type(k) == "string" and restore(tenant, k, depth + 1) or k
+    out[nk] = restore(tenant, x, depth + 1)
+  end
+  return out
+end
+
+-- One tools/call for an execution. Returns { v = value } | nil, message.
+function M.call(request, sname, tname, args)
+  local e = request.entry
+  if e.ended then return nil, "the execution has ended" end
+  local s, err = resolve_server(sname)
+  if not s then return nil, err end
+  e.upstream_calls = (e.upstream_calls or 0) + 1
+  if e.upstream_calls > cfg.upstream_max_calls then
+    return nil, sfmt("too many upstream calls in one execution (upstream_max_calls=%d)", cfg.upstream_max_calls)
+  end
+  e.upstream_by = e.upstream_by or {}
+  local n = (e.upstream_by[s.name] or 0) + 1
+  e.upstream_by[s.name] = n
+  if s.spec.max_calls and n > s.spec.max_calls then
+    return nil, sfmt("too many calls to server %q in one execution (mcpServers.%s.maxCalls=%d)",
+      s.name, s.name, s.spec.max_calls)
+  end
+  if s.state == "starting" then
+    s:wait_ready()
+    if e.ended then return nil, "the execution has ended" end
+  end
+  if s.state ~= "ready" then
+    s.rejected = s.rejected + 1
+    return nil, s:unavailable()
+  end
+  local tool
+  tool, err = resolve_tool(s, tname)
+  if not tool then return nil, err end
+  local why = ucfg.refusal(s.spec, tool)
+  if why then return nil, why end
+  if args == nil or args == null then args = {} end
+  if type(args) ~= "table" or (getmetatable(args) == "json.array" and next(args) ~= nil) then
+    return nil, sfmt("%s.%s: arguments must be a table of named fields", s.name, tool.name)
+  end
+  if getmetatable(args) == "json.array" then args = {} end
+  if cfg.pii_policy == 1 then args = restore(request.tenant, args, 0) end
+  local params = { name = tool.name, arguments = args }
+  local opts = {}
+  if e.progress_token ~= nil then
+    M.progress_seq = M.progress_seq + 1
+    opts.progress_token = "mb-" .. M.progress_seq
+    params._meta = { progressToken = opts.progress_token }
+    opts.on_progress = function(p)
+      if e.ended or math.type(p.progress) == nil then return end
+      local msg = sfmt("%s.%s", s.name, tool.name)
+      if type(p.message) == "string" then msg = msg .. ": " .. tools.pii.outbound(request.tenant, p.message) end
+      request:progress(p.progress, type(p.total) == "number" and p.total or nil, msg)
+    end
+  end
+  e.upstream_pending = e.upstream_pending or {}
+  e.upstream_pending[opts] = s
+  s.calls = s.calls + 1
+  s.inflight = s.inflight + 1
+  local t0 = mb.now_ms()
+  local r
+  r, err = s:request("tools/call", params, s.spec.timeout_ms, opts)
+  s.inflight = s.inflight - 1
+  s.call_ms = s.call_ms + (mb.now_ms() - t0)
+  e.upstream_pending[opts] = nil
+  if not r then
+    s.errors = s.errors + 1
+    return nil, sfmt("%s.%s: %s", s.name, tool.name, errtext(err))
+  end
+  if is_object(r) and r.isError == true then
+    s.tool_errors = s.tool_errors + 1
+    return nil, sfmt("%s.%s: %s", s.name, tool.name, content_text(r.content) or "the tool reported an error")
+  end
+  return { v = result_value(r) }
+end
+
+-- The execution ended: cancel its calls still in flight.
+function M.abandon(entry)
+  entry.ended = true
+  for opts, s in pairs(entry.upstream_pending or {}) do
+    if opts.id then s:cancel_request(opts.id, "the execution that made this call ended") end
+  end
+  entry.upstream_pending = nil
+end
+
+-- Several calls at once, at most upstream_max_parallel in flight; results in order, each
+-- { ok = true, v = value } or { ok = false, e = message }.
+function M.batch(request, calls)
+  if type(calls) ~= "table" then return nil, "mcp.parallel: calls must be a list" end
+  local n = #calls
+  local results = {}
+  if n == 0 then return mb.array(results) end
+  local parent, waiting = coroutine.running(), false
+  local next_i, inflight, done = 1, 0, 0
+  local function finish(i, ok, v, err)
+    if ok and v then
+      results[i] = { ok = true, v = v.v }
+    else
+      results[i] = { ok = false, e = tostring(ok and err or v) }
+    end
+    inflight, done = inflight - 1, done + 1
+    if waiting then
+      waiting = false
+      resume(parent)
+    end
+  end
+  while done < n do
+    while inflight < cfg.upstream_max_parallel and next_i <= n do
+      local i = next_i
+      next_i = next_i + 1
+      inflight = inflight + 1
+      local c = calls[i]
+      resume(coroutine.create(function()
+        if not is_object(c) then return finish(i, true, nil, "each call must be {server, tool, args}") end
+        local ok, v, err = pcall(M.call, request, c.server, c.tool, c.args)
+        finish(i, ok, v, err)
+      end))
+    end
+    if done < n then
+      waiting = true
+      coroutine.yield()
+    end
+  end
+  return mb.array(results)
+end
+
+---------------------------------------------------------------------------------------------
+-- stats, metrics, life cycle
+
+function M.stats()
+  local out = {}
+  for _, s in ipairs(M.list) do
+    local info = is_object(s.server_info) and s.server_info or {}
+    out[s.name] = {
+      state = s.state, transport = s.spec.transport, pid = s.pid,
+      server = info.name, version = info.version, protocol = s.protocol,
+      tools = #s.tools, callable_tools = s.callable, calls = s.calls, failed_calls = s.errors,
+      tool_errors = s.tool_errors, timeouts = s.timeouts, rejected_while_down = s.rejected,
+      in_flight = s.inflight, restarts = s.restarts, last_error = s.last_error,
+      mean_call_ms = s.calls > 0 and s.call_ms / s.calls or 0,
+      ready_for_s = s.state == "ready" and math.floor((mb.now_ms() - s.ready_since) / 1000) or nil,
+      next_attempt_in_ms = s.state == "backoff" and math.max(0, math.floor(s.retry_at - mb.now_ms())) or nil,
+    }
+  end
+  return out
+end
+
+local function label(v) return (tostring(v):gsub("[\\\"\n]", function(c) return c == "\n" and "\\n" or "\\" .. c end)) end
+
+function M.metrics_text()
+  if #M.list == 0 then return "" end
+  local up, calls, restarts = {}, {}, {}
+  for _, s in ipairs(M.list) do
+    local l = label(s.name)
+    up[#up + 1] = sfmt('moonbox_upstream_up{server="%s"} %d', l, s.state == "ready" and 1 or 0)
+    calls[#calls + 1] = sfmt('moonbox_upstream_calls_total{server="%s",outcome="ok"} %d', l,
+      s.calls - s.errors - s.tool_errors)
+    calls[#calls + 1] = sfmt('moonbox_upstream_calls_total{server="%s",outcome="tool_error"} %d', l, s.tool_errors)
+    calls[#calls + 1] = sfmt('moonbox_upstream_calls_total{server="%s",outcome="failed"} %d', l, s.errors)
+    calls[#calls + 1] = sfmt('moonbox_upstream_calls_total{server="%s",outcome="rejected"} %d', l, s.rejected)
+    restarts[#restarts + 1] = sfmt('moonbox_upstream_restarts_total{server="%s"} %d', l, s.restarts)
+  end
+  return table.concat({
+    "# HELP moonbox_upstream_up 1 when the upstream MCP server is initialized and serving.",
+    "# TYPE moonbox_upstream_up gauge", table.concat(up, "\n"),
+    "# HELP moonbox_upstream_calls_total Tool calls to upstream servers by outcome.",
+    "# TYPE moonbox_upstream_calls_total counter", table.concat(calls, "\n"),
+    "# HELP moonbox_upstream_restarts_total Restarts of upstream servers after failures.",
+    "# TYPE moonbox_upstream_restarts_total counter", table.concat(restarts, "\n"), "" }, "\n")
+end
+
+-- The server instructions, with a line about the configured upstream servers when there are any.
+function M.instructions(base)
+  if #M.list == 0 then return base end
+  if not M.instructions_text then
+    local names = {}
+    for _, s in ipairs(M.list) do
+      if s.state ~= "disabled" then names[#names + 1] = s.ident end
+    end
+    M.instructions_text = base .. "\nTools of other MCP servers are callable from the code: "
+      .. "servers.<server>.<tool>(args) returns the tool's result as Lua data, mcp.parallel{...} runs "
+      .. "several calls at once. Servers: " .. table.concat(names, ", ")
+      .. ". search_tools finds their tools (category = server); use them in code and return only "
+      .. "what you need."
+  end
+  return M.instructions_text
+end
+
+function M.shutdown()
+  for _, s in ipairs(M.list) do
+    s.generation = s.generation + 1
+    s.state = "stopped"
+    if s.restart_timer then s.restart_timer:stop() end
+    s:fail_pending(sfmt("upstream server %q: moonbox is shutting down", s.name))
+    s:wake_waiters()
+    local t = s.t
+    s.t = nil
+    if t then t:close(cfg.upstream_shutdown_grace_ms) end
+  end
+end
+
+function M.init(t)
+  tools = t
+  catalog = require("mcp.catalog")
+  text = require("mcp.catalog_text")
+  M.progress_seq = 0
+  local specs = ucfg.parse(cfg.mcp_servers) -- raises: the server does not start
+  for _, spec in ipairs(specs) do
+    local s = setmetatable({
+      name = spec.name, ident = spec.ident, spec = spec, state = spec.disabled and "disabled" or "starting",
+      generation = 0, next_id = 0, pending = {}, progress = {}, waiters = {}, resend = {},
+      tools = {}, tool_by_name = {}, tool_by_ident = {}, callable = 0,
+      calls = 0, errors = 0, tool_errors = 0, timeouts = 0, rejected = 0, inflight = 0, call_ms = 0,
+      restarts = 0, failures = 0, retry_at = 0, ready_since = 0,
+      stderr_window = 0, stderr_count = 0, stderr_dropped = 0,
+    }, S)
+    M.list[#M.list + 1] = s
+    M.by_name[s.name] = s
+    M.by_ident[s.ident] = M.by_ident[s.ident] or s
+  end
+  tools.host_calls.upstream_call = function(a, request)
+    return M.call(request, a.server, a.tool, a.args)
+  end
+  tools.host_calls.upstream_batch = function(a, request)
+    return M.batch(request, a.calls)
+  end
+  tools.stats_providers.upstreams = M.stats
+  tools.upstream = M
+  -- Start after the first turn of the loop, so `initialize` from our own client is not delayed.
+  if #M.list > 0 then
+    mb.timer(0, function()
+      for _, s in ipairs(M.list) do if s.state == "starting" then s:start() end end
+    end)
+  end
+  -- Catalog entries of servers no longer configured go away.
+  mb.timer(60, function()
+    local ok, sources = pcall(catalog.sources, "upstream:")
+    if not ok then return end
+    for _, src in ipairs(sources) do
+      if not M.by_name[src:sub(10)] then catalog.remove(src) end
+    end
+  end)
+end
+
+return M

@@ -1,0 +1,344 @@
+/* sandbox_mcp.c - tools of upstream MCP servers, called from sandbox code.
+ *
+ * `servers.<server>.<tool>(args)` and `mcp.call(server, tool, args)` are host calls
+ * ("upstream_call") answered by lua/mcp/upstream.lua on the loop thread, which sends the
+ * upstream's tools/call and replies with the tool's value (or an error the call raises here).
+ * Names may be written as Lua identifiers: the host maps servers.my_server.get_sum to "my-server"
+ * and "get-sum" when no exact name matches.
+ *
+ * `mcp.parallel{...}` runs several calls at once. Items are call specs ({server, tool, args} or
+ * {server=, tool=, args=}) or functions. Each function runs in a coroutine (made and resumed with
+ * the sandbox's own coroutine functions, captured at open, so the budget hook and the deadline
+ * signal follow it); an upstream call inside one yields the call's spec to the scheduler instead
+ * of waiting. The scheduler sends every spec collected in a round as one "upstream_batch" host
+ * call, so the upstream sees them concurrently, resumes each function with its answer, and
+ * repeats until all are done. Results come back in order (a function's first return value).
+ * The first failure, in item order, raises after its round. A call made where a yield is not
+ * possible (a metamethod, a nested coroutine of the user's) simply waits.
+ */
+#include <lauxlib.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "sandbox_int.h"
+
+static const char task_key = 0;   /* registry: weak-keyed set of coroutines run by mcp.parallel */
+static const char marker = 0;     /* yielded (as a light userdata) with a call spec by a task */
+static const char proxy_key = 0;  /* a private key set in the metatable of servers.<server> tables */
+
+#define MAX_PARALLEL_ITEMS 100000
+
+/* Pushes a new table {server=, tool=, args=} from the values at the given indices. */
+static void push_spec(lua_State *L, int server, int tool, int args)
+{
+	lua_createtable(L, 0, 3);
+	lua_pushvalue(L, server);
+	lua_setfield(L, -2, "server");
+	lua_pushvalue(L, tool);
+	lua_setfield(L, -2, "tool");
+	if (!lua_isnoneornil(L, args)) {
+		lua_pushvalue(L, args);
+		lua_setfield(L, -2, "args");
+	}
+}
+
+static int in_task(lua_State *L)
+{
+	if (!lua_isyieldable(L))
+		return 0;
+	lua_rawgetp(L, LUA_REGISTRYINDEX, &task_key);
+	if (!lua_istable(L, -1)) {
+		lua_pop(L, 1);
+		return 0;
+	}
+	lua_pushthread(L);
+	int yes = lua_rawget(L, -2) == LUA_TBOOLEAN;
+	lua_pop(L, 2);
+	return yes;
+}
+
+/* Resumed by the scheduler with (ok, value | message). */
+static int call_cont(lua_State *L, int status, lua_KContext ctx)
+{
+	(void)status;
+	(void)ctx;
+	if (!lua_toboolean(L, -2))
+		return lua_error(L); /* the message at the top */
+	return 1;
+}
+
+/* The call: server, tool and args at 1..3 */
+static int do_call(lua_State *L)
+{
+	luaL_checktype(L, 1, LUA_TSTRING);
+	luaL_checktype(L, 2, LUA_TSTRING);
+	if (!lua_isnoneornil(L, 3))
+		luaL_checktype(L, 3, LUA_TTABLE);
+	if (in_task(L)) {
+		lua_pushlightuserdata(L, (void *)&marker);
+		push_spec(L, 1, 2, 3);
+		return lua_yieldk(L, 2, 0, call_cont);
+	}
+	push_spec(L, 1, 2, 3);
+	mb_sandbox_host_call(L, "upstream_call");
+	lua_getfield(L, -1, "v");
+	return 1;
+}
+
+/* mcp.call(server, tool, args) */
+static int sb_call(lua_State *L)
+{
+	lua_settop(L, 3);
+	return do_call(L);
+}
+
+/* servers.<server>.<tool>(args), also servers.<server>:<tool>(args) */
+static int tool_fn(lua_State *L)
+{
+	if (lua_istable(L, 1) && lua_getmetatable(L, 1)) { /* called with ':' */
+		int is_proxy = lua_rawgetp(L, -1, &proxy_key) == LUA_TBOOLEAN;
+		lua_pop(L, 2);
+		if (is_proxy)
+			lua_remove(L, 1);
+	}
+	if (lua_gettop(L) > 1)
+		return luaL_error(L, "servers.%s.%s: takes one table of arguments, got %d values",
+				  lua_tostring(L, lua_upvalueindex(1)), lua_tostring(L, lua_upvalueindex(2)),
+				  lua_gettop(L));
+	lua_settop(L, 1);
+	lua_pushvalue(L, lua_upvalueindex(1));
+	lua_pushvalue(L, lua_upvalueindex(2));
+	lua_rotate(L, 1, 2); /* server, tool, args */
+	return do_call(L);
+}
+
+/* servers.<server>.<tool> -> a function */
+static int proxy_index(lua_State *L)
+{
+	if (lua_type(L, 2) != LUA_TSTRING)
+		return luaL_error(L, "servers.%s[...]: tool names are strings",
+				  lua_tostring(L, lua_upvalueindex(1)));
+	lua_pushvalue(L, lua_upvalueindex(1));
+	lua_pushvalue(L, 2);
+	lua_pushcclosure(L, tool_fn, 2);
+	return 1;
+}
+
+static int readonly(lua_State *L)
+{
+	return luaL_error(L, "servers is read-only: call servers.<server>.<tool>(args)");
+}
+
+/* servers.<server> -> a table whose fields are the server's tools */
+static int servers_index(lua_State *L)
+{
+	if (lua_type(L, 2) != LUA_TSTRING)
+		return luaL_error(L, "servers[...]: server names are strings");
+	lua_newtable(L);
+	lua_createtable(L, 0, 4);
+	lua_pushvalue(L, 2);
+	lua_pushcclosure(L, proxy_index, 1);
+	lua_setfield(L, -2, "__index");
+	lua_pushcfunction(L, readonly);
+	lua_setfield(L, -2, "__newindex");
+	lua_pushboolean(L, 0);
+	lua_setfield(L, -2, "__metatable");
+	lua_pushboolean(L, 1);
+	lua_rawsetp(L, -2, &proxy_key); /* tells tool_fn that a ':' call passed this table */
+	lua_setmetatable(L, -2);
+	return 1;
+}
+
+/* Normalizes a spec item ({server, tool, args} or named fields) at idx; pushes the spec. */
+static void item_spec(lua_State *L, int idx, lua_Integer i)
+{
+	int s = lua_getfield(L, idx, "server");
+	if (s == LUA_TNIL) {
+		lua_pop(L, 1);
+		lua_rawgeti(L, idx, 1);
+		lua_rawgeti(L, idx, 2);
+		lua_rawgeti(L, idx, 3);
+	} else {
+		lua_getfield(L, idx, "tool");
+		lua_getfield(L, idx, "args");
+	}
+	if (lua_type(L, -3) != LUA_TSTRING || lua_type(L, -2) != LUA_TSTRING ||
+	    !(lua_isnil(L, -1) || lua_istable(L, -1)))
+		luaL_error(L, "mcp.parallel: item %d must be a function or {server, tool, args} "
+			   "(strings and a table)", (int)i);
+	int top = lua_gettop(L);
+	push_spec(L, top - 2, top - 1, top);
+	lua_replace(L, top - 2);
+	lua_pop(L, 2);
+}
+
+/* mcp.parallel(list): upvalues 1 = coroutine.create, 2 = coroutine.resume (the sandbox's) */
+static int sb_parallel(lua_State *L)
+{
+	luaL_checktype(L, 1, LUA_TTABLE);
+	lua_settop(L, 1);
+	lua_Integer n = (lua_Integer)lua_rawlen(L, 1);
+	if (n > MAX_PARALLEL_ITEMS)
+		return luaL_error(L, "mcp.parallel: %d items, more than %d", (int)n, MAX_PARALLEL_ITEMS);
+	lua_createtable(L, (int)n, 0); /* 2: results */
+	lua_createtable(L, (int)n, 0); /* 3: i -> coroutine (functions) */
+	lua_createtable(L, (int)n, 0); /* 4: i -> spec waiting for its answer */
+	lua_createtable(L, (int)n, 0); /* 5: i -> {ok, value} to resume with */
+	if (lua_rawgetp(L, LUA_REGISTRYINDEX, &task_key) != LUA_TTABLE) { /* 6: task set */
+		lua_pop(L, 1);
+		lua_newtable(L);
+		lua_createtable(L, 0, 1);
+		lua_pushliteral(L, "k");
+		lua_setfield(L, -2, "__mode");
+		lua_setmetatable(L, -2);
+		lua_pushvalue(L, -1);
+		lua_rawsetp(L, LUA_REGISTRYINDEX, &task_key);
+	}
+	for (lua_Integer i = 1; i <= n; i++) {
+		int t = lua_rawgeti(L, 1, i);
+		if (t == LUA_TFUNCTION) {
+			lua_pushvalue(L, lua_upvalueindex(1));
+			lua_insert(L, -2);
+			lua_call(L, 1, 1); /* coroutine.create(fn) */
+			lua_pushvalue(L, -1);
+			lua_pushboolean(L, 1);
+			lua_rawset(L, 6);
+			lua_rawseti(L, 3, i);
+			lua_createtable(L, 1, 0); /* start it with no arguments */
+			lua_rawseti(L, 5, i);
+		} else if (t == LUA_TTABLE) {
+			item_spec(L, lua_gettop(L), i);
+			lua_rawseti(L, 4, i);
+			lua_pop(L, 1);
+		} else {
+			return luaL_error(L, "mcp.parallel: item %d must be a function or {server, tool, args}, "
+					  "got %s", (int)i, luaL_typename(L, -1));
+		}
+	}
+	for (;;) {
+		/* run every function that has something to resume with */
+		for (lua_Integer i = 1; i <= n; i++) {
+			if (lua_rawgeti(L, 5, i) != LUA_TTABLE) {
+				lua_pop(L, 1);
+				continue;
+			}
+			int resume_args = lua_gettop(L);
+			lua_pushnil(L);
+			lua_rawseti(L, 5, i);
+			lua_pushvalue(L, lua_upvalueindex(2));
+			lua_rawgeti(L, 3, i);
+			int nargs = (int)lua_rawlen(L, resume_args);
+			for (int k = 1; k <= nargs; k++)
+				lua_rawgeti(L, resume_args, k);
+			int base = lua_gettop(L) - nargs - 2;
+			lua_call(L, nargs + 1, LUA_MULTRET); /* resume(co, ...) -> ok, ... */
+			int nres = lua_gettop(L) - base;
+			if (!lua_toboolean(L, base + 1)) {
+				if (lua_type(L, base + 2) == LUA_TSTRING)
+					return luaL_error(L, "mcp.parallel: item %d: %s", (int)i, lua_tostring(L, base + 2));
+				lua_pushvalue(L, base + 2);
+				return lua_error(L);
+			}
+			lua_rawgeti(L, 3, i);
+			int dead = lua_status(lua_tothread(L, -1)) != LUA_YIELD;
+			lua_pop(L, 1);
+			if (!dead && nres == 3 && lua_touserdata(L, base + 2) == (void *)&marker) {
+				lua_pushvalue(L, base + 3);
+				lua_rawseti(L, 4, i); /* it waits for this call */
+			} else if (!dead) {
+				return luaL_error(L, "mcp.parallel: item %d yielded something that is not an "
+						  "upstream call (do not yield from its function directly)", (int)i);
+			} else {
+				if (nres >= 2)
+					lua_pushvalue(L, base + 2);
+				else
+					lua_pushnil(L);
+				lua_rawseti(L, 2, i);
+			}
+			lua_settop(L, resume_args - 1);
+		}
+		/* collect the calls of this round */
+		lua_newtable(L); /* batch calls */
+		int calls = lua_gettop(L);
+		lua_newtable(L); /* k -> i */
+		int which = calls + 1;
+		lua_Integer k = 0;
+		for (lua_Integer i = 1; i <= n; i++) {
+			if (lua_rawgeti(L, 4, i) == LUA_TTABLE) {
+				k++;
+				lua_rawseti(L, calls, k);
+				lua_pushinteger(L, i);
+				lua_rawseti(L, which, k);
+				lua_pushnil(L);
+				lua_rawseti(L, 4, i);
+			} else {
+				lua_pop(L, 1);
+			}
+		}
+		if (k == 0) {
+			lua_settop(L, 2);
+			return 1;
+		}
+		lua_createtable(L, 0, 1);
+		lua_pushvalue(L, calls);
+		lua_setfield(L, -2, "calls");
+		mb_sandbox_host_call(L, "upstream_batch");
+		int replies = lua_gettop(L);
+		for (lua_Integer j = 1; j <= k; j++) {
+			lua_rawgeti(L, which, j);
+			lua_Integer i = lua_tointeger(L, -1);
+			lua_pop(L, 1);
+			if (lua_rawgeti(L, replies, j) != LUA_TTABLE)
+				return luaL_error(L, "mcp.parallel: bad reply from the server");
+			int r = lua_gettop(L);
+			lua_getfield(L, r, "ok");
+			int ok = lua_toboolean(L, -1);
+			lua_pop(L, 1);
+			lua_getfield(L, r, ok ? "v" : "e");
+			int is_fn = lua_rawgeti(L, 3, i) == LUA_TTHREAD;
+			lua_pop(L, 1);
+			if (is_fn) {
+				lua_createtable(L, 2, 0);
+				lua_pushboolean(L, ok);
+				lua_rawseti(L, -2, 1);
+				lua_rotate(L, -2, 1);
+				lua_rawseti(L, -2, 2);
+				lua_rawseti(L, 5, i);
+			} else if (ok) {
+				lua_rawseti(L, 2, i);
+			} else {
+				return luaL_error(L, "mcp.parallel: item %d: %s", (int)i,
+						  lua_isstring(L, -1) ? lua_tostring(L, -1) : "failed");
+			}
+			lua_settop(L, r - 1);
+		}
+		lua_settop(L, 6);
+	}
+}
+
+int mb_sandbox_mcp_open(lua_State *L)
+{
+	/* the globals table is at the top of the stack */
+	if (lua_getfield(L, -1, "mcp") == LUA_TTABLE) {
+		lua_pushcfunction(L, sb_call);
+		lua_setfield(L, -2, "call");
+		lua_getfield(L, -2, "coroutine");
+		lua_getfield(L, -1, "create");
+		lua_getfield(L, -2, "resume");
+		lua_remove(L, -3);
+		lua_pushcclosure(L, sb_parallel, 2);
+		lua_setfield(L, -2, "parallel");
+	}
+	lua_pop(L, 1);
+	lua_newtable(L);
+	lua_createtable(L, 0, 3);
+	lua_pushcfunction(L, servers_index);
+	lua_setfield(L, -2, "__index");
+	lua_pushcfunction(L, readonly);
+	lua_setfield(L, -2, "__newindex");
+	lua_pushboolean(L, 0);
+	lua_setfield(L, -2, "__metatable");
+	lua_setmetatable(L, -2);
+	lua_setfield(L, -2, "servers");
+	return 0;
+}
