@@ -213,8 +213,10 @@ static int load_file(mb_config *cfg, const char *path, int required)
 			rc |= text ? set_value(cfg, o, text, source) : -1;
 			free(text);
 		} else {
+			int json_valued = strcmp(o->name, "mcp_servers") == 0 ||
+					  strcmp(o->name, "pii_custom_patterns") == 0;
 			fprintf(stderr, "moonbox: %s: %s must be %s\n", source, key,
-				o->type == OPT_INT ? "an integer" : "a string");
+				o->type == OPT_INT ? "an integer" : json_valued ? "a JSON object" : "a string");
 			rc = -1;
 		}
 	}

@@ -21,6 +21,8 @@
 #include "host_fs.h"
 #include "history.h"
 #include "host_uv.h"
+#include "host_proc.h"
+#include "host_http.h"
 #include "store.h"
 #include "workspace.h"
 #include "json.h"
@@ -630,8 +632,11 @@ mb_host *mb_host_new(const mb_config *cfg, const mb_host_io *io, const mb_host_d
 	};
 	mb_host_fs_open(L);
 	mb_codec_lua_open(L);
-	if (h->deps.loop)
+	if (h->deps.loop) {
 		mb_host_uv_open(L, h->deps.loop);
+		mb_host_proc_open(L, h->deps.loop);  /* mb.spawn: stdio upstream servers */
+		mb_host_http_open(L, h->deps.loop);  /* mb.http_request: HTTP upstream servers */
+	}
 	if (h->deps.store) {
 		mb_store_push_lua(L, h->deps.store);
 		lua_setfield(L, -2, "db");
@@ -699,6 +704,11 @@ void mb_host_shutdown(mb_host *h)
 		}
 	} else {
 		lua_pop(L, 1);
+	}
+	/* on_shutdown closed the upstreams gracefully; this catches anything left */
+	if (h->deps.loop) {
+		mb_host_proc_shutdown(L, (int)h->cfg->upstream_shutdown_grace_ms);
+		mb_host_http_close_all(L);
 	}
 	mb_host_uv_close_all(L);
 }

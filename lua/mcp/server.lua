@@ -11,6 +11,7 @@
 local mb = mb
 local null = mb.null
 mb.db.migrate(require("mcp.schema")) -- before anything reads the store
+require("mcp.upstream_config").load(mb.config.mcp_servers) -- a bad mcpServers stops the start here
 local tools = require("mcp.tools")
 
 local LATEST = "2025-11-25"

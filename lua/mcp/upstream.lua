@@ -655,7 +655,7 @@ function M.init(t)
   catalog = require("mcp.catalog")
   text = require("mcp.catalog_text")
   M.progress_seq = 0
-  local specs = ucfg.parse(cfg.mcp_servers) -- raises: the server does not start
+  local specs = ucfg.load(cfg.mcp_servers) -- raises: the server does not start
   for _, spec in ipairs(specs) do
     local s = setmetatable({
       name = spec.name, ident = spec.ident, spec = spec, state = spec.disabled and "disabled" or "starting",

@@ -206,4 +206,10 @@ function M.parse(text)
   return list
 end
 
+-- Parses once (at start, before anything else is set up) and keeps the result.
+function M.load(text)
+  if not M.specs then M.specs = M.parse(text) end
+  return M.specs
+end
+
 return M

@@ -88,7 +88,10 @@ local function sse_feed(st, chunk, deliver, bad)
       local v = line:match("^data: ?(.*)$")
       if v then data[#data + 1] = v end
     end
-    if #data > 0 then deliver(table.concat(data, "\n")) end
+    -- an event without data, or with empty data (the priming event a resumable server sends
+    -- before its messages), carries no message
+    local payload = table.concat(data, "\n")
+    if payload:find("%S") then deliver(payload) end
   end
   if #buf > cfg.max_message_bytes then
     bad(sfmt("an SSE event above %d bytes (max_message_bytes) was dropped", cfg.max_message_bytes))
@@ -187,6 +190,7 @@ function M.open_http(s, h)
     req = mb.http_request({
       method = "GET", url = s.url, headers = hd,
       connect_timeout_ms = cfg.upstream_init_timeout_ms,
+      max_response_bytes = 0, -- a stream without end; each event is bounded in sse_feed
       on_headers = function(status) st.status = status end,
       on_data = function(chunk)
         if st.status == 200 then sse_feed(st, chunk, deliver_text, h.bad) end
