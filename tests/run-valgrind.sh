@@ -9,7 +9,7 @@ B=${BUILD:-build}
 pass=0; fail=0
 run() { # name command...
   name=$1; shift
-  if valgrind -q --error-exitcode=99 --leak-check=full --errors-for-leak-kinds=definite "$@" \
+  if valgrind -q --child-silent-after-fork=yes --error-exitcode=99 --leak-check=full --errors-for-leak-kinds=definite "$@" \
        >/tmp/moonbox-vg.out 2>/tmp/moonbox-vg.err; then
     pass=$((pass+1)); echo "ok   $name"
   else
@@ -21,6 +21,7 @@ run test_lua_sandbox "$B/tests/test_lua_sandbox"
 run test_store "$B/tests/test_store"
 run test_host_uv "$B/tests/test_host_uv"
 run test_host_http "$B/tests/test_host_http"
+run test_host_proc "$B/tests/test_host_proc"
 d=$(mktemp -d)
 run "server session" sh -c "exec $B/moonbox --data-dir $d --log-level error < tests/valgrind/session.jsonl"
 n=$(grep -c '"jsonrpc"' /tmp/moonbox-vg.out)
