@@ -556,6 +556,7 @@ function M.batch(request, calls)
     end
   end
   while done < n do
+    for _, s in ipairs(M.list) do if s.t and s.t.cork then s.t:cork() end end
     while inflight < cfg.upstream_max_parallel and next_i <= n do
       local i = next_i
       next_i = next_i + 1
@@ -567,6 +568,7 @@ function M.batch(request, calls)
         finish(i, ok, v, err)
       end))
     end
+    for _, s in ipairs(M.list) do if s.t and s.t.uncork then s.t:uncork() end end
     if done < n then
       waiting = true
       coroutine.yield()

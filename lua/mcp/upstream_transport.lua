@@ -62,10 +62,27 @@ function M.open_stdio(s, h)
   })
   if not proc then return nil, err end
   local t = { pid = proc:pid(), kind = "stdio" }
+  local corked -- while corked, lines are gathered and written at uncork in one write
   function t:send(msg)
     local ok, line = pcall(mb.json_encode, msg)
     if not ok then return nil, "cannot encode the message: " .. tostring(line) end
+    if corked then
+      corked[#corked + 1] = line
+      corked[#corked + 1] = "\n"
+      return true
+    end
     return proc:write(line .. "\n")
+  end
+  -- mcp.parallel sends many requests in one go: one write (one wake-up of the upstream's reader)
+  -- instead of one per request.
+  function t:cork() corked = corked or {} end
+  function t:uncork()
+    local c = corked
+    corked = nil
+    if c and #c > 0 then
+      local ok, err = proc:write(table.concat(c))
+      if not ok then h.bad("write: " .. tostring(err)) end
+    end
   end
   function t:close(grace_ms) proc:close(grace_ms or 2000) end
   function t:kill() proc:kill("KILL") end
