@@ -322,7 +322,8 @@ function S:start()
   self.generation = self.generation + 1
   local gen = self.generation
   self.state = "starting"
-  local t, err = transport.open(self.spec, handlers(self, gen))
+  local okp, t, err = pcall(transport.open, self.spec, handlers(self, gen))
+  if not okp then t, err = nil, t end
   if not t then return self:failed("cannot start: " .. tostring(err)) end
   self.t, self.pid = t, t.pid
   self:log("info", "starting (%s%s)", self.spec.transport, t.pid and (", pid " .. t.pid) or "")
@@ -340,7 +341,16 @@ function S:start()
     t.protocol = r.protocolVersion
     self.server_info = r.serverInfo
     self.instructions = r.instructions
-    self:notify("notifications/initialized", {})
+    if t.kind == "http" then
+      -- separate POSTs have no order: tools/list must not overtake the notification
+      local co = coroutine.running()
+      local ok = t:send({ jsonrpc = "2.0", method = "notifications/initialized", params = {} },
+        function() resume(co) end)
+      if ok then coroutine.yield() end
+      if gen ~= self.generation then return end
+    else
+      self:notify("notifications/initialized", {})
+    end
     local ok, lerr = self:refresh_tools(gen)
     if gen ~= self.generation then return end
     if not ok then return self:failed(lerr) end
@@ -447,7 +457,7 @@ local function restore(tenant, v, depth)
     return v
   end
   if type(v) ~= "table" or depth > 200 then return v end
-  local out = setmetatable({}, getmetatable(v))
+  local out = getmetatable(v) == "json.array" and mb.array({}) or {}
   for k, x in pairs(v) do
     local nk = type(k) == "string" and restore(tenant, k, depth + 1) or k
     out[nk] = restore(tenant, x, depth + 1)

@@ -154,7 +154,9 @@ function M.open_http(s, h)
     return hd
   end
 
-  function t:send(msg)
+  -- sent(err): optional, called once the server answered the POST (or it failed); for a
+  -- notification that must be accepted before the next message (notifications/initialized).
+  function t:send(msg, sent)
     if t.closed then return nil, "the connection is closed" end
     local ok, body = pcall(mb.json_encode, msg)
     if not ok then return nil, "cannot encode the message: " .. tostring(body) end
@@ -163,6 +165,7 @@ function M.open_http(s, h)
     req, ok = mb.http_request({
       method = "POST", url = s.url, headers = headers(), body = body,
       connect_timeout_ms = cfg.upstream_init_timeout_ms,
+      timeout_ms = sent and cfg.upstream_init_timeout_ms or nil,
       max_response_bytes = cfg.max_message_bytes,
       on_headers = function(status, hd)
         st.status = status
@@ -178,11 +181,13 @@ function M.open_http(s, h)
       end,
       on_done = function(err, status)
         t.active[req] = nil
+        if sent then sent(err) end
         if t.closed then return end
         status = status or st.status
         if err then return fail(msg, err) end
-        if status == 404 and had_session and msg.method ~= "initialize" then
-          return h.session_expired(msg)
+        if had_session and msg.method ~= "initialize" and (status == 404
+            or (status == 400 and excerpt(parts):lower():find("session", 1, true))) then
+          return h.session_expired(msg) -- 400 "No valid session ID": servers that do not say 404
         end
         if status >= 400 then
           return fail(msg, sfmt("HTTP %d from %s: %s", status, s.url, excerpt(parts)))

@@ -341,5 +341,14 @@ $CC -O2 -std=c11 -D_GNU_SOURCE -Wall -Wextra -Werror -iquote src tests/bench/ben
 # ---- Streamable HTTP under wrk (tests/bench/http_bench.sh)
 echo; tests/bench/http_bench.sh "$MOONBOX" | tee "$OUT/http.txt"
 
+# ---- the gateway (issue 8): upstream calls from code against direct SDK calls to the same
+# server-everything (tests/bench/bench_gateway.mjs; needs tests/node_modules: npm ci in tests/)
+if command -v node >/dev/null &&
+   [ -f tests/node_modules/@modelcontextprotocol/server-everything/dist/index.js ]; then
+  echo; node tests/bench/bench_gateway.mjs "$MOONBOX" | tee "$OUT/gateway.txt"
+else
+  echo; echo "gateway bench: skipped (node or tests/node_modules missing)"
+fi
+
 echo
 echo "bench: done in $(( $(date +%s) - T0 )) s; raw figures in $OUT/"

@@ -391,3 +391,103 @@ export function sqlite3Cli(dbPath, sql, opts = {}) {
   }
   return { status: r.status, stdout: r.stdout, stderr: r.stderr };
 }
+
+// ---------------------------------------------------------------------------------------------
+// Upstream MCP servers (the gateway, tests/integration/gateway.test.mjs and
+// tests/bench/bench_gateway.mjs)
+
+/** Entry scripts of the real upstream servers installed in tests/node_modules (run with node). */
+export const UPSTREAM_JS = {
+  everything: path.join(TESTS_DIR, "node_modules/@modelcontextprotocol/server-everything/dist/index.js"),
+  filesystem: path.join(TESTS_DIR, "node_modules/@modelcontextprotocol/server-filesystem/dist/index.js"),
+  memory: path.join(TESTS_DIR, "node_modules/@modelcontextprotocol/server-memory/dist/index.js"),
+};
+
+/**
+ * An "mcpServers" entry for a stdio server run by this very node binary (never npx: no network).
+ * @param {string} script absolute path of the server's entry script
+ * @param {string[]} [args] its arguments
+ * @param {object} [extra] more keys of the entry (env, cwd, allowedTools, timeoutMs, ...)
+ */
+export function nodeServer(script, args = [], extra = {}) {
+  return { command: process.execPath, args: [script, ...args], ...extra };
+}
+
+/**
+ * Starts moonbox with a config file and connects the SDK client. The config (an object, e.g.
+ * { mcpServers: {...}, upstream_timeout_ms: 500 }) is written to DATA_DIR/config.json, or with
+ * opts.viaFlag to a separate file passed with --config.
+ *
+ * @param {object} config the config file's content
+ * @param {object} [opts]
+ * @param {string[]} [opts.args] extra command-line arguments
+ * @param {object} [opts.env] extra environment variables for moonbox
+ * @param {boolean} [opts.viaFlag] pass the file with --config instead of DATA_DIR/config.json
+ * @param {object} [opts.clientOptions] second argument of the Client constructor
+ * @returns {Promise<{client: Client, transport: StdioClientTransport, pid: number, dataDir: string,
+ *   configPath: string, stderr: () => string, close: () => Promise<void>}>}
+ */
+export async function connectWithConfig(config, opts = {}) {
+  requireBinary();
+  const dataDir = makeDataDir();
+  const configPath = opts.viaFlag ? path.join(dataDir, "..", `${path.basename(dataDir)}-config.json`)
+    : path.join(dataDir, "config.json");
+  writeFileSync(configPath, JSON.stringify(config, null, 2));
+  const args = ["--data-dir", dataDir, ...(opts.viaFlag ? ["--config", configPath] : []), ...(opts.args ?? [])];
+  const transport = new StdioClientTransport({
+    command: MOONBOX, args, env: { ...process.env, ...(opts.env ?? {}) }, stderr: "pipe",
+  });
+  let stderr = "";
+  transport.stderr?.on("data", (c) => {
+    if (stderr.length < 1 << 20) stderr += c.toString("utf8");
+  });
+  const client = new Client({ name: "moonbox-gateway-test", version: "0.0.0" }, opts.clientOptions ?? {});
+  const cleanup = () => {
+    rmSync(dataDir, { recursive: true, force: true });
+    if (opts.viaFlag) rmSync(configPath, { force: true });
+  };
+  try {
+    await client.connect(transport);
+  } catch (e) {
+    await transport.close().catch(() => {});
+    cleanup();
+    e.message += `\nmoonbox stderr:\n${stderr.slice(-2000)}`;
+    throw e;
+  }
+  return {
+    client,
+    transport,
+    pid: transport.pid,
+    dataDir,
+    configPath,
+    stderr: () => stderr,
+    async close() {
+      await client.close().catch(() => {});
+      cleanup();
+    },
+  };
+}
+
+/** The `upstreams` section of get_execution_stats (server name -> its figures). */
+export async function upstreamStats(client) {
+  const res = await client.callTool({ name: "get_execution_stats", arguments: {} });
+  return res.structuredContent?.upstreams ?? {};
+}
+
+/**
+ * Polls get_execution_stats until pred(upstreams[name], upstreams) is true; returns that entry.
+ * Throws after `timeout` ms with the last figures seen.
+ */
+export async function waitUpstream(client, name, pred = (u) => u?.state === "ready", timeout = 15000) {
+  const t0 = Date.now();
+  let all;
+  for (;;) {
+    all = await upstreamStats(client);
+    if (pred(all[name], all)) return all[name];
+    if (Date.now() - t0 > timeout) {
+      throw new Error(`upstream ${name}: condition not met within ${timeout} ms; last stats: ` +
+        JSON.stringify(all[name] ?? all).slice(0, 1500));
+    }
+    await sleep(50);
+  }
+}
