@@ -35,6 +35,17 @@ void mb_sandbox_host_call(lua_State *L, const char *name)
 		luaL_error(L, "%s: %s", name, err);
 	}
 	lua_pop(L, 1);
+	mb_sandbox_host_call_raw(L, name, args, len); /* frees args */
+}
+
+void mb_sandbox_host_call_raw(lua_State *L, const char *name, char *args, size_t len)
+{
+	mb_sandbox_ctx *c = mb_sandbox_ctx_of(L);
+	if (!c->req || !c->req->host_call) {
+		free(args);
+		luaL_error(L, "%s: not available here (no server to call)", name);
+	}
+	char err[200];
 	char *reply = NULL;
 	size_t rlen = 0;
 	int rc = c->req->host_call(c->req->host_ud, name, args, len, &reply, &rlen);

@@ -48,6 +48,10 @@ lua_State *mb_sandbox_running(void);
 /// pushes the decoded reply. Raises the host's error message or the sticky budget error.
 void mb_sandbox_host_call(lua_State *L, const char *name);
 
+/// The same with arguments already encoded (any bytes; the host handler for name must expect
+/// them raw, see tools.host_calls_raw). Takes ownership of args (malloc'd; freed even on error).
+void mb_sandbox_host_call_raw(lua_State *L, const char *name, char *args, size_t len);
+
 /// PII in the sandbox (sandbox_pii.c): the process-wide detector and key (set once, before any
 /// worker starts), the globals pii.scan / tokenize_pii / detokenize_pii, the policy over the
 /// returned values (under lua_pcall with msgh; returns its status) and over the output and error

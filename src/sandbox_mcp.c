@@ -18,7 +18,10 @@
  */
 #include <lauxlib.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+
+#include "json.h"
 
 #include "sandbox_int.h"
 
@@ -40,6 +43,72 @@ static void push_spec(lua_State *L, int server, int tool, int args)
 		lua_pushvalue(L, args);
 		lua_setfield(L, -2, "args");
 	}
+}
+
+/* The arguments of the upstream host calls are not JSON objects but "server\0tool\0args" (args
+ * is the JSON text of the table, or empty), items of a batch separated by "\n": the host then
+ * passes args on to the upstream verbatim instead of decoding and encoding them again (our
+ * encoder never writes a raw newline). Names with NUL or newline are refused here. */
+typedef struct {
+	char *p;
+	size_t n, cap;
+} rbuf;
+
+static int rb_put(rbuf *b, const char *s, size_t n)
+{
+	if (b->n + n + 1 > b->cap) {
+		size_t cap = b->cap ? b->cap : 256;
+		while (cap < b->n + n + 1)
+			cap *= 2;
+		char *p = realloc(b->p, cap);
+		if (!p)
+			return -1;
+		b->p = p;
+		b->cap = cap;
+	}
+	memcpy(b->p + b->n, s, n);
+	b->n += n;
+	return 0;
+}
+
+/* Appends the item for the spec table at idx; on failure frees b and raises. */
+static void put_item(lua_State *L, int idx, rbuf *b)
+{
+	mb_sandbox_ctx *c = mb_sandbox_ctx_of(L);
+	char err[200] = "out of memory";
+	size_t sl, tl, al = 0;
+	lua_getfield(L, idx, "server");
+	lua_getfield(L, idx, "tool");
+	lua_getfield(L, idx, "args");
+	const char *server = lua_tolstring(L, -3, &sl), *tool = lua_tolstring(L, -2, &tl);
+	char *args = NULL;
+	if (!server || !tool || memchr(server, 0, sl) || memchr(server, '\n', sl) ||
+	    memchr(tool, 0, tl) || memchr(tool, '\n', tl)) {
+		snprintf(err, sizeof err, "upstream server and tool names are strings without NUL or "
+			 "newline characters");
+		goto fail;
+	}
+	if (!lua_isnil(L, -1)) {
+		args = mb_json_encode(L, lua_gettop(L), &c->json_lim, 0, &al, err, sizeof err);
+		if (!args) {
+			char msg[200];
+			snprintf(msg, sizeof msg, "%s.%s: arguments: %s", server, tool, err);
+			memcpy(err, msg, sizeof err);
+			goto fail;
+		}
+	}
+	if ((b->n && rb_put(b, "\n", 1)) || rb_put(b, server, sl) || rb_put(b, "", 1) ||
+	    rb_put(b, tool, tl) || rb_put(b, "", 1) || (args && rb_put(b, args, al)))
+		goto fail;
+	free(args);
+	lua_pop(L, 3);
+	return;
+fail:
+	free(args);
+	free(b->p);
+	b->p = NULL;
+	mb_budget_poll(L);
+	luaL_error(L, "%s", err);
 }
 
 static int in_task(lua_State *L)
@@ -80,7 +149,9 @@ static int do_call(lua_State *L)
 		return lua_yieldk(L, 2, 0, call_cont);
 	}
 	push_spec(L, 1, 2, 3);
-	mb_sandbox_host_call(L, "upstream_call");
+	rbuf b = { 0 };
+	put_item(L, lua_gettop(L), &b);
+	mb_sandbox_host_call_raw(L, "upstream_call", b.p, b.n);
 	lua_getfield(L, -1, "v");
 	return 1;
 }
@@ -279,10 +350,13 @@ static int sb_parallel(lua_State *L)
 			lua_settop(L, 2);
 			return 1;
 		}
-		lua_createtable(L, 0, 1);
-		lua_pushvalue(L, calls);
-		lua_setfield(L, -2, "calls");
-		mb_sandbox_host_call(L, "upstream_batch");
+		rbuf b = { 0 };
+		for (lua_Integer j = 1; j <= k; j++) {
+			lua_rawgeti(L, calls, j);
+			put_item(L, lua_gettop(L), &b);
+			lua_pop(L, 1);
+		}
+		mb_sandbox_host_call_raw(L, "upstream_batch", b.p, b.n);
 		int replies = lua_gettop(L);
 		for (lua_Integer j = 1; j <= k; j++) {
 			lua_rawgeti(L, which, j);

@@ -335,6 +335,14 @@ function on_host_call(job, seq, name, args)
   local ok, value, message
   if not entry or entry.cancelled then
     ok, value = false, "the execution has ended"
+  elseif tools.host_calls_raw[name] then -- arguments in the handler's own format, not JSON
+    ok, value, message = pcall(tools.host_calls_raw[name], args, entry.request)
+    if not ok then
+      mb.log("error", "host call " .. name .. ": " .. tostring(value))
+      value = name .. ": internal error: " .. tostring(value)
+    elseif value == nil and message ~= nil then
+      ok, value = false, tostring(message)
+    end
   elseif not handler then
     ok, value = false, "unknown server call " .. tostring(name)
   else

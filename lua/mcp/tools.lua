@@ -10,12 +10,13 @@ local cfg = mb.config
 
 -- stats_providers[name] = fn() -> table: each adds a section to get_execution_stats.
 -- host_calls[name] = fn(args, request) -> value | nil, message: calls from sandbox code.
+-- host_calls_raw[name]: the same, given the argument bytes as they came (upstream calls).
 -- history: the execution log in the store (mcp/history.lua).
 -- methods[name] = fn(params, request): protocol methods beyond tools (resources/*); handlers
 -- raise M.rpc_error(code, message, data) (set by the server) for JSON-RPC errors.
 -- resource_providers[i] = {list(tenant), templates(tenant), read(uri, request)}: resources
 -- beyond the workspace and skill sources (skills published as resources).
-local M = { list = {}, by_name = {}, stats_providers = {}, host_calls = {}, methods = {},
+local M = { list = {}, by_name = {}, stats_providers = {}, host_calls = {}, host_calls_raw = {}, methods = {},
             resource_providers = {},
             history = require("mcp.history") }
 M.stats_providers.history = function() return M.history.summary("default") end

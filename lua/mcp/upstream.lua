@@ -29,6 +29,7 @@ local transport = require("mcp.upstream_transport")
 
 local M = { by_name = {}, by_ident = {}, list = {} }
 local tools, catalog, text -- set by init
+local arguments
 
 local PROTOCOL = "2025-11-25"
 local MAX_TOOLS, MAX_PAGES = 10000, 1000
@@ -465,6 +466,37 @@ local function restore(tenant, v, depth)
   return out
 end
 
+-- The arguments as sandbox code gave them: JSON text (host_calls_raw) or a table. Text without
+-- anything that looks like a PII token goes to the upstream verbatim (mb.json_raw); otherwise it
+-- is decoded and the tokens restored. Returns args | nil, message.
+local TOKEN = "%[[A-Z][A-Z0-9_]*_%x%x%x%x%x%x%x%x+%]"
+arguments = function(request, args)
+  if type(args) == "string" then
+    local first = args:match("^%s*(.)")
+    if first == nil or args:find("^%s*%[%s*%]%s*$") then return {} end
+    if first ~= "{" then return nil, "arguments must be a table of named fields" end
+    if not (cfg.pii_policy == 1 and args:find(TOKEN)) then return mb.json_raw(args) end
+    local v, derr = mb.json_decode(args)
+    if v == nil then return nil, "arguments: " .. tostring(derr) end
+    args = v
+  end
+  if args == nil or args == null then return {} end
+  if type(args) ~= "table" or (getmetatable(args) == "json.array" and next(args) ~= nil) then
+    return nil, "arguments must be a table of named fields"
+  end
+  if getmetatable(args) == "json.array" then return {} end
+  if cfg.pii_policy == 1 then args = restore(request.tenant, args, 0) end
+  return args
+end
+
+-- "server\0tool\0args" (src/sandbox_mcp.c), args being JSON text or empty.
+local function split_item(item)
+  local a = item:find("\0", 1, true)
+  local b = a and item:find("\0", a + 1, true)
+  if not b then return nil end
+  return item:sub(1, a - 1), item:sub(a + 1, b - 1), item:sub(b + 1)
+end
+
 -- One tools/call for an execution. Returns { v = value } | nil, message.
 function M.call(request, sname, tname, args)
   local e = request.entry
@@ -495,12 +527,8 @@ function M.call(request, sname, tname, args)
   if not tool then return nil, err end
   local why = ucfg.refusal(s.spec, tool)
   if why then return nil, why end
-  if args == nil or args == null then args = {} end
-  if type(args) ~= "table" or (getmetatable(args) == "json.array" and next(args) ~= nil) then
-    return nil, sfmt("%s.%s: arguments must be a table of named fields", s.name, tool.name)
-  end
-  if getmetatable(args) == "json.array" then args = {} end
-  if cfg.pii_policy == 1 then args = restore(request.tenant, args, 0) end
+  args, err = arguments(request, args)
+  if err then return nil, sfmt("%s.%s: %s", s.name, tool.name, err) end
   local params = { name = tool.name, arguments = args }
   local opts = {}
   if e.progress_token ~= nil then
@@ -681,11 +709,21 @@ function M.init(t)
     M.by_name[s.name] = s
     M.by_ident[s.ident] = M.by_ident[s.ident] or s
   end
-  tools.host_calls.upstream_call = function(a, request)
-    return M.call(request, a.server, a.tool, a.args)
+  tools.host_calls_raw.upstream_call = function(raw, request)
+    local server, tool, args = split_item(raw)
+    if not server then return nil, "upstream_call: malformed request" end
+    return M.call(request, server, tool, args)
   end
-  tools.host_calls.upstream_batch = function(a, request)
-    return M.batch(request, a.calls)
+  tools.host_calls_raw.upstream_batch = function(raw, request)
+    local calls, pos = {}, 1
+    while pos <= #raw do
+      local nl = raw:find("\n", pos, true) or (#raw + 1)
+      local server, tool, args = split_item(raw:sub(pos, nl - 1))
+      if not server then return nil, "upstream_batch: malformed request" end
+      calls[#calls + 1] = { server = server, tool = tool, args = args }
+      pos = nl + 1
+    end
+    return M.batch(request, calls)
   end
   tools.stats_providers.upstreams = M.stats
   tools.upstream = M

@@ -69,12 +69,17 @@ function M.open_stdio(s, h)
     if corked then
       corked[#corked + 1] = line
       corked[#corked + 1] = "\n"
+      if #corked >= 16 then -- every 8 requests: the upstream starts on them while we go on
+        local c = corked
+        corked = {}
+        return proc:write(table.concat(c))
+      end
       return true
     end
     return proc:write(line .. "\n")
   end
-  -- mcp.parallel sends many requests in one go: one write (one wake-up of the upstream's reader)
-  -- instead of one per request.
+  -- mcp.parallel sends many requests in one go: one write per 8 requests (fewer wake-ups of the
+  -- upstream's reader than one per request; the upstream starts before the last is encoded).
   function t:cork() corked = corked or {} end
   function t:uncork()
     local c = corked
