@@ -172,6 +172,8 @@ static int tool_fn(lua_State *L)
 		if (is_proxy)
 			lua_remove(L, 1);
 	}
+	if (!lua_isnoneornil(L, 1) && !lua_istable(L, 1))
+		return luaL_typeerror(L, 1, "table");
 	if (lua_gettop(L) > 1)
 		return luaL_error(L, "servers.%s.%s: takes one table of arguments, got %d values",
 				  lua_tostring(L, lua_upvalueindex(1)), lua_tostring(L, lua_upvalueindex(2)),

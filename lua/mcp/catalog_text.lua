@@ -691,7 +691,8 @@ local function comment_text(p, required)
     end
     s = s .. ": " .. d
   end
-  return s
+  -- a comment ends at a line break: nothing from a schema may start a line of code
+  return (s:gsub("%c", " "))
 end
 
 -- A Lua call for an upstream MCP tool: servers.<server>.<tool>({...}) when both names are Lua

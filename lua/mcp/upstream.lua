@@ -33,12 +33,17 @@ local arguments
 
 local PROTOCOL = "2025-11-25"
 local MAX_TOOLS, MAX_PAGES = 10000, 1000
+local MAX_DESCRIPTION = 16384 -- bytes of a tool's description kept for the catalog
 
 local function is_object(v) return type(v) == "table" and getmetatable(v) ~= "json.array" end
 
 local function errtext(err)
   if type(err) == "table" then
-    local m = tostring(err.message or "error")
+    local m = err.message
+    if type(m) ~= "string" then
+      local ok, j = pcall(mb.json_encode, m == nil and "error without a message" or m)
+      m = ok and j or "error"
+    end
     if math.type(err.code) == "integer" and err.code ~= -32000 and err.code ~= -32001 then
       m = sfmt("%s (JSON-RPC error %d)", m, err.code)
     end
@@ -79,7 +84,10 @@ function S:request(method, params, timeout_ms, opts)
   opts.id = id
   p.timer = mb.timer(timeout_ms, function() self:timed_out(id, timeout_ms) end)
   local resp = coroutine.yield()
-  if resp.error ~= nil then return nil, resp.error end
+  if resp.error ~= nil and resp.error ~= null then
+    return nil, is_object(resp.error) and resp.error or { message = resp.error }
+  end
+  if resp.result == nil then return nil, { message = "the answer has neither result nor error" } end
   return resp.result
 end
 
@@ -187,8 +195,18 @@ end
 -- Lists every page of tools; imports the callable ones into the catalog.
 function S:refresh_tools(gen)
   local list, seen, cursor = {}, {}, nil
-  for _ = 1, MAX_PAGES do
-    local r, err = self:request("tools/list", cursor and { cursor = cursor } or {}, cfg.upstream_init_timeout_ms)
+  local deadline = mb.now_ms() + cfg.upstream_init_timeout_ms -- for all pages together
+  for page = 1, MAX_PAGES + 1 do
+    if page > MAX_PAGES then
+      self:log("warning", "tools/list: still a nextCursor after %d pages; the rest ignored", MAX_PAGES)
+      break
+    end
+    local left = math.floor(deadline - mb.now_ms())
+    if left <= 0 then
+      return nil, sfmt("tools/list: the pages took longer than %d ms (upstream_init_timeout_ms)",
+        cfg.upstream_init_timeout_ms)
+    end
+    local r, err = self:request("tools/list", cursor and { cursor = cursor } or {}, left)
     if gen ~= self.generation then return nil end
     if not r then return nil, "tools/list: " .. errtext(err) end
     if not is_object(r) or type(r.tools) ~= "table" then return nil, "tools/list: the result has no tools array" end
@@ -209,13 +227,20 @@ function S:refresh_tools(gen)
     if type(cursor) ~= "string" or cursor == "" then break end
   end
   local by_name, by_ident, shown = {}, {}, {}
-  for _, t in ipairs(list) do
-    by_name[t.name] = t
+  for i, t in ipairs(list) do
+    -- calls need only the name and annotations; the definitions live in the catalog
+    local keep = { name = t.name, annotations = is_object(t.annotations) and t.annotations or nil }
+    list[i] = keep
+    by_name[t.name] = keep
     local id = ucfg.ident(t.name)
-    if by_ident[id] == nil then by_ident[id] = t else by_ident[id] = false end -- false: ambiguous
+    if by_ident[id] == nil then by_ident[id] = keep else by_ident[id] = false end -- false: ambiguous
     if not ucfg.refusal(self.spec, t) then
-      shown[#shown + 1] = { name = t.name, title = type(t.title) == "string" and t.title or nil,
-        description = type(t.description) == "string" and t.description or "",
+      local d = type(t.description) == "string" and t.description or ""
+      if #d > MAX_DESCRIPTION then
+        d = d:sub(1, MAX_DESCRIPTION):gsub("[\128-\191]*$", ""):gsub("[\192-\255]$", "") .. " [cut]"
+      end
+      shown[#shown + 1] = { name = t.name, title = type(t.title) == "string" and t.title:sub(1, 256) or nil,
+        description = d,
         inputSchema = is_object(t.inputSchema) and t.inputSchema or nil,
         outputSchema = is_object(t.outputSchema) and t.outputSchema or nil,
         annotations = is_object(t.annotations) and t.annotations or nil }
@@ -226,9 +251,12 @@ function S:refresh_tools(gen)
   local info = is_object(self.server_info) and self.server_info or {}
   local desc = type(self.instructions) == "string" and self.instructions:sub(1, 500)
     or sfmt("tools of the upstream MCP server %s (%s)", self.name, tostring(info.name or "?"))
+  local t0 = mb.now_ms()
   local ok, err = catalog.import("upstream:" .. self.name,
     { server = self.name, description = desc, tools = mb.array(shown) }, "mcpServers." .. self.name)
   if not ok then self:log("warning", "catalog: %s", tostring(err)) end
+  self.refresh_done = mb.now_ms()
+  self.refresh_ms = self.refresh_done - t0
   return true
 end
 
@@ -258,7 +286,7 @@ local function handlers(self, gen)
     elseif msg.method == "notifications/message" then
       local data = params.data
       if type(data) ~= "string" then data = select(2, pcall(mb.json_encode, data)) end
-      self:log("info", "[%s] %s", tostring(params.level), tostring(data):sub(1, 2000))
+      self:log_limited("log", sfmt("[%s] %s", tostring(params.level):sub(1, 20), tostring(data):sub(1, 2000)))
     end
   end
   function h.closed(reason)
@@ -271,17 +299,7 @@ local function handlers(self, gen)
   end
   function h.stderr(line)
     if gen ~= self.generation then return end
-    local now = mb.now_ms()
-    if now - self.stderr_window > 10000 then
-      if self.stderr_dropped > 0 then self:log("info", "(%d stderr lines not logged)", self.stderr_dropped) end
-      self.stderr_window, self.stderr_count, self.stderr_dropped = now, 0, 0
-    end
-    self.stderr_count = self.stderr_count + 1
-    if self.stderr_count <= 50 then
-      self:log("info", "stderr: %s", line)
-    else
-      self.stderr_dropped = self.stderr_dropped + 1
-    end
+    self:log_limited("stderr", line)
   end
   function h.session_expired(msg)
     -- HTTP 404 to our session: the server forgot it. Initialize again, then send msg again.
@@ -302,9 +320,34 @@ local function handlers(self, gen)
   return h
 end
 
+-- What an upstream writes to stderr or logs with notifications/message: at most 50 lines per
+-- 10 seconds, then a count of what was left out.
+function S:log_limited(kind, line)
+  local now = mb.now_ms()
+  local w = self.log_windows[kind]
+  if not w then
+    w = { start = now, count = 0, dropped = 0 }
+    self.log_windows[kind] = w
+  end
+  if now - w.start > 10000 then
+    if w.dropped > 0 then self:log("info", "(%d %s lines not shown)", w.dropped, kind) end
+    w.start, w.count, w.dropped = now, 0, 0
+  end
+  w.count = w.count + 1
+  if w.count <= 50 then
+    self:log("info", "%s: %s", kind, line)
+  else
+    w.dropped = w.dropped + 1
+  end
+end
+
+-- Re-lists after list_changed: debounced, and at least ten times the last listing's own time
+-- apart, so a server that changes its list all the time cannot keep the loop busy importing.
 function S:schedule_refresh()
   if self.refresh_timer then return end
-  self.refresh_timer = mb.timer(100, function()
+  local wait = math.max(100, math.floor((self.refresh_ms or 0) * 10))
+  wait = math.max(wait, math.floor((self.refresh_done or 0) + wait - mb.now_ms()))
+  self.refresh_timer = mb.timer(math.min(wait, 60000), function()
     self.refresh_timer = nil
     if self.state ~= "ready" then return end
     local gen = self.generation
@@ -437,8 +480,9 @@ local function resolve_tool(s, name)
       s.ident, name, table.concat(same, ", "), s.name)
   end
   local best = {}
+  local want = name:lower():sub(1, 64) -- suggestions compare at most 64 bytes: bounded work
   for _, x in ipairs(s.tools) do
-    local d = text.levenshtein(name:lower(), x.name:lower(), 4)
+    local d = text.levenshtein(want, x.name:lower():sub(1, 64), 4)
     if d <= 4 and not ucfg.refusal(s.spec, x) then best[#best + 1] = { d = d, n = x.name } end
   end
   table.sort(best, function(a, b) return a.d < b.d or (a.d == b.d and a.n < b.n) end)
@@ -470,12 +514,15 @@ end
 -- anything that looks like a PII token goes to the upstream verbatim (mb.json_raw); otherwise it
 -- is decoded and the tokens restored. Returns args | nil, message.
 local TOKEN = "%[[A-Z][A-Z0-9_]*_%x%x%x%x%x%x%x%x+%]"
+-- Tokens become values only when the policy makes them (pii_policy) and values may be revealed
+-- at all (pii_restore): with pii_restore=0 an echoing upstream must not hand code the value.
+local RESTORE = cfg.pii_policy == 1 and cfg.pii_restore == 1
 arguments = function(request, args)
   if type(args) == "string" then
     local first = args:match("^%s*(.)")
     if first == nil or args:find("^%s*%[%s*%]%s*$") then return {} end
     if first ~= "{" then return nil, "arguments must be a table of named fields" end
-    if not (cfg.pii_policy == 1 and args:find(TOKEN)) then return mb.json_raw(args) end
+    if not (RESTORE and args:find(TOKEN)) then return mb.json_raw(args) end
     local v, derr = mb.json_decode(args)
     if v == nil then return nil, "arguments: " .. tostring(derr) end
     args = v
@@ -485,7 +532,7 @@ arguments = function(request, args)
     return nil, "arguments must be a table of named fields"
   end
   if getmetatable(args) == "json.array" then return {} end
-  if cfg.pii_policy == 1 then args = restore(request.tenant, args, 0) end
+  if RESTORE then args = restore(request.tenant, args, 0) end
   return args
 end
 
@@ -537,6 +584,11 @@ function M.call(request, sname, tname, args)
     params._meta = { progressToken = opts.progress_token }
     opts.on_progress = function(p)
       if e.ended or math.type(p.progress) == nil then return end
+      -- MCP: progress must increase, and an execution sends at most max_notifications
+      if e.up_progress and p.progress <= e.up_progress then return end
+      e.up_progress_n = (e.up_progress_n or 0) + 1
+      if e.up_progress_n > cfg.max_notifications then return end
+      e.up_progress = p.progress
       local msg = sfmt("%s.%s", s.name, tool.name)
       if type(p.message) == "string" then msg = msg .. ": " .. tools.pii.outbound(request.tenant, p.message) end
       request:progress(p.progress, type(p.total) == "number" and p.total or nil, msg)
@@ -552,11 +604,16 @@ function M.call(request, sname, tname, args)
   s.inflight = s.inflight - 1
   s.call_ms = s.call_ms + (mb.now_ms() - t0)
   e.upstream_pending[opts] = nil
-  if not r then
+  if r == nil then
     s.errors = s.errors + 1
     return nil, sfmt("%s.%s: %s", s.name, tool.name, errtext(err))
   end
-  if is_object(r) and r.isError == true then
+  if not is_object(r) then
+    s.errors = s.errors + 1
+    return nil, sfmt("%s.%s: the upstream's answer is not a result object (got %s)", s.name, tool.name,
+      r == null and "null" or type(r) == "table" and "an array" or type(r))
+  end
+  if r.isError == true then
     s.tool_errors = s.tool_errors + 1
     return nil, sfmt("%s.%s: %s", s.name, tool.name, content_text(r.content) or "the tool reported an error")
   end
@@ -703,7 +760,7 @@ function M.init(t)
       tools = {}, tool_by_name = {}, tool_by_ident = {}, callable = 0,
       calls = 0, errors = 0, tool_errors = 0, timeouts = 0, rejected = 0, inflight = 0, call_ms = 0,
       restarts = 0, failures = 0, retry_at = 0, ready_since = 0,
-      stderr_window = 0, stderr_count = 0, stderr_dropped = 0,
+      log_windows = {},
     }, S)
     M.list[#M.list + 1] = s
     M.by_name[s.name] = s

@@ -42,7 +42,10 @@ function M.open_stdio(s, h)
     command = s.command, args = s.args, env = M.child_env(s.env), cwd = s.cwd,
     max_line_bytes = cfg.max_message_bytes,
     on_line = function(line, lerr)
-      if not line then return h.bad(lerr) end
+      if not line then -- over-long: the C side dropped it
+        return h.bad(sfmt("a stdout line above %d bytes was dropped (max_message_bytes)",
+          cfg.max_message_bytes))
+      end
       if line == "" then return end
       local msg, derr = mb.json_decode(line)
       if type(msg) ~= "table" then
@@ -72,11 +75,23 @@ function M.open_stdio(s, h)
       if #corked >= 16 then -- every 8 requests: the upstream starts on them while we go on
         local c = corked
         corked = {}
-        return proc:write(table.concat(c))
+        return t:write(table.concat(c))
       end
       return true
     end
-    return proc:write(line .. "\n")
+    return t:write(line .. "\n")
+  end
+  -- An upstream that does not read its stdin (while it keeps sending us requests, say) must not
+  -- grow our memory: beyond twice max_message_bytes queued, the connection is given up.
+  local limit = 2 * cfg.max_message_bytes
+  function t:write(data)
+    local ok, err = proc:write(data)
+    if ok and proc:queued_bytes() > limit then
+      h.closed(sfmt("it does not read its stdin (%d bytes waiting, above 2 x max_message_bytes)",
+        proc:queued_bytes()))
+      return nil, "the upstream does not read its stdin"
+    end
+    return ok, err
   end
   -- mcp.parallel sends many requests in one go: one write per 8 requests (fewer wake-ups of the
   -- upstream's reader than one per request; the upstream starts before the last is encoded).
@@ -85,7 +100,7 @@ function M.open_stdio(s, h)
     local c = corked
     corked = nil
     if c and #c > 0 then
-      local ok, err = proc:write(table.concat(c))
+      local ok, err = t:write(table.concat(c))
       if not ok then h.bad("write: " .. tostring(err)) end
     end
   end
@@ -121,6 +136,15 @@ local function sse_feed(st, chunk, deliver, bad)
   end
   st.pending = buf
 end
+
+-- The URL for messages: without user:password@, query or fragment (they can hold secrets).
+local function safe_url(url)
+  local scheme, rest = url:match("^(%a[%w+.-]*://)(.*)$")
+  if not scheme then return "(url)" end
+  rest = rest:gsub("^[^/?#]*@", ""):gsub("[?#].*$", "")
+  return scheme .. rest
+end
+M.safe_url = safe_url
 
 local function excerpt(parts)
   local s = table.concat(parts):gsub("%s+", " ")
@@ -195,7 +219,7 @@ function M.open_http(s, h)
           return h.session_expired(msg) -- 400 "No valid session ID": servers that do not say 404
         end
         if status >= 400 then
-          return fail(msg, sfmt("HTTP %d from %s: %s", status, s.url, excerpt(parts)))
+          return fail(msg, sfmt("HTTP %d from %s: %s", status, safe_url(s.url), excerpt(parts)))
         end
         if not st.sse and #parts > 0 then deliver_text(table.concat(parts)) end
       end,
