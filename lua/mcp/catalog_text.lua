@@ -740,26 +740,34 @@ function M.levenshtein(a, b, max)
   if math.abs(la - lb) > max then return max + 1 end
   if la == 0 then return lb end
   if lb == 0 then return la end
+  -- Only the band |i - j| <= max can hold a distance <= max (cells outside count as max + 1):
+  -- O(len * max) work instead of O(len^2), whatever the names share.
+  local big = max + 1
   local prev, cur = {}, {}
-  for j = 0, lb do prev[j] = j end
+  for j = 0, lb do prev[j] = j <= max and j or big end
   for i = 1, la do
-    cur[0] = i
+    local lo, hi = i - max, i + max
+    if lo < 1 then lo = 1 end
+    if hi > lb then hi = lb end
+    cur[lo - 1] = (lo == 1) and (i <= max and i or big) or big
     local ca = a:byte(i)
-    local rowmin = i
-    for j = 1, lb do
-      local cost = ca == b:byte(j) and 0 or 1
-      local v = prev[j - 1] + cost
-      local d = prev[j] + 1
+    local rowmin = cur[lo - 1]
+    for j = lo, hi do
+      local v = (prev[j - 1] or big) + (ca == b:byte(j) and 0 or 1)
+      local d = (prev[j] or big) + 1
       if d < v then v = d end
       d = cur[j - 1] + 1
       if d < v then v = d end
+      if v > big then v = big end
       cur[j] = v
       if v < rowmin then rowmin = v end
     end
-    if rowmin > max then return max + 1 end
+    if hi < lb then cur[hi + 1] = big end
+    if rowmin > max then return big end
     prev, cur = cur, prev
   end
-  return prev[lb]
+  local r = prev[lb] or big
+  return r > big and big or r
 end
 
 -- Deterministic JSON text of a value (object keys sorted), so the same content always gives the

@@ -106,8 +106,11 @@ function S:notify(method, params)
 end
 
 function S:cancel_request(id, reason)
-  if not self.pending[id] then return end
-  self:notify("notifications/cancelled", { requestId = id, reason = reason })
+  local p = self.pending[id]
+  if not p then return end
+  if p.method ~= "initialize" then -- MCP: initialize is never cancelled
+    self:notify("notifications/cancelled", { requestId = id, reason = reason })
+  end
   self:settle(id, { error = { code = -32001, message = reason } })
 end
 
@@ -335,6 +338,8 @@ function S:log_limited(kind, line)
   end
   w.count = w.count + 1
   if w.count <= 50 then
+    -- control bytes escaped: an upstream cannot forge lines of our log
+    line = line:gsub("%c", function(c) return sfmt("\\x%02x", c:byte()) end)
     self:log("info", "%s: %s", kind, line)
   else
     w.dropped = w.dropped + 1
@@ -480,8 +485,12 @@ local function resolve_tool(s, name)
       s.ident, name, table.concat(same, ", "), s.name)
   end
   local best = {}
-  local want = name:lower():sub(1, 64) -- suggestions compare at most 64 bytes: bounded work
+  -- suggestions are a courtesy: at most 64 bytes of each name, and a budget of work in all
+  -- (a server with thousands of long look-alike names must not hold the loop)
+  local want, budget = name:lower():sub(1, 64), 400000
   for _, x in ipairs(s.tools) do
+    budget = budget - 9 * math.min(#x.name, 64)
+    if budget < 0 then break end
     local d = text.levenshtein(want, x.name:lower():sub(1, 64), 4)
     if d <= 4 and not ucfg.refusal(s.spec, x) then best[#best + 1] = { d = d, n = x.name } end
   end
