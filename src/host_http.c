@@ -40,6 +40,7 @@
 #include <string.h>
 #include <strings.h>
 
+#include "host_uv.h"
 #include "log.h"
 
 #define REQ_MT "mb.http_request"
@@ -479,15 +480,6 @@ static size_t on_write(char *p, size_t size, size_t n, void *userp)
 
 /* ---- delivery to Lua -------------------------------------------------------------------------- */
 
-static int traceback_handler(lua_State *L)
-{
-	const char *msg = lua_tostring(L, 1);
-	if (!msg)
-		msg = lua_pushfstring(L, "(error object is a %s value)", luaL_typename(L, 1));
-	luaL_traceback(L, L, msg, 1);
-	return 1;
-}
-
 /* Builds the arguments of one callback and calls it: (fn, xfer, kind). Runs protected. */
 static int trampoline(lua_State *L)
 {
@@ -561,7 +553,7 @@ static void deliver(http_ctx *c, xfer *x, int kind, int ref, const char *name)
 		x->dlen = 0;
 		return;
 	}
-	lua_pushcfunction(L, traceback_handler);
+	lua_pushcfunction(L, mb_host_traceback);
 	int h = lua_gettop(L);
 	lua_pushcfunction(L, trampoline);
 	lua_rawgeti(L, LUA_REGISTRYINDEX, ref);

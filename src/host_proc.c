@@ -39,6 +39,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "host_uv.h"
 #include "log.h"
 
 #define PROC_MT "mb.process"
@@ -218,15 +219,6 @@ typedef struct cb_call {
 	lua_Integer a, b;
 } cb_call;
 
-static int traceback_handler(lua_State *L)
-{
-	const char *msg = lua_tostring(L, 1);
-	if (!msg)
-		msg = lua_pushfstring(L, "(error object is a %s value)", luaL_typename(L, 1));
-	luaL_traceback(L, L, msg, 1);
-	return 1;
-}
-
 /* Runs under lua_pcall: pushes the function and its arguments (allocations may raise here
  * safely) and calls it. */
 static int cb_trampoline(lua_State *L)
@@ -262,7 +254,7 @@ static void invoke(lua_State *L, proc *p, cb_call *c, const char *what)
 		       p->pid, what);
 		return;
 	}
-	lua_pushcfunction(L, traceback_handler);
+	lua_pushcfunction(L, mb_host_traceback);
 	lua_pushcfunction(L, cb_trampoline);
 	lua_pushlightuserdata(L, c);
 	if (lua_pcall(L, 1, 0, -3) != LUA_OK) {

@@ -96,7 +96,7 @@ static void link_handle(uv_ctx *ctx, uvh *h)
 	ctx->nlive++;
 }
 
-static int traceback_handler(lua_State *L)
+int mb_host_traceback(lua_State *L)
 {
 	const char *msg = lua_tostring(L, 1);
 	if (!msg)
@@ -109,7 +109,7 @@ static int traceback_handler(lua_State *L)
 static void call_logged(lua_State *L, int nargs, const char *what, const char *path)
 {
 	int fn = lua_gettop(L) - nargs;
-	lua_pushcfunction(L, traceback_handler);
+	lua_pushcfunction(L, mb_host_traceback);
 	lua_insert(L, fn);
 	if (lua_pcall(L, nargs, 0, fn) != LUA_OK) {
 		const char *msg = lua_tostring(L, -1);

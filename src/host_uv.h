@@ -43,6 +43,10 @@ void mb_host_uv_open(lua_State *L, uv_loop_t *loop);
 /// @param L the host state given to mb_host_uv_open (nothing happens if it never was)
 void mb_host_uv_close_all(lua_State *L);
 
+/// Message handler for lua_pcall in host callbacks (also used by host_proc.c and host_http.c):
+/// the error message (or a description of a non-string error object) with a traceback.
+int mb_host_traceback(lua_State *L);
+
 /// Number of live (not yet closed) handles of L, for tests and stats.
 /// @param L the host state
 /// @returns the count, 0 when mb_host_uv_open was never called
