@@ -38,6 +38,20 @@ void mb_sandbox_host_call(lua_State *L, const char *name)
 	mb_sandbox_host_call_raw(L, name, args, len); /* frees args */
 }
 
+/* malloc'd blocks owned by a userdata while Lua code may raise: its __gc frees what is left. */
+typedef struct {
+	char *a, *b;
+} owned2;
+
+static int owned2_gc(lua_State *L)
+{
+	owned2 *o = lua_touserdata(L, 1);
+	free(o->a);
+	free(o->b);
+	o->a = o->b = NULL;
+	return 0;
+}
+
 void mb_sandbox_host_call_raw(lua_State *L, const char *name, char *args, size_t len)
 {
 	mb_sandbox_ctx *c = mb_sandbox_ctx_of(L);
@@ -45,26 +59,47 @@ void mb_sandbox_host_call_raw(lua_State *L, const char *name, char *args, size_t
 		free(args);
 		luaL_error(L, "%s: not available here (no server to call)", name);
 	}
+	/* from here every Lua call may raise (memory): args and the reply belong to the box */
+	if (!lua_checkstack(L, 4)) {
+		free(args);
+		luaL_error(L, "%s: no stack space", name);
+	}
+	owned2 *o = lua_newuserdatauv(L, sizeof *o, 0); /* a memory error here loses args: */
+	o->a = args;                                       /* only when the state is out of memory */
+	o->b = NULL;
+	if (luaL_newmetatable(L, "mb.owned2")) {
+		lua_pushcfunction(L, owned2_gc);
+		lua_setfield(L, -2, "__gc");
+	}
+	lua_setmetatable(L, -2);
+	int box = lua_gettop(L);
 	char err[200];
-	char *reply = NULL;
 	size_t rlen = 0;
-	int rc = c->req->host_call(c->req->host_ud, name, args, len, &reply, &rlen);
-	free(args);
+	int rc = c->req->host_call(c->req->host_ud, name, o->a, len, &o->b, &rlen);
+	free(o->a);
+	o->a = NULL;
 	if (rc < 0) {
-		free(reply);
+		free(o->b);
+		o->b = NULL;
 		mb_budget_raise(L, c->b);
 	}
 	if (rc > 0) {
-		lua_pushlstring(L, reply ? reply : "error", reply ? rlen : 5);
-		free(reply);
+		if (o->b)
+			lua_pushlstring(L, o->b, rlen);
+		else
+			lua_pushliteral(L, "error");
+		free(o->b);
+		o->b = NULL;
 		lua_error(L);
 	}
-	int bad = mb_json_decode(L, reply, rlen, &c->json_lim, err, sizeof err);
-	free(reply);
+	int bad = mb_json_decode(L, o->b, rlen, &c->json_lim, err, sizeof err);
+	free(o->b);
+	o->b = NULL;
 	if (bad) {
 		mb_budget_poll(L);
 		luaL_error(L, "%s: bad reply from the server: %s", name, err);
 	}
+	lua_remove(L, box);
 }
 
 static void registry_table(lua_State *L, const void *key)

@@ -51,8 +51,43 @@ static void push_spec(lua_State *L, int server, int tool, int args)
  * encoder never writes a raw newline). Names with NUL or newline are refused here. */
 typedef struct {
 	char *p;
-	size_t n, cap;
+	size_t n, cap, limit;
 } rbuf;
+
+/* The buffer lives in a userdata on the Lua stack, so an error raised while it is being filled
+ * (a memory error, the deadline) leaves it to the garbage collector instead of leaking it. */
+static int rbuf_gc(lua_State *L)
+{
+	rbuf *b = lua_touserdata(L, 1);
+	free(b->p);
+	b->p = NULL;
+	return 0;
+}
+
+static rbuf *rbuf_new(lua_State *L)
+{
+	rbuf *b = lua_newuserdatauv(L, sizeof *b, 0);
+	memset(b, 0, sizeof *b);
+	if (luaL_newmetatable(L, "mb.rbuf")) {
+		lua_pushcfunction(L, rbuf_gc);
+		lua_setfield(L, -2, "__gc");
+	}
+	lua_setmetatable(L, -2);
+	/* the host reads these bytes as one message: the same bound, and no unbounded malloc
+	 * outside the execution's memory budget */
+	b->limit = (size_t)mb_sandbox_ctx_of(L)->cfg->max_message_bytes;
+	return b;
+}
+
+/* Hands the bytes to the caller (who frees them) and empties the box. */
+static char *rbuf_take(rbuf *b, size_t *n)
+{
+	char *p = b->p;
+	*n = b->n;
+	b->p = NULL;
+	b->n = b->cap = 0;
+	return p;
+}
 
 static int rb_put(rbuf *b, const char *s, size_t n)
 {
@@ -71,44 +106,62 @@ static int rb_put(rbuf *b, const char *s, size_t n)
 	return 0;
 }
 
-/* Appends the item for the spec table at idx; on failure frees b and raises. */
+/* Pushes t[k] without metamethods. */
+static int raw_field(lua_State *L, int t, const char *k)
+{
+	lua_pushstring(L, k);
+	return lua_rawget(L, t);
+}
+
+/* Appends the item for the spec table at idx (read raw: a spec handed over by a task is not
+ * trusted to be the table do_call made); raises with a clear message on any problem. */
+/* Frees the buffer at once (not at the next collection) and raises msg. */
+static void put_fail(lua_State *L, rbuf *b, const char *msg)
+{
+	free(b->p);
+	b->p = NULL;
+	b->n = b->cap = 0;
+	mb_budget_poll(L);
+	luaL_error(L, "%s", msg);
+}
+
 static void put_item(lua_State *L, int idx, rbuf *b)
 {
 	mb_sandbox_ctx *c = mb_sandbox_ctx_of(L);
-	char err[200] = "out of memory";
-	size_t sl, tl, al = 0;
-	lua_getfield(L, idx, "server");
-	lua_getfield(L, idx, "tool");
-	lua_getfield(L, idx, "args");
+	char err[200] = "out of memory", msg[400];
+	size_t sl = 0, tl = 0, al = 0;
+	if (lua_type(L, idx) != LUA_TTABLE)
+		put_fail(L, b, "mcp.parallel: a call must be {server, tool, args}");
+	raw_field(L, idx, "server");
+	raw_field(L, idx, "tool");
+	raw_field(L, idx, "args");
+	if (lua_type(L, -3) != LUA_TSTRING || lua_type(L, -2) != LUA_TSTRING ||
+	    !(lua_isnil(L, -1) || lua_istable(L, -1)))
+		put_fail(L, b, "upstream calls take a server name, a tool name (strings) and a table");
 	const char *server = lua_tolstring(L, -3, &sl), *tool = lua_tolstring(L, -2, &tl);
+	if (memchr(server, 0, sl) || memchr(server, '\n', sl) || memchr(tool, 0, tl) ||
+	    memchr(tool, '\n', tl))
+		put_fail(L, b, "upstream server and tool names are strings without NUL or newline characters");
 	char *args = NULL;
-	if (!server || !tool || memchr(server, 0, sl) || memchr(server, '\n', sl) ||
-	    memchr(tool, 0, tl) || memchr(tool, '\n', tl)) {
-		snprintf(err, sizeof err, "upstream server and tool names are strings without NUL or "
-			 "newline characters");
-		goto fail;
-	}
 	if (!lua_isnil(L, -1)) {
 		args = mb_json_encode(L, lua_gettop(L), &c->json_lim, 0, &al, err, sizeof err);
 		if (!args) {
-			char msg[200];
-			snprintf(msg, sizeof msg, "%s.%s: arguments: %s", server, tool, err);
-			memcpy(err, msg, sizeof err);
-			goto fail;
+			snprintf(msg, sizeof msg, "%.100s.%.100s: arguments: %s", server, tool, err);
+			put_fail(L, b, msg);
 		}
 	}
-	if ((b->n && rb_put(b, "\n", 1)) || rb_put(b, server, sl) || rb_put(b, "", 1) ||
-	    rb_put(b, tool, tl) || rb_put(b, "", 1) || (args && rb_put(b, args, al)))
-		goto fail;
+	if (b->n + sl + tl + al + 3 > b->limit) {
+		free(args);
+		snprintf(msg, sizeof msg, "%.100s.%.100s: the arguments of the upstream calls add up to "
+			 "more than %zu bytes (max_message_bytes)", server, tool, b->limit);
+		put_fail(L, b, msg);
+	}
+	int bad = (b->n && rb_put(b, "\n", 1)) || rb_put(b, server, sl) || rb_put(b, "", 1) ||
+		  rb_put(b, tool, tl) || rb_put(b, "", 1) || (args && rb_put(b, args, al));
 	free(args);
+	if (bad)
+		put_fail(L, b, err);
 	lua_pop(L, 3);
-	return;
-fail:
-	free(args);
-	free(b->p);
-	b->p = NULL;
-	mb_budget_poll(L);
-	luaL_error(L, "%s", err);
 }
 
 static int in_task(lua_State *L)
@@ -149,9 +202,11 @@ static int do_call(lua_State *L)
 		return lua_yieldk(L, 2, 0, call_cont);
 	}
 	push_spec(L, 1, 2, 3);
-	rbuf b = { 0 };
-	put_item(L, lua_gettop(L), &b);
-	mb_sandbox_host_call_raw(L, "upstream_call", b.p, b.n);
+	rbuf *b = rbuf_new(L);
+	put_item(L, lua_gettop(L) - 1, b);
+	size_t n;
+	char *payload = rbuf_take(b, &n);
+	mb_sandbox_host_call_raw(L, "upstream_call", payload, n);
 	lua_getfield(L, -1, "v");
 	return 1;
 }
@@ -352,13 +407,16 @@ static int sb_parallel(lua_State *L)
 			lua_settop(L, 2);
 			return 1;
 		}
-		rbuf b = { 0 };
+		rbuf *b = rbuf_new(L);
 		for (lua_Integer j = 1; j <= k; j++) {
 			lua_rawgeti(L, calls, j);
-			put_item(L, lua_gettop(L), &b);
+			put_item(L, lua_gettop(L), b);
 			lua_pop(L, 1);
 		}
-		mb_sandbox_host_call_raw(L, "upstream_batch", b.p, b.n);
+		size_t plen;
+		char *payload = rbuf_take(b, &plen);
+		lua_pop(L, 1); /* the empty box */
+		mb_sandbox_host_call_raw(L, "upstream_batch", payload, plen);
 		int replies = lua_gettop(L);
 		for (lua_Integer j = 1; j <= k; j++) {
 			lua_rawgeti(L, which, j);

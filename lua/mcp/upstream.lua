@@ -77,7 +77,7 @@ function S:request(method, params, timeout_ms, opts)
   local msg = { jsonrpc = "2.0", id = id, method = method, params = params }
   local p = { co = coroutine.running(), msg = msg, method = method, on_progress = opts.on_progress,
               progress_token = opts.progress_token }
-  local ok, err = self.t:send(msg)
+  local ok, err = self.t:send(msg, nil, timeout_ms)
   if not ok then return nil, { message = "cannot send: " .. tostring(err) } end
   self.pending[id] = p
   if p.progress_token ~= nil then self.progress[p.progress_token] = p end
@@ -147,9 +147,15 @@ function S:fail_pending(reason)
 end
 
 function S:wake_waiters()
-  local w = self.waiters
+  local list = self.waiters
   self.waiters = {}
-  for _, co in ipairs(w) do resume(co) end
+  for _, w in ipairs(list) do
+    if not w.done then
+      w.done = true
+      if w.timer then w.timer:stop() end
+      resume(w.co)
+    end
+  end
 end
 
 -- Why calls cannot be made now, for an agent to act on.
@@ -305,20 +311,27 @@ local function handlers(self, gen)
     self:log_limited("stderr", line)
   end
   function h.session_expired(msg)
-    -- HTTP 404 to our session: the server forgot it. Initialize again, then send msg again.
-    if not self.pending[msg.id] then return end
-    if self.state == "ready" and gen ~= self.generation then -- already re-initialized
-      return self.t:send(msg)
+    -- HTTP 404 to our session: the server forgot it. Initialize again, then send again what was
+    -- in flight on the old session (once: a server that forgets the new session at once fails).
+    local p = self.pending[msg.id]
+    if not p or gen ~= self.generation then return end
+    if p.resent then
+      return self:failed("the server forgot a new session at once (HTTP 404 after re-initializing)")
     end
-    self.resend[#self.resend + 1] = msg
-    if self.state == "ready" and gen == self.generation then
-      self:log("info", "session expired (HTTP 404); initializing a new one")
-      self.generation = self.generation + 1
-      local t = self.t
-      self.t = nil
-      if t then t:close(0) end
-      self:start()
+    if self.state ~= "ready" then return end
+    self:log("info", "session expired (HTTP 404); initializing a new one")
+    for id, q in pairs(self.pending) do
+      if q.method ~= "initialize" and q.msg then
+        q.resent = true
+        self.resend[#self.resend + 1] = q.msg
+      end
     end
+    table.sort(self.resend, function(a, b) return a.id < b.id end)
+    self.generation = self.generation + 1
+    local t = self.t
+    self.t = nil
+    if t then t:close(0) end
+    self:start()
   end
   return h
 end
@@ -377,6 +390,18 @@ function S:start()
   self.t, self.pid = t, t.pid
   self:log("info", "starting (%s%s)", self.spec.transport, t.pid and (", pid " .. t.pid) or "")
   coroutine.wrap(function()
+    -- protected: whatever goes wrong while starting ends in backoff, never in "starting" for good
+    local okb, berr = pcall(self.handshake, self, gen, t)
+    if not okb and gen == self.generation then self:failed("while starting: " .. tostring(berr)) end
+  end)()
+end
+
+local PROTOCOLS = { ["2025-11-25"] = true, ["2025-06-18"] = true, ["2025-03-26"] = true,
+                    ["2024-11-05"] = true }
+
+-- initialize, initialized, tools/list; then ready (runs in the start coroutine).
+function S:handshake(gen, t)
+  do
     local r, ierr = self:request("initialize", {
       protocolVersion = PROTOCOL, capabilities = {},
       clientInfo = { name = "moonbox", title = "moonbox gateway", version = mb.version },
@@ -385,6 +410,11 @@ function S:start()
     if not r then return self:failed("initialize: " .. errtext(ierr)) end
     if not is_object(r) or type(r.protocolVersion) ~= "string" then
       return self:failed("initialize: the answer has no protocolVersion")
+    end
+    if not PROTOCOLS[r.protocolVersion] then -- MCP: a client that does not speak it disconnects
+      return self:failed(sfmt("initialize: the server speaks protocol version %q, which moonbox "
+        .. "does not (it speaks 2025-11-25, 2025-06-18, 2025-03-26, 2024-11-05)",
+        r.protocolVersion:sub(1, 40)))
     end
     self.protocol = r.protocolVersion
     t.protocol = r.protocolVersion
@@ -420,13 +450,21 @@ function S:start()
       if gen == self.generation and self.state == "ready" then self.failures = 0 end
     end)
     self:wake_waiters()
-  end)()
+  end
 end
 
 -- Waits (yields) until a starting server is ready or failed; bounded by the init timeout.
 function S:wait_ready()
   local co = coroutine.running()
-  self.waiters[#self.waiters + 1] = co
+  local w = { co = co }
+  self.waiters[#self.waiters + 1] = w
+  w.timer = mb.timer(cfg.upstream_init_timeout_ms + 1000, function()
+    w.timer = nil
+    if not w.done then
+      w.done = true
+      resume(co)
+    end
+  end)
   coroutine.yield()
 end
 

@@ -185,7 +185,9 @@ function M.open_http(s, h)
 
   -- sent(err): optional, called once the server answered the POST (or it failed); for a
   -- notification that must be accepted before the next message (notifications/initialized).
-  function t:send(msg, sent)
+  -- timeout_ms: the request's own timeout; the transfer is given up a second after it, so a
+  -- server that never answers does not keep a connection per call (others: 30 s).
+  function t:send(msg, sent, timeout_ms)
     if t.closed then return nil, "the connection is closed" end
     local ok, body = pcall(mb.json_encode, msg)
     if not ok then return nil, "cannot encode the message: " .. tostring(body) end
@@ -194,7 +196,7 @@ function M.open_http(s, h)
     req, ok = mb.http_request({
       method = "POST", url = s.url, headers = headers(), body = body,
       connect_timeout_ms = cfg.upstream_init_timeout_ms,
-      timeout_ms = sent and cfg.upstream_init_timeout_ms or nil,
+      timeout_ms = sent and cfg.upstream_init_timeout_ms or (timeout_ms and timeout_ms + 1000) or 30000,
       max_response_bytes = cfg.max_message_bytes,
       on_headers = function(status, hd)
         st.status = status
