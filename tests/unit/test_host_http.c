@@ -27,14 +27,14 @@
 #include "budget.h"
 #include "host_http.h"
 #include "log.h"
+#include "log_capture.h"
 #include "unit.h"
 
 static uv_loop_t loop;
 static lua_State *L;
 static char out[8192];
 static char logbuf[32768];
-static FILE *logfile;
-static int saved_stderr = -1;
+static unit_log ulog;
 
 /* ---- the test server -------------------------------------------------------------------------- */
 
@@ -303,22 +303,12 @@ static void server_stop(void)
 
 static void log_capture(void)
 {
-	fflush(stderr);
-	logfile = tmpfile();
-	saved_stderr = dup(2);
-	dup2(fileno(logfile), 2);
+	unit_log_start(&ulog);
 }
 
 static const char *log_text(void)
 {
-	fflush(stderr);
-	dup2(saved_stderr, 2);
-	close(saved_stderr);
-	rewind(logfile);
-	size_t n = fread(logbuf, 1, sizeof logbuf - 1, logfile);
-	logbuf[n] = 0;
-	fclose(logfile);
-	return logbuf;
+	return unit_log_text(&ulog, logbuf, sizeof logbuf);
 }
 
 static const char *lua(const char *code)

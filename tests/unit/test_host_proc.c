@@ -20,6 +20,7 @@
 
 #include "budget.h"
 #include "host_proc.h"
+#include "log_capture.h"
 #include "unit.h"
 
 static uv_loop_t loop;
@@ -27,28 +28,17 @@ static lua_State *L;
 static char tmpdir[64];
 static char out[8192];
 static char logbuf[65536];
-static FILE *logfile;
-static int saved_stderr = -1;
+static unit_log ulog;
 
 /* stderr (mb_log) goes to a temporary file while a test runs; log_text() reads it back. */
 static void log_capture(void)
 {
-	fflush(stderr);
-	logfile = tmpfile();
-	saved_stderr = dup(2);
-	dup2(fileno(logfile), 2);
+	unit_log_start(&ulog);
 }
 
 static const char *log_text(void)
 {
-	fflush(stderr);
-	dup2(saved_stderr, 2);
-	close(saved_stderr);
-	rewind(logfile);
-	size_t n = fread(logbuf, 1, sizeof logbuf - 1, logfile);
-	logbuf[n] = 0;
-	fclose(logfile);
-	return logbuf;
+	return unit_log_text(&ulog, logbuf, sizeof logbuf);
 }
 
 static const char *lua_in(lua_State *s, const char *code, char *buf, size_t len)
