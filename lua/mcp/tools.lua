@@ -321,6 +321,8 @@ register({
       max_skill_bytes = cfg.max_skill_bytes, workspace_max_file_bytes = cfg.workspace_max_file_bytes,
       workspace_max_bytes = cfg.workspace_max_bytes, workspace_max_files = cfg.workspace_max_files,
       history_max_rows = cfg.history_max_rows, workers = cfg.workers, max_queue = cfg.max_queue,
+      upstream_timeout_ms = cfg.upstream_timeout_ms, upstream_max_calls = cfg.upstream_max_calls,
+      upstream_max_parallel = cfg.upstream_max_parallel,
     },
     version = mb.version,
     uptime_s = mb.pool_stats().uptime_s,
