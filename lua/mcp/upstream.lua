@@ -772,6 +772,7 @@ function M.instructions(base)
     for _, s in ipairs(M.list) do
       if s.state ~= "disabled" then names[#names + 1] = s.ident end
     end
+    if #names == 0 then return base end
     M.instructions_text = base .. "\nTools of other MCP servers are callable from the code: "
       .. "servers.<server>.<tool>(args) returns the tool's result as Lua data, mcp.parallel{...} runs "
       .. "several calls at once. Servers: " .. table.concat(names, ", ")
