@@ -82,7 +82,9 @@ function S:request(method, params, timeout_ms, opts)
   self.pending[id] = p
   if p.progress_token ~= nil then self.progress[p.progress_token] = p end
   opts.id = id
-  p.timer = mb.timer(timeout_ms, function() self:timed_out(id, timeout_ms) end)
+  p.timeout_ms = timeout_ms
+  p.deadline = mb.now_ms() + timeout_ms
+  self:arm_sweep(p.deadline)
   local resp = coroutine.yield()
   if resp.error ~= nil and resp.error ~= null then
     return nil, is_object(resp.error) and resp.error or { message = resp.error }
@@ -97,8 +99,32 @@ function S:settle(id, resp)
   if not p then return end
   self.pending[id] = nil
   if p.progress_token ~= nil then self.progress[p.progress_token] = nil end
-  if p.timer then p.timer:stop() end
   resume(p.co, resp)
+end
+
+-- Timeouts: one timer per server, armed for the earliest deadline of its requests, instead of
+-- a timer per request (a request that is answered costs no timer work at all).
+function S:arm_sweep(deadline)
+  if self.sweep_timer and self.sweep_at <= deadline then return end
+  if self.sweep_timer then self.sweep_timer:stop() end
+  self.sweep_at = deadline
+  self.sweep_timer = mb.timer(math.max(0, math.ceil(deadline - mb.now_ms())), function()
+    self.sweep_timer = nil
+    local now, due, next_at = mb.now_ms(), {}, nil
+    for id, p in pairs(self.pending) do
+      if p.deadline and p.deadline <= now + 1 then
+        due[#due + 1] = id
+      elseif p.deadline and (not next_at or p.deadline < next_at) then
+        next_at = p.deadline
+      end
+    end
+    table.sort(due)
+    for _, id in ipairs(due) do
+      local p = self.pending[id]
+      if p then self:timed_out(id, p.timeout_ms) end
+    end
+    if next_at then self:arm_sweep(next_at) end
+  end)
 end
 
 function S:notify(method, params)
@@ -117,7 +143,6 @@ end
 function S:timed_out(id, ms)
   local p = self.pending[id]
   if not p then return end
-  p.timer = nil
   self.timeouts = self.timeouts + 1
   local limit = p.method == "tools/call" and sfmt("timeoutMs of mcpServers.%s, else upstream_timeout_ms", self.name)
     or "upstream_init_timeout_ms"
