@@ -83,7 +83,8 @@ export async function servesProblems(peer) {
  * Measures when the worker that ran the last execution became free again, in ms after t0.
  * Returns { abandoned, freeMs } (freeMs = Infinity when it was still busy after STUCK_WATCH_MS).
  */
-async function workerFree(peer, t0, answeredMs) {
+async function workerFree(peer, t0, answeredMs, limitMs = 0) {
+  const watchMs = Math.max(STUCK_WATCH_MS, limitMs); // watch at least as long as the test allows
   let pool = await peer.pool();
   let abandoned = pool.stuck_threads > 0;
   if (!abandoned) {
@@ -95,7 +96,7 @@ async function workerFree(peer, t0, answeredMs) {
   for (;;) {
     const now = performance.now() - t0;
     if (pool.stuck_threads === 0) return { abandoned: true, freeMs: now };
-    if (now > STUCK_WATCH_MS) return { abandoned: true, freeMs: Infinity };
+    if (now > watchMs) return { abandoned: true, freeMs: Infinity };
     await sleep(10);
     pool = await peer.pool();
   }
@@ -142,9 +143,9 @@ export async function hostile(opts) {
       // overrun check below reports that case.)
       problems.push(`marker ${JSON.stringify(marker)} missing from output ${clip(sc.output, 100)}: the long call was not reached before the answer`);
     }
-    const { abandoned, freeMs } = await workerFree(peer, t0, ms);
     const overrun = opts.overrun_ms ?? OVERRUN_MS;
     const limit = timeout_ms + overrun + POLL_SLACK_MS;
+    const { abandoned, freeMs } = await workerFree(peer, t0, ms, limit);
     if (abandoned && freeMs > limit) {
       problems.push(`worker thread overran: the pool abandoned it at the grace deadline and it was ` +
         (freeMs === Infinity ? `still running ${STUCK_WATCH_MS} ms after the call was sent` : `busy until ${freeMs.toFixed(0)} ms after the call was sent`) +
