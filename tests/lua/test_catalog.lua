@@ -392,6 +392,37 @@ check("lev equal", text.levenshtein("abc", "abc", 5), 0)
 check("lev one", text.levenshtein("create_isue", "create_issue", 5), 1)
 check("lev empty", text.levenshtein("", "abcd", 5), 4)
 check("lev capped by length", text.levenshtein("a", "abcdefghij", 3), 4)
+do -- the banded distance agrees with the plain O(n*m) algorithm (capped at max + 1)
+  local function plain(a, b)
+    local d = {}
+    for i = 0, #a do d[i] = { [0] = i } end
+    for j = 0, #b do d[0][j] = j end
+    for i = 1, #a do
+      for j = 1, #b do
+        local c = a:byte(i) == b:byte(j) and 0 or 1
+        d[i][j] = math.min(d[i - 1][j] + 1, d[i][j - 1] + 1, d[i - 1][j - 1] + c)
+      end
+    end
+    return d[#a][#b]
+  end
+  local seed, mismatches = 12345, {}
+  local function rnd(n) seed = (seed * 1103515245 + 12345) % 2147483648; return seed % n end
+  local function word()
+    local t = {}
+    for i = 1, rnd(10) do t[i] = string.char(97 + rnd(4)) end
+    return table.concat(t)
+  end
+  for _ = 1, 5000 do
+    local a, b, max = word(), word(), rnd(6)
+    local want = math.min(plain(a, b), max + 1)
+    local got = text.levenshtein(a, b, max)
+    if got ~= want and #mismatches < 3 then mismatches[#mismatches + 1] = { a, b, max, want, got } end
+  end
+  check("lev banded = plain on 5000 random pairs", mismatches, {})
+  -- look-alike long names: the work is bounded by the band, not by the shared prefix
+  local long = string.rep("a", 64)
+  check("lev long look-alikes", text.levenshtein(long, long:sub(1, 62) .. "bc", 4), 2)
+end
 check("lev capped by rows", text.levenshtein("aaaaaaaa", "bbbbbbbb", 3), 4)
 check("lev transposition", text.levenshtein("ab", "ba", 5), 2)
 
