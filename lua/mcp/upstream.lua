@@ -68,7 +68,7 @@ function S:log(level, fmt, ...)
 end
 
 -- Sends a request and yields until its answer, a timeout or a failure; result | nil, err table.
--- opts: on_progress(params), id_out (a table whose .id is set to the request id).
+-- opts: on_progress(params), progress_token; opts.id is set to the request id before the wait.
 function S:request(method, params, timeout_ms, opts)
   opts = opts or {}
   if not self.t then return nil, { message = "not connected" } end
