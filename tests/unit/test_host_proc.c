@@ -20,7 +20,7 @@
 
 #include "budget.h"
 #include "host_proc.h"
-#include "log_capture.h"
+#include "host_test.h"
 #include "unit.h"
 
 static uv_loop_t loop;
@@ -41,22 +41,9 @@ static const char *log_text(void)
 	return unit_log_text(&ulog, logbuf, sizeof logbuf);
 }
 
-static const char *lua_in(lua_State *s, const char *code, char *buf, size_t len)
-{
-	int top = lua_gettop(s);
-	if (luaL_loadstring(s, code) != LUA_OK || lua_pcall(s, 0, 1, 0) != LUA_OK) {
-		const char *m = lua_tostring(s, -1);
-		snprintf(buf, len, "ERR: %s", m ? m : "(non-string error)");
-	} else {
-		snprintf(buf, len, "%s", luaL_tolstring(s, -1, NULL));
-	}
-	lua_settop(s, top);
-	return buf;
-}
-
 static const char *lua(const char *code)
 {
-	return lua_in(L, code, out, sizeof out);
+	return unit_lua_eval(L, code, out, sizeof out);
 }
 
 /* ---- running the loop ------------------------------------------------------------------------ */
@@ -68,7 +55,7 @@ static int wait_ok;
 static void on_tick(uv_timer_t *t)
 {
 	char buf[256];
-	int ok = wait_fn ? wait_fn() : strcmp(lua_in(L, wait_code, buf, sizeof buf), "true") == 0;
+	int ok = wait_fn ? wait_fn() : strcmp(unit_lua_eval(L, wait_code, buf, sizeof buf), "true") == 0;
 	if (ok) {
 		wait_ok = 1;
 		uv_stop(t->loop);
@@ -144,7 +131,7 @@ static lua_State *new_state(void)
 	lua_setglobal(s, "mb");
 	char buf[256];
 	/* rec(t): an on_line that records lines, and "ERR:<message>" for drop notices */
-	lua_in(s, "function rec(t) return function(line, err) t[#t + 1] = line or ('ERR:' .. err)"
+	unit_lua_eval(s, "function rec(t) return function(line, err) t[#t + 1] = line or ('ERR:' .. err)"
 		  " end end\n"
 		  /* pair(...): the values as strings, space-separated (nil included) */
 		  "function pair(...) local t = table.pack(...) for i = 1, t.n do t[i] = tostring(t[i])"
@@ -675,7 +662,7 @@ TEST(lua_close_with_running_children)
 {
 	lua_State *s = new_state();
 	char buf[256];
-	CHECK_STR(lua_in(s, "a = mb.spawn{ command = 'sleep', args = { '60' }, on_exit = print }"
+	CHECK_STR(unit_lua_eval(s, "a = mb.spawn{ command = 'sleep', args = { '60' }, on_exit = print }"
 			 " b = mb.spawn{ command = 'cat', on_line = print } b:write(string.rep('x', 1 << 20))"
 			 " return 1", buf, sizeof buf), "1");
 	log_capture();
@@ -685,7 +672,7 @@ TEST(lua_close_with_running_children)
 	CHECK(strstr(log, "killing it with SIGKILL") != NULL);
 	CHECK(run_to_end() < 4000); /* uv_run returns once the children are reaped */
 	s = new_state();
-	CHECK_STR(lua_in(s, "a = mb.spawn{ command = 'sleep', args = { '60' } } return 1", buf,
+	CHECK_STR(unit_lua_eval(s, "a = mb.spawn{ command = 'sleep', args = { '60' } } return 1", buf,
 			 sizeof buf), "1");
 	mb_host_proc_shutdown(s, 100);
 	lua_close(s);

@@ -15,7 +15,7 @@
 
 #include "budget.h"
 #include "host_uv.h"
-#include "log_capture.h"
+#include "host_test.h"
 #include "unit.h"
 
 static uv_loop_t loop;
@@ -38,15 +38,7 @@ static const char *log_text(void)
 
 static const char *lua(const char *code)
 {
-	int top = lua_gettop(L);
-	if (luaL_loadstring(L, code) != LUA_OK || lua_pcall(L, 0, 1, 0) != LUA_OK) {
-		const char *m = lua_tostring(L, -1);
-		snprintf(out, sizeof out, "ERR: %s", m ? m : "(non-string error)");
-	} else {
-		snprintf(out, sizeof out, "%s", luaL_tolstring(L, -1, NULL));
-	}
-	lua_settop(L, top);
-	return out;
+	return unit_lua_eval(L, code, out, sizeof out);
 }
 
 static void stop_loop(uv_timer_t *t)
