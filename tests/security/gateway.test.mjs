@@ -917,6 +917,36 @@ describe("gateway security: policy bypass attempts from sandbox code", () => {
     await stillServes(g);
   }));
 
+  // Found in review: the call payload was a plain malloc outside the sandbox's memory budget, so
+  // one 4 MB table used by 200 items made the process peak at 3.7 GB for a 12 MB sandbox. The
+  // payload is now bounded by max_message_bytes (16 MiB here) and freed on every error.
+  it("mcp.parallel: one big argument table repeated in many items is refused at max_message_bytes", T, withLog(get, async () => {
+    const before = g.mem().hwm;
+    assert.equal(await g.err('local big = { s = string.rep("x", 4 * 1024 * 1024) } local c = {} ' +
+      'for i = 1, 200 do c[i] = { "good", "echo", big } end return mcp.parallel(c)'),
+      "code:1: good.echo: the arguments of the upstream calls add up to more than 16777216 bytes (max_message_bytes)");
+    const grew = g.mem().hwm - before;
+    assert.ok(grew < 120 * 1024, `peak RSS grew by ${Math.round(grew / 1024)} MB for a refused 800 MB payload`);
+    assert.deepEqual(await g.ok("return 1 + 1"), 2);
+  }));
+
+  // Found in review: a task could hand the scheduler a forged spec whose __index raised while the
+  // payload buffer was held (it leaked, ~1 MB per call). Specs are read without metamethods now.
+  it("a forged spec from a task is read without metamethods and leaks nothing", T, withLog(get, async () => {
+    const code = 'local big = { s = string.rep("x", 1024 * 1024) } local n = 0 ' +
+      'for r = 1, 100 do local A local ok = pcall(mcp.parallel, { { "nosuch", "t", big }, ' +
+      'function() A = coroutine.running() mcp.call("nosuch", "t", {}) mcp.call("nosuch", "t", {}) end, ' +
+      'function() local _, m = coroutine.resume(A, true, 1) ' +
+      'coroutine.yield(m, setmetatable({}, { __index = function() error("boom") end })) end }) ' +
+      'if not ok then n = n + 1 end end return n';
+    await g.ok(code, { timeout_ms: 20000, memory_mb: 256 });
+    const after1 = g.mem().rss;
+    await g.ok(code, { timeout_ms: 20000, memory_mb: 256 });
+    await g.ok(code, { timeout_ms: 20000, memory_mb: 256 });
+    const grew = g.mem().rss - after1;
+    assert.ok(grew < 40 * 1024, `RSS grew by ${Math.round(grew / 1024)} MB over two more executions`);
+  }));
+
   it("mcp.parallel: 10,000 items stop at upstream_max_calls; 100,001 items are refused", T, withLog(get, async () => {
     assert.equal(await g.err('local c = {} for i = 1, 10000 do c[i] = { "good", "echo", { i = i } } end return mcp.parallel(c)'),
       "code:1: mcp.parallel: item 51: too many upstream calls in one execution (upstream_max_calls=50)");
