@@ -397,15 +397,22 @@ local function on_change(name)
   if type(name) == "string" and name:match(FILE_PATTERN) then schedule(name) end
 end
 
-local function start()
-  if type(mb.db) ~= "table" then error("the store (mb.db) is not available") end
-  local t0 = mb.now_ms()
+-- catalog_dir is created when the host starts, not with the delayed import, so that the data
+-- directory's layout does not change under a client that has already been answered.
+local function make_dir()
+  if state.dir then return end
   state.dir = mb.config.catalog_dir or (mb.config.data_dir .. "/catalog")
   if not mb.fs.stat(state.dir) then
     local ok, err = mb.fs.mkdir(state.dir)
     if ok then log("info", "created catalog_dir %s", state.dir)
     else log("warning", "cannot create catalog_dir: %s", tostring(err)) end
   end
+end
+
+local function start()
+  if type(mb.db) ~= "table" then error("the store (mb.db) is not available") end
+  local t0 = mb.now_ms()
+  make_dir()
   -- one transaction (one fsync) for the whole start-up import; each source is a savepoint
   mb.db.tx(function()
     import_builtin()
@@ -1027,6 +1034,7 @@ function M.init(tools)
     return s
   end
 
+  pcall(make_dir)
   if mb.timer then
     state.start_timer = mb.timer(START_DELAY_MS, ensure_started)
   else

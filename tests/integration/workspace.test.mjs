@@ -16,7 +16,7 @@ import path from "node:path";
 
 import { McpError } from "@modelcontextprotocol/sdk/types.js";
 
-import { connectWithSkills, execute } from "../lib/moonbox.mjs";
+import { connectWithSkills, execute, spawnRaw } from "../lib/moonbox.mjs";
 
 const T = { timeout: 30000 };
 
@@ -227,6 +227,18 @@ describe("workspace quotas", () => {
 });
 
 describe("workspace confinement", () => {
+  // The catalog's import is delayed after start; its directory must not be: a listing of the
+  // data directory taken after the first answer stays true (this test raced in CI before).
+  it("the data directory's layout is complete when initialize is answered", T, async () => {
+    const peer = spawnRaw();
+    try {
+      await peer.initialize();
+      assert.equal(existsSync(path.join(peer.dataDir, "catalog")), true, tree(peer.dataDir).join(" "));
+    } finally {
+      await peer.dispose();
+    }
+  });
+
   it("hostile paths through the MCP tools are refused and nothing is created outside", T, async () => {
     const outside = mkdtempSync(path.join(tmpdir(), "moonbox-outside-"));
     try {
