@@ -3,8 +3,8 @@
  * Shape: one mutex guards the job queue, the event queue and worker bookkeeping. Workers wait on
  * a condition variable for jobs, and while idle build the sandbox state for their next job
  * (mb_sandbox_prepare), so a request finds its environment ready. Everything a worker reports
- * (notifications, done) becomes an event appended to one FIFO and announced with uv_async_send;
- * the loop thread drains the FIFO and calls the callbacks in order. Every job has a uv_timer on
+ * (notifications, host calls, done) becomes an event appended to one FIFO and announced with
+ * mb_wakeup_send (wakeup.h); the loop thread drains the FIFO and calls the callbacks in order. Every job has a uv_timer on
  * the loop thread, armed at submit; the worker writes the job's deadline when the code starts and
  * the timer re-arms itself until that deadline: then it signals the worker thread (MB_SANDBOX_SIGNAL, so
  * the count hook fires on the next instruction), and timeout_grace_ms later, if the job is still
@@ -23,6 +23,7 @@
 #include "arena.h"
 #include "log.h"
 #include "sandbox_int.h"
+#include "wakeup.h"
 
 typedef enum { JOB_QUEUED, JOB_RUNNING, JOB_DONE, JOB_ABANDONED } job_state;
 typedef enum { EV_NOTIFY, EV_CALL, EV_DONE } event_type;
@@ -84,7 +85,7 @@ struct mb_pool {
 	mb_job *q_head, *q_tail;
 	size_t queued, queued_bytes;
 	event *ev_head, *ev_tail;
-	uv_async_t async;
+	mb_wakeup wake;         /* announces events to the loop thread (not uv_async_t: wakeup.h) */
 	mb_worker *workers;
 	size_t live_workers, abandoned_alive, busy;
 	int stopping;
@@ -131,7 +132,7 @@ static void post(mb_pool *p, event *e)
 		p->ev_head = e;
 	p->ev_tail = e;
 	uv_mutex_unlock(&p->mu);
-	uv_async_send(&p->async);
+	mb_wakeup_send(&p->wake);
 }
 
 static void post_simple(mb_pool *p, mb_job *j, event_type t)
@@ -394,9 +395,9 @@ static void on_timer(uv_timer_t *t)
 	uv_mutex_unlock(&p->mu);
 }
 
-static void drain(uv_async_t *a)
+static void drain(mb_wakeup *w)
 {
-	mb_pool *p = a->data;
+	mb_pool *p = w->data;
 	uv_mutex_lock(&p->mu);
 	event *e = p->ev_head;
 	p->ev_head = p->ev_tail = NULL;
@@ -442,8 +443,14 @@ mb_pool *mb_pool_new(uv_loop_t *loop, const mb_config *cfg, const mb_job_callbac
 		free(p);
 		return NULL;
 	}
-	uv_async_init(loop, &p->async, drain);
-	p->async.data = p;
+	if (mb_wakeup_init(loop, &p->wake, drain) != 0) {
+		uv_mutex_destroy(&p->mu);
+		uv_cond_destroy(&p->cv);
+		free(p);
+		return NULL;
+	}
+	p->wake.data = p;
+	p->wake.poll.data = p;
 	for (int64_t i = 0; i < cfg->workers; i++)
 		if (spawn_worker(p) != 0) {
 			mb_log(MB_LOG_ERROR, "pool: could not start worker thread %lld", (long long)i);
@@ -617,11 +624,13 @@ void mb_pool_get_stats(mb_pool *p, mb_pool_stats *out)
 	out->refused = p->refused;
 }
 
-static void async_closed(uv_handle_t *h)
+static void wake_closed(uv_handle_t *h)
 {
 	mb_pool *p = h->data;
 	if (p->abandoned_alive)
-		return; /* a stuck thread may still post to us: leave the pool to process exit */
+		return; /* a stuck thread may still post to us: leave the pool (and its eventfd) to
+			 * process exit */
+	mb_wakeup_release(&p->wake);
 	/* Join the workers that exited; abandoned ones are detached and left to finish. */
 	mb_worker *w = p->workers;
 	while (w) {
@@ -643,5 +652,5 @@ void mb_pool_close(mb_pool *p)
 	p->stopping = 1;
 	uv_cond_broadcast(&p->cv);
 	uv_mutex_unlock(&p->mu);
-	uv_close((uv_handle_t *)&p->async, async_closed);
+	mb_wakeup_close(&p->wake, wake_closed);
 }

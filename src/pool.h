@@ -2,7 +2,7 @@
  *
  * The loop thread submits jobs; a worker thread runs each in a fresh sandbox (built ahead while
  * the worker is idle); events (notifications, completion) come back to the loop thread through one ordered queue and
- * a uv_async handle, so callbacks always run on the loop thread, in order, notifications of a job
+ * an eventfd wake-up (wakeup.h), so callbacks always run on the loop thread, in order, notifications of a job
  * before its completion. The pool also supervises the wall-clock limit from outside the worker:
  * at the deadline it signals the worker (the hook then fires on the next instruction), and at
  * deadline + timeout_grace_ms it answers the job with a timeout and abandons the thread, which
