@@ -34,6 +34,8 @@
 #include "json.h"
 
 #include "budget.h"
+#include "json_dec.h"
+#include "utf8.h"
 
 #include <jansson.h>
 #include <lauxlib.h>
@@ -130,51 +132,6 @@ static int real_precision(double d)
 }
 
 /* ---- UTF-8 --------------------------------------------------------------------------------- */
-
-/* Bounds of the second byte after lead byte c (0 when c cannot start a sequence); *need is the
- * total sequence length. Rejects overlongs, surrogates and code points above U+10FFFF. */
-static int utf8_lead(unsigned c, unsigned *lo, unsigned *hi)
-{
-	*lo = 0x80;
-	*hi = 0xBF;
-	if (c >= 0xC2 && c <= 0xDF)
-		return 2;
-	if (c >= 0xE0 && c <= 0xEF) {
-		if (c == 0xE0)
-			*lo = 0xA0;
-		if (c == 0xED)
-			*hi = 0x9F;
-		return 3;
-	}
-	if (c >= 0xF0 && c <= 0xF4) {
-		if (c == 0xF0)
-			*lo = 0x90;
-		if (c == 0xF4)
-			*hi = 0x8F;
-		return 4;
-	}
-	return 0;
-}
-
-/* Length of the valid sequence at s[0..n), or 0 when invalid; *bad is the length of the maximal
- * invalid prefix to replace (at least 1) when it returns 0. */
-static size_t utf8_seq(const unsigned char *s, size_t n, size_t *bad)
-{
-	unsigned lo, hi;
-	size_t need = (size_t)utf8_lead(s[0], &lo, &hi), i = 1;
-	*bad = 1;
-	if (need == 0)
-		return 0;
-	for (; i < need && i < n; i++) {
-		unsigned c = s[i];
-		if (i == 1 ? (c < lo || c > hi) : (c & 0xC0) != 0x80)
-			break;
-	}
-	if (i == need)
-		return need;
-	*bad = i;
-	return 0;
-}
 
 /* Offset of the first invalid byte, or n when s is valid UTF-8. */
 static size_t utf8_check(const char *str, size_t n)
@@ -1450,6 +1407,23 @@ static int dec_protected(lua_State *L)
 	return 1;
 }
 
+typedef struct {
+	const char *buf;
+	size_t len;
+	int max_depth;
+	mb_budget *b;
+	int ok;
+} fast;
+
+/* lua_pcall'd: [1] = fast*; pushes the value (f->ok = 1) or declines (f->ok = 0). */
+static int fast_protected(lua_State *L)
+{
+	fast *f = lua_touserdata(L, 1);
+	push_array_mt(L); /* index 2 */
+	f->ok = mb_json_dec_fast(L, f->buf, f->len, f->max_depth, f->b, 2);
+	return 1;
+}
+
 int mb_json_decode(lua_State *L, const char *buf, size_t len, const mb_json_limits *lim,
 		   char *err, size_t errlen)
 {
@@ -1469,6 +1443,23 @@ int mb_json_decode(lua_State *L, const char *buf, size_t len, const mb_json_limi
 	}
 	mb_budget_set_current(b);
 	if (b && mb_budget_check(b) != MB_STOP_NONE) {
+		mb_budget_message(b, err, errlen);
+		goto done;
+	}
+	if (!lua_checkstack(L, 8)) {
+		oom_message(b, err, errlen, "decoding");
+		goto done;
+	}
+	/* the fast path (json_dec.h); jansson below only when it declines */
+	fast f = {buf, len, l.max_depth, b, 0};
+	lua_pushcfunction(L, fast_protected);
+	lua_pushlightuserdata(L, &f);
+	if (lua_pcall(L, 1, 1, 0) == LUA_OK && f.ok) {
+		rc = 0;
+		goto done;
+	}
+	lua_pop(L, 1);
+	if (b && mb_budget_check(b) != MB_STOP_NONE) { /* the fast path ran out of memory or time */
 		mb_budget_message(b, err, errlen);
 		goto done;
 	}

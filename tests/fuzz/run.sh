@@ -8,8 +8,8 @@ secs=${FUZZ_SECONDS:-30}
 out=build-fuzz
 mkdir -p "$out/obj"
 make --no-print-directory build/gen/embedded_lua.c >/dev/null
-flags="-g -O1 -fsanitize=address,undefined -fno-sanitize-recover=all -std=c11 -D_GNU_SOURCE -iquote src -iquote build/gen $(pkg-config --cflags lua5.4 libuv libpcre2-8 jansson sqlite3 libsodium)"
-libs="$(pkg-config --libs lua5.4 libuv libpcre2-8 jansson sqlite3 libsodium) -lpthread -lm"
+flags="-g -O1 -fsanitize=address,undefined -fno-sanitize-recover=all -std=c11 -D_GNU_SOURCE -iquote src -iquote build/gen $(pkg-config --cflags lua5.4 libuv libpcre2-8 jansson sqlite3 libsodium libcurl)"
+libs="$(pkg-config --libs lua5.4 libuv libpcre2-8 jansson sqlite3 libsodium libcurl) -lhttp_parser -lpthread -lm"
 objs=""
 for f in src/*.c build/gen/embedded_lua.c; do
   [ "$(basename "$f")" = main.c ] && continue

@@ -1,0 +1,401 @@
+/* json_dec.c - JSON text straight to Lua values: the fast path of mb_json_decode (json_dec.h).
+ *
+ * A recursive-descent reader over the input bytes. Every function returns 1 after pushing what
+ * it read, or 0 to decline; a decline travels up unchanged and mb_json_dec_fast drops whatever
+ * was pushed. Declining is always safe - jansson then parses the same input - so whenever a rule
+ * here is not certainly the same as jansson's (JSON_DECODE_ANY | JSON_ALLOW_NUL), this file
+ * declines rather than decides: integers are exact int64 or declined, reals go through strtod
+ * like jansson's and are declined on ERANGE, strings must be valid UTF-8 with well-formed
+ * escapes and surrogate pairs, keys must not hold NUL.
+ */
+#include "json_dec.h"
+
+#include <errno.h>
+#include <lauxlib.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "utf8.h"
+
+#define POLL_MASK 2047u /* budget check every 2048 values, as in json.c */
+#define NUM_MAX 64      /* longer number texts are declined (jansson reads them) */
+
+typedef struct {
+	lua_State *L;
+	const unsigned char *p, *end;
+	int max_depth, mt;
+	mb_budget *b;
+	unsigned values;
+} rd;
+
+static int read_value(rd *r, int depth);
+
+static inline void skip_ws(rd *r)
+{
+	while (r->p < r->end && (*r->p == ' ' || *r->p == '\n' || *r->p == '\r' || *r->p == '\t'))
+		r->p++;
+}
+
+static int hex4(const unsigned char *p, unsigned *out)
+{
+	unsigned v = 0;
+	for (int i = 0; i < 4; i++) {
+		unsigned c = p[i], d;
+		if (c >= '0' && c <= '9')
+			d = c - '0';
+		else if ((c | 0x20) >= 'a' && (c | 0x20) <= 'f')
+			d = (c | 0x20) - 'a' + 10;
+		else
+			return 0;
+		v = v << 4 | d;
+	}
+	*out = v;
+	return 1;
+}
+
+/* \uXXXX (and its low surrogate) at r->p, just after the backslash and 'u'; adds the UTF-8. */
+static int read_unicode(rd *r, luaL_Buffer *B)
+{
+	unsigned cp, lo;
+	if (r->end - r->p < 4 || !hex4(r->p, &cp))
+		return 0;
+	r->p += 4;
+	if (cp >= 0xDC00 && cp <= 0xDFFF)
+		return 0; /* a low surrogate alone */
+	if (cp >= 0xD800 && cp <= 0xDBFF) {
+		if (r->end - r->p < 6 || r->p[0] != '\\' || r->p[1] != 'u' || !hex4(r->p + 2, &lo) ||
+		    lo < 0xDC00 || lo > 0xDFFF)
+			return 0;
+		r->p += 6;
+		cp = 0x10000 + ((cp - 0xD800) << 10) + (lo - 0xDC00);
+	}
+	char u[4];
+	size_t n;
+	if (cp < 0x80) {
+		u[0] = (char)cp;
+		n = 1;
+	} else if (cp < 0x800) {
+		u[0] = (char)(0xC0 | cp >> 6);
+		u[1] = (char)(0x80 | (cp & 0x3F));
+		n = 2;
+	} else if (cp < 0x10000) {
+		u[0] = (char)(0xE0 | cp >> 12);
+		u[1] = (char)(0x80 | (cp >> 6 & 0x3F));
+		u[2] = (char)(0x80 | (cp & 0x3F));
+		n = 3;
+	} else {
+		u[0] = (char)(0xF0 | cp >> 18);
+		u[1] = (char)(0x80 | (cp >> 12 & 0x3F));
+		u[2] = (char)(0x80 | (cp >> 6 & 0x3F));
+		u[3] = (char)(0x80 | (cp & 0x3F));
+		n = 4;
+	}
+	luaL_addlstring(B, u, n);
+	return 1;
+}
+
+/* A string whose opening quote is behind r->p; pushes it. Plain ASCII without escapes (most
+ * strings in protocol messages) is pushed straight from the input. */
+static int read_string(rd *r, int is_key)
+{
+	const unsigned char *s = r->p, *p = s, *end = r->end;
+	while (p < end && *p != '"' && *p != '\\' && *p >= 0x20 && *p < 0x80)
+		p++;
+	if (p < end && *p == '"') {
+		lua_pushlstring(r->L, (const char *)s, (size_t)(p - s));
+		r->p = p + 1;
+		return 1;
+	}
+	luaL_Buffer B;
+	luaL_buffinit(r->L, &B);
+	luaL_addlstring(&B, (const char *)s, (size_t)(p - s));
+	for (;;) {
+		const unsigned char *run = p;
+		while (p < end && *p != '"' && *p != '\\' && *p >= 0x20 && *p < 0x80)
+			p++;
+		if (p > run)
+			luaL_addlstring(&B, (const char *)run, (size_t)(p - run));
+		if (p >= end || *p < 0x20)
+			return 0;
+		if (*p == '"')
+			break;
+		if (*p >= 0x80) {
+			size_t bad, k = utf8_seq(p, (size_t)(end - p), &bad);
+			if (!k)
+				return 0;
+			luaL_addlstring(&B, (const char *)p, k);
+			p += k;
+			continue;
+		}
+		/* a backslash */
+		if (end - p < 2)
+			return 0;
+		char c;
+		switch (p[1]) {
+		case '"': c = '"'; break;
+		case '\\': c = '\\'; break;
+		case '/': c = '/'; break;
+		case 'b': c = '\b'; break;
+		case 'f': c = '\f'; break;
+		case 'n': c = '\n'; break;
+		case 'r': c = '\r'; break;
+		case 't': c = '\t'; break;
+		case 'u':
+			r->p = p + 2;
+			if (!read_unicode(r, &B))
+				return 0;
+			p = r->p;
+			continue;
+		default:
+			return 0;
+		}
+		luaL_addchar(&B, c);
+		p += 2;
+	}
+	luaL_pushresult(&B);
+	if (is_key) {
+		size_t n;
+		const char *k = lua_tolstring(r->L, -1, &n);
+		if (memchr(k, '\0', n))
+			return 0; /* jansson decides about NUL in keys */
+	}
+	r->p = p + 1;
+	return 1;
+}
+
+static int read_number(rd *r)
+{
+	const unsigned char *s = r->p, *p = s, *end = r->end;
+	int real = 0;
+	if (p < end && *p == '-')
+		p++;
+	if (p >= end)
+		return 0;
+	if (*p == '0') {
+		p++;
+	} else if (*p >= '1' && *p <= '9') {
+		while (p < end && *p >= '0' && *p <= '9')
+			p++;
+	} else {
+		return 0;
+	}
+	if (p < end && *p == '.') {
+		real = 1;
+		if (++p >= end || *p < '0' || *p > '9')
+			return 0;
+		while (p < end && *p >= '0' && *p <= '9')
+			p++;
+	}
+	if (p < end && (*p == 'e' || *p == 'E')) {
+		real = 1;
+		if (++p < end && (*p == '+' || *p == '-'))
+			p++;
+		if (p >= end || *p < '0' || *p > '9')
+			return 0;
+		while (p < end && *p >= '0' && *p <= '9')
+			p++;
+	}
+	size_t n = (size_t)(p - s);
+	if (!real) {
+		const unsigned char *d = s + (*s == '-');
+		uint64_t v = 0;
+		for (; d < p; d++) {
+			if (v > (UINT64_MAX - 9) / 10)
+				return 0;
+			v = v * 10 + (uint64_t)(*d - '0');
+		}
+		if (*s == '-') {
+			if (v > (uint64_t)INT64_MAX + 1)
+				return 0; /* jansson reports it; json.c widens it to a real */
+			lua_pushinteger(r->L, (lua_Integer)(0 - v));
+		} else {
+			if (v > (uint64_t)INT64_MAX)
+				return 0;
+			lua_pushinteger(r->L, (lua_Integer)v);
+		}
+		r->p = p;
+		return 1;
+	}
+	if (n >= NUM_MAX)
+		return 0;
+	char buf[NUM_MAX], *e;
+	memcpy(buf, s, n);
+	buf[n] = '\0';
+	errno = 0;
+	double v = strtod(buf, &e);
+	if (e != buf + n || errno == ERANGE)
+		return 0;
+	lua_pushnumber(r->L, (lua_Number)v);
+	r->p = p;
+	return 1;
+}
+
+static int read_literal(rd *r, const char *word, size_t n)
+{
+	if ((size_t)(r->end - r->p) < n || memcmp(r->p, word, n) != 0)
+		return 0;
+	r->p += n;
+	return 1;
+}
+
+/* Arrays and objects gather their items on the Lua stack (at most CHUNK at a time) and go into
+ * a table made with the right size, instead of growing an empty table one rehash at a time:
+ * an insert into a full Lua table costs ~900 instructions, most of the decode of a small
+ * protocol message. The table sits at base + 1 (a nil until the first flush). */
+#define CHUNK 32
+
+static void flush_array(lua_State *L, int base, int n, lua_Integer *next)
+{
+	if (lua_isnil(L, base + 1)) {
+		lua_createtable(L, n, 0);
+		lua_replace(L, base + 1);
+	}
+	for (int i = n; i >= 1; i--) /* the top is the last item */
+		lua_rawseti(L, base + 1, *next + i - 1);
+	*next += n;
+}
+
+static int read_array(rd *r, int depth)
+{
+	lua_State *L = r->L;
+	int base = lua_gettop(L), n = 0;
+	lua_Integer next = 1;
+	lua_pushnil(L);
+	skip_ws(r);
+	if (r->p < r->end && *r->p == ']') {
+		r->p++;
+	} else {
+		for (;;) {
+			if (!read_value(r, depth + 1))
+				return 0;
+			if (++n == CHUNK) {
+				flush_array(L, base, n, &next);
+				n = 0;
+			}
+			skip_ws(r);
+			if (r->p >= r->end)
+				return 0;
+			if (*r->p == ']') {
+				r->p++;
+				break;
+			}
+			if (*r->p != ',')
+				return 0;
+			r->p++;
+		}
+	}
+	flush_array(L, base, n, &next);
+	lua_pushvalue(L, r->mt);
+	lua_setmetatable(L, -2);
+	return 1;
+}
+
+static void flush_object(lua_State *L, int base, int n)
+{
+	if (lua_isnil(L, base + 1)) {
+		lua_createtable(L, 0, n);
+		lua_replace(L, base + 1);
+	}
+	for (int i = 0; i < n; i++) { /* in order: of duplicate keys the last one wins */
+		lua_pushvalue(L, base + 2 + 2 * i);
+		lua_pushvalue(L, base + 3 + 2 * i);
+		lua_rawset(L, base + 1);
+	}
+	lua_settop(L, base + 1);
+}
+
+static int read_object(rd *r, int depth)
+{
+	lua_State *L = r->L;
+	int base = lua_gettop(L), n = 0;
+	lua_pushnil(L);
+	skip_ws(r);
+	if (r->p < r->end && *r->p == '}') {
+		r->p++;
+		flush_object(L, base, 0);
+		return 1;
+	}
+	for (;;) {
+		if (r->p >= r->end || *r->p != '"')
+			return 0;
+		r->p++;
+		if (!read_string(r, 1))
+			return 0;
+		skip_ws(r);
+		if (r->p >= r->end || *r->p != ':')
+			return 0;
+		r->p++;
+		if (!read_value(r, depth + 1))
+			return 0;
+		if (++n == CHUNK) {
+			flush_object(L, base, n);
+			n = 0;
+		}
+		skip_ws(r);
+		if (r->p >= r->end)
+			return 0;
+		if (*r->p == '}') {
+			r->p++;
+			flush_object(L, base, n);
+			return 1;
+		}
+		if (*r->p != ',')
+			return 0;
+		r->p++;
+		skip_ws(r);
+	}
+}
+
+static int read_value(rd *r, int depth)
+{
+	if ((++r->values & POLL_MASK) == 0 && r->b && mb_budget_check(r->b) != MB_STOP_NONE)
+		return 0;
+	skip_ws(r);
+	if (r->p >= r->end)
+		return 0;
+	switch (*r->p) {
+	case '{':
+	case '[':
+		if (depth >= r->max_depth || !lua_checkstack(r->L, 2 * CHUNK + 8))
+			return 0;
+		return *r->p++ == '{' ? read_object(r, depth) : read_array(r, depth);
+	case '"':
+		r->p++;
+		return read_string(r, 0);
+	case 't':
+		if (!read_literal(r, "true", 4))
+			return 0;
+		lua_pushboolean(r->L, 1);
+		return 1;
+	case 'f':
+		if (!read_literal(r, "false", 5))
+			return 0;
+		lua_pushboolean(r->L, 0);
+		return 1;
+	case 'n':
+		if (!read_literal(r, "null", 4))
+			return 0;
+		lua_pushlightuserdata(r->L, NULL);
+		return 1;
+	default:
+		return read_number(r);
+	}
+}
+
+int mb_json_dec_fast(lua_State *L, const char *buf, size_t len, int max_depth, mb_budget *b,
+		     int mt)
+{
+	int top = lua_gettop(L);
+	if (!lua_checkstack(L, 6))
+		return 0;
+	rd r = {L, (const unsigned char *)buf, (const unsigned char *)buf + len, max_depth,
+		lua_absindex(L, mt), b, 0};
+	if (read_value(&r, 0)) {
+		skip_ws(&r);
+		if (r.p == r.end)
+			return 1;
+	}
+	lua_settop(L, top);
+	return 0;
+}

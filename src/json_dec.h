@@ -1,0 +1,34 @@
+/* json_dec.h - the fast path of mb_json_decode: JSON text straight to Lua values, no tree.
+ *
+ * jansson (json.c) stays the authority on what JSON is: this decoder accepts a subset of what
+ * jansson accepts and produces the same Lua value for it, and gives up ("declines") on anything
+ * else - a syntax error, an integer outside int64, a real that overflows or underflows, nesting
+ * beyond the limit, invalid UTF-8, a NUL in an object key, a tripped budget - leaving the input
+ * to jansson, which then produces the value or the error message exactly as before. Errors are
+ * rare, so they cost a second parse; valid messages cost one pass with no allocation outside
+ * the Lua state. tests/unit/test_json_dec.c and the json_dec fuzz target compare both decoders.
+ *
+ * Measured (callgrind, a server-everything echo answer of 84 bytes): jansson alone 19.3K
+ * instructions, jansson plus the tree-to-Lua conversion about 31K; docs/architecture.md has the
+ * figures for this path.
+ */
+#ifndef MB_JSON_DEC_H
+#define MB_JSON_DEC_H
+
+#include <lua.h>
+#include <stddef.h>
+
+#include "budget.h"
+
+/// Decodes buf into a Lua value. Must run inside a protected call: Lua memory errors propagate.
+/// @param L         the state to push on
+/// @param buf       the JSON text (need not be NUL-terminated)
+/// @param len       its length
+/// @param max_depth nesting limit of arrays and objects (declines beyond it)
+/// @param b         budget polled every 2048 values, or NULL
+/// @param mt        stack index of the array metatable (set on every decoded array)
+/// @returns 1 with the value pushed, or 0 with the stack as it was (declined)
+int mb_json_dec_fast(lua_State *L, const char *buf, size_t len, int max_depth, mb_budget *b,
+		     int mt);
+
+#endif

@@ -1,0 +1,149 @@
+/* json_ref.h - compares the fast JSON decoder (src/json_dec.c) with jansson, the reference:
+ * shared by tests/unit/test_json_dec.c and the fuzz target tests/fuzz/fuzz_json_dec.c.
+ *
+ * json_ref_compare(L, buf, len) runs mb_json_dec_fast under lua_pcall and jansson's json_loadb
+ * with the flags json.c uses (JSON_DECODE_ANY | JSON_ALLOW_NUL). The rule it checks: whatever the
+ * fast path accepts, jansson accepts too, and the Lua value is the same value as jansson's tree
+ * (same types, integers exact, reals bit for bit, strings byte for byte, arrays marked with the
+ * json.array metatable and objects not, the same keys). Declining is always allowed.
+ */
+#ifndef MB_JSON_REF_H
+#define MB_JSON_REF_H
+
+#include <jansson.h>
+#include <lauxlib.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "json.h"
+#include "json_dec.h"
+
+enum { JSON_REF_DECLINED = 0, JSON_REF_SAME = 1, JSON_REF_DIFFERENT = -1 };
+
+static int json_ref_is_array(lua_State *L, int idx)
+{
+	if (!lua_getmetatable(L, idx))
+		return 0;
+	int t = lua_getfield(L, -1, "__metatable");
+	int yes = t == LUA_TSTRING && strcmp(lua_tostring(L, -1), "json.array") == 0;
+	lua_pop(L, 2);
+	return yes;
+}
+
+/* 1 when the Lua value at idx is the same value as j. */
+static int json_ref_same(lua_State *L, int idx, json_t *j)
+{
+	idx = lua_absindex(L, idx);
+	switch (json_typeof(j)) {
+	case JSON_OBJECT: {
+		if (lua_type(L, idx) != LUA_TTABLE || json_ref_is_array(L, idx) || lua_getmetatable(L, idx))
+			return 0;
+		size_t n = 0;
+		lua_pushnil(L);
+		while (lua_next(L, idx)) {
+			n++;
+			lua_pop(L, 1);
+		}
+		if (n != json_object_size(j))
+			return 0;
+		for (void *it = json_object_iter(j); it; it = json_object_iter_next(j, it)) {
+			lua_pushlstring(L, json_object_iter_key(it), json_object_iter_key_len(it));
+			lua_rawget(L, idx);
+			int ok = json_ref_same(L, -1, json_object_iter_value(it));
+			lua_pop(L, 1);
+			if (!ok)
+				return 0;
+		}
+		return 1;
+	}
+	case JSON_ARRAY: {
+		if (lua_type(L, idx) != LUA_TTABLE || !json_ref_is_array(L, idx))
+			return 0;
+		size_t n = json_array_size(j), keys = 0;
+		lua_pushnil(L);
+		while (lua_next(L, idx)) {
+			keys++;
+			lua_pop(L, 1);
+		}
+		if (keys != n || lua_rawlen(L, idx) != n)
+			return 0;
+		for (size_t i = 0; i < n; i++) {
+			lua_rawgeti(L, idx, (lua_Integer)i + 1);
+			int ok = json_ref_same(L, -1, json_array_get(j, i));
+			lua_pop(L, 1);
+			if (!ok)
+				return 0;
+		}
+		return 1;
+	}
+	case JSON_STRING: {
+		size_t n;
+		if (lua_type(L, idx) != LUA_TSTRING)
+			return 0;
+		const char *s = lua_tolstring(L, idx, &n);
+		return n == json_string_length(j) && memcmp(s, json_string_value(j), n) == 0;
+	}
+	case JSON_INTEGER:
+		return lua_isinteger(L, idx) && lua_tointeger(L, idx) == (lua_Integer)json_integer_value(j);
+	case JSON_REAL: {
+		if (lua_type(L, idx) != LUA_TNUMBER || lua_isinteger(L, idx))
+			return 0;
+		double a = (double)lua_tonumber(L, idx), b = json_real_value(j);
+		return memcmp(&a, &b, sizeof a) == 0;
+	}
+	case JSON_TRUE:
+	case JSON_FALSE:
+		return lua_type(L, idx) == LUA_TBOOLEAN && lua_toboolean(L, idx) == json_is_true(j);
+	default:
+		return lua_islightuserdata(L, idx) && lua_touserdata(L, idx) == NULL;
+	}
+}
+
+typedef struct {
+	const char *buf;
+	size_t len;
+	int ok;
+} json_ref_call;
+
+static int json_ref_fast(lua_State *L)
+{
+	json_ref_call *c = lua_touserdata(L, 1);
+	/* the codec's array metatable, as json.c passes it: taken from a decoded "[]" */
+	char err[64];
+	if (mb_json_decode(L, "[]", 2, NULL, err, sizeof err) != 0 || !lua_getmetatable(L, -1))
+		return luaL_error(L, "no array metatable");
+	c->ok = mb_json_dec_fast(L, c->buf, c->len, MB_JSON_DEFAULT_DEPTH, NULL, -1);
+	return 1;
+}
+
+/// @returns JSON_REF_SAME, JSON_REF_DECLINED or JSON_REF_DIFFERENT (why says what differs)
+static int json_ref_compare(lua_State *L, const char *buf, size_t len, char *why, size_t whylen)
+{
+	int top = lua_gettop(L), rc;
+	json_ref_call c = {buf, len, 0};
+	lua_pushcfunction(L, json_ref_fast);
+	lua_pushlightuserdata(L, &c);
+	if (lua_pcall(L, 1, 1, 0) != LUA_OK) {
+		snprintf(why, whylen, "the fast path raised: %s", lua_tostring(L, -1));
+		lua_settop(L, top);
+		return JSON_REF_DIFFERENT;
+	}
+	json_error_t je;
+	json_t *j = json_loadb(buf, len, JSON_DECODE_ANY | JSON_ALLOW_NUL, &je);
+	if (!c.ok) {
+		rc = JSON_REF_DECLINED;
+	} else if (!j) {
+		snprintf(why, whylen, "accepted what jansson rejects (%s)", je.text);
+		rc = JSON_REF_DIFFERENT;
+	} else if (!json_ref_same(L, -1, j)) {
+		snprintf(why, whylen, "a different value than jansson's");
+		rc = JSON_REF_DIFFERENT;
+	} else {
+		rc = JSON_REF_SAME;
+	}
+	json_decref(j);
+	lua_settop(L, top);
+	return rc;
+}
+
+#endif
