@@ -143,7 +143,9 @@ end
 function S:timed_out(id, ms)
   local p = self.pending[id]
   if not p then return end
-  self.timeouts = self.timeouts + 1
+  -- `timeouts` counts tool calls; initialize, listing and ping timeouts end in a restart and
+  -- show as last_error and restarts instead
+  if p.method == "tools/call" then self.timeouts = self.timeouts + 1 end
   local limit = p.method == "tools/call" and sfmt("timeoutMs of mcpServers.%s, else upstream_timeout_ms", self.name)
     or "upstream_init_timeout_ms"
   self:cancel_request(id, sfmt("no answer to %s within %d ms (%s)", p.method, ms, limit))

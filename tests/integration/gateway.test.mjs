@@ -670,6 +670,7 @@ describe("gateway: servers that never answer (init timeout, hung after a call)",
     const u = await waitUpstream(s.client, "silent", (x) => x?.state === "backoff", 8000);
     assert.equal(u.last_error, "initialize: no answer to initialize within 3000 ms (upstream_init_timeout_ms)");
     assert.equal(u.tools, 0);
+    assert.equal(u.timeouts, 0, "timeouts counts tool calls only");
     const { sc, ms } = await exec(s, 'return { pcall(servers.silent.anything, {}) }');
     assert.equal(sc.success, true, sc.error);
     assert.equal(sc.result[0], false);
@@ -691,6 +692,7 @@ describe("gateway: servers that never answer (init timeout, hung after a call)",
     assert.equal(u.last_error, "did not answer a ping after a call timed out (hung?): no answer to ping within 3000 ms (upstream_init_timeout_ms)",
       JSON.stringify(down));
     assert.notEqual(u.pid, first.pid);
+    assert.equal(u.timeouts - first.timeouts, 1, "the call's timeout, not the ping's");
     assert.equal(alive(first.pid) && procState(first.pid)[0] !== "Z", false, `old process ${first.pid} is ${procState(first.pid)}`);
   }));
 });
