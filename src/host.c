@@ -49,7 +49,14 @@ struct mb_host {
 	/* the exchange being handled by mb_host_handle_message, and what happened on it */
 	uint64_t cur_exchange;
 	int cur_pending, cur_answered;
+	/* at shutdown: HTTP transfers still running (the DELETEs that end upstream sessions) get
+	 * until http_wait_until, checked every HTTP_WAIT_TICK_MS, before they are cancelled */
+	uv_timer_t http_wait;
+	uint64_t http_wait_until;
 };
+
+#define HTTP_WAIT_MAX_MS 2000 /* at most this long, and at most upstream_shutdown_grace_ms */
+#define HTTP_WAIT_TICK_MS 10
 
 /* An error outside any protected call in the host state: our own bug; say where and stop. */
 static int host_panic(lua_State *L)
@@ -693,6 +700,16 @@ lua_State *mb_host_state(mb_host *h)
 	return h->L;
 }
 
+static void http_wait_tick(uv_timer_t *t)
+{
+	mb_host *h = t->data;
+	if (mb_host_http_live(h->L) > 0 && uv_now(t->loop) < h->http_wait_until)
+		return;
+	mb_host_http_close_all(h->L);
+	uv_timer_stop(t);
+	uv_close((uv_handle_t *)t, NULL);
+}
+
 void mb_host_shutdown(mb_host *h)
 {
 	lua_State *L = h->L;
@@ -707,8 +724,19 @@ void mb_host_shutdown(mb_host *h)
 	}
 	/* on_shutdown closed the upstreams gracefully; this catches anything left */
 	if (h->deps.loop) {
-		mb_host_proc_shutdown(L, (int)h->cfg->upstream_shutdown_grace_ms);
-		mb_host_http_close_all(L);
+		int64_t grace = h->cfg->upstream_shutdown_grace_ms;
+		mb_host_proc_shutdown(L, (int)grace);
+		/* HTTP: what on_shutdown sent (DELETE of each upstream session) may finish, briefly;
+		 * the loop runs on until this timer closes, and mb_host_free comes after the loop */
+		if (mb_host_http_live(L) > 0 && grace > 0) {
+			h->http_wait_until = uv_now(h->deps.loop) +
+					     (uint64_t)(grace < HTTP_WAIT_MAX_MS ? grace : HTTP_WAIT_MAX_MS);
+			uv_timer_init(h->deps.loop, &h->http_wait);
+			h->http_wait.data = h;
+			uv_timer_start(&h->http_wait, http_wait_tick, HTTP_WAIT_TICK_MS, HTTP_WAIT_TICK_MS);
+		} else {
+			mb_host_http_close_all(L);
+		}
 	}
 	mb_host_uv_close_all(L);
 }

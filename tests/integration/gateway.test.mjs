@@ -812,6 +812,31 @@ describe("gateway: tool list changes", () => {
 
 // ---------------------------------------------------------------------------------------------
 
+describe("gateway: HTTP upstream sessions at shutdown", () => {
+  it("moonbox ends each HTTP upstream session with DELETE when it shuts down, and still exits promptly", T, async () => {
+    const logDir = tempDir("moonbox-gw-del-");
+    const fx = await startHttpUpstream("fixture", await freePort(), { FIXTURE_LOG: path.join(logDir, "d.log") });
+    let s;
+    try {
+      s = await gateway({ mcpServers: { fx: { url: `http://127.0.0.1:${fx.port}/mcp` } } }, {}, ["fx"]);
+      assert.equal(await runOk(s, 'return servers.fx.echo{message = "bye"}'), "Echo: bye");
+      const call = logLines(path.join(logDir, "d.log")).find((m) => m.method === "tools/call");
+      assert.match(call.session, /^[0-9a-f-]{36}$/);
+      const t0 = Date.now();
+      await s.close();
+      const ms = Date.now() - t0;
+      s = undefined;
+      const del = logLines(path.join(logDir, "d.log")).filter((m) => m.http === "DELETE");
+      assert.deepEqual(del.map((m) => m.session), [call.session], "one DELETE of the session in use");
+      assert.ok(ms < 2500, `moonbox took ${ms} ms to exit`);
+    } finally {
+      await s?.close();
+      await fx.stop();
+      rmSync(logDir, { recursive: true, force: true });
+    }
+  });
+});
+
 describe("gateway: Streamable HTTP upstreams", () => {
   let s;
   let ev;
