@@ -13,7 +13,7 @@ LUA_PKG   ?= lua5.4
 PKGS      := $(LUA_PKG) libuv libpcre2-8 jansson sqlite3 libsodium libcurl
 DEB_PKGS  := liblua5.4-dev libuv1-dev libpcre2-dev libjansson-dev libsqlite3-dev libsodium-dev lua-cjson-dev \
              libhttp-parser-dev libcurl4-openssl-dev pkg-config gcc make
-TEST_DEB_PKGS := valgrind clang libclang-rt-14-dev lua5.4 sqlite3 wrk
+TEST_DEB_PKGS := valgrind clang libclang-rt-14-dev lua5.4 sqlite3 wrk openssl
 
 CC        ?= gcc
 BUILD     ?= build

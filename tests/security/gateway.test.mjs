@@ -843,6 +843,45 @@ describe("gateway security: credentials in an upstream's URL", () => {
 
 // ---------------------------------------------------------------------------------------------
 
+describe("gateway security: HTTPS upstreams are verified", () => {
+  // A man in the middle with a certificate nobody vouches for: libcurl's defaults (peer and host
+  // verification) must stay on. The certificate is self-signed for 127.0.0.1 (openssl, a Debian
+  // package the Makefile installs for tests); the server counts every request it gets.
+  let g, srv, port, dir, requests = 0;
+  const get = () => g;
+  before(async () => {
+    dir = tmp("moonbox-tls-");
+    const key = path.join(dir, "key.pem"), cert = path.join(dir, "cert.pem");
+    const r = spawn("openssl", ["req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", key, "-out", cert,
+      "-days", "1", "-subj", "/CN=127.0.0.1", "-addext", "subjectAltName=IP:127.0.0.1"], { stdio: "ignore" });
+    const code = await new Promise((resolve) => r.on("exit", resolve));
+    assert.equal(code, 0, "openssl could not make a test certificate");
+    const https = await import("node:https");
+    srv = https.createServer({ key: readFileSync(key), cert: readFileSync(cert) }, (req, res) => {
+      requests++;
+      res.writeHead(200, { "Content-Type": "application/json" });
+      res.end(JSON.stringify({ jsonrpc: "2.0", id: 0, result: {} }));
+    });
+    await new Promise((res) => srv.listen(0, "127.0.0.1", res));
+    port = srv.address().port;
+    g = await gateway({ tls: { url: `https://127.0.0.1:${port}/mcp` }, good: hostile("good") },
+      { ready: ["good"], args: ["--upstream-init-timeout-ms", "3000"] });
+  });
+  after(async () => {
+    await g?.close();
+    srv?.close();
+    if (dir) rmSync(dir, { recursive: true, force: true });
+  });
+
+  it("a self-signed certificate is refused before any request is sent, with the reason", T, withLog(get, async () => {
+    const u = await g.waitFor("tls", (x) => x?.state === "backoff", 10000);
+    assert.match(u.last_error, new RegExp(`^initialize: .*https://127\\.0\\.0\\.1:${port}/mcp.*certificate`, "i"), u.last_error);
+    assert.equal(requests, 0, "the server got a request through an unverified connection");
+    assert.match(await g.err("return servers.tls.anything({})"), /^upstream server "tls" is (not available: initialize: .*certificate.*|starting)/i);
+    await stillServes(g);
+  }));
+});
+
 describe("gateway security: policy bypass attempts from sandbox code", () => {
   let g;
   const get = () => g;
