@@ -60,17 +60,24 @@ static void producer(void *arg)
 	}
 }
 
+/* A loop with the wake-up under test and a guard timer that ends the run after guard_ms (a
+ * lost wake-up would otherwise hang the test). */
+static void setup(uv_loop_t *loop, ctx *c, uint64_t guard_ms)
+{
+	uv_loop_init(loop);
+	uv_mutex_init(&c->mu);
+	CHECK(mb_wakeup_init(loop, &c->w, on_wake) == 0);
+	c->w.data = c;
+	uv_timer_init(loop, &c->guard);
+	c->guard.data = c;
+	uv_timer_start(&c->guard, on_guard, guard_ms, 0);
+}
+
 TEST(no_lost_wakeups)
 {
 	uv_loop_t loop;
-	uv_loop_init(&loop);
 	ctx c = {0};
-	uv_mutex_init(&c.mu);
-	CHECK(mb_wakeup_init(&loop, &c.w, on_wake) == 0);
-	c.w.data = &c;
-	uv_timer_init(&loop, &c.guard);
-	c.guard.data = &c;
-	uv_timer_start(&c.guard, on_guard, 20000, 0);
+	setup(&loop, &c, 20000);
 	uv_thread_t t[THREADS];
 	for (int i = 0; i < THREADS; i++)
 		uv_thread_create(&t[i], producer, &c);
@@ -94,16 +101,10 @@ TEST(no_lost_wakeups)
 TEST(send_from_the_callback)
 {
 	uv_loop_t loop;
-	uv_loop_init(&loop);
 	ctx c = {0};
-	uv_mutex_init(&c.mu);
-	CHECK(mb_wakeup_init(&loop, &c.w, on_wake) == 0);
-	c.w.data = &c;
+	setup(&loop, &c, 5000);
 	c.resend = 3;
 	c.queued = (uint64_t)THREADS * PER_THREAD; /* so the 4th callback closes */
-	uv_timer_init(&loop, &c.guard);
-	c.guard.data = &c;
-	uv_timer_start(&c.guard, on_guard, 5000, 0);
 	mb_wakeup_send(&c.w);
 	mb_wakeup_send(&c.w); /* coalesces with the first */
 	uv_run(&loop, UV_RUN_DEFAULT);
