@@ -132,6 +132,11 @@ async function makeRealDb(dir, n = 40) {
       });
     }
     await call(peer, "x1", "execute_code", { code: "return 1" });
+    // the catalog's start-up import runs 50 ms after start or at first use: make it happen here,
+    // so that a later session (the hot-WAL test) finds nothing to write into catalog_tools
+    // (a session shorter than 50 ms left it to the next one, and the WAL then held the page the
+    // hot-WAL test damages: a CI failure)
+    await call(peer, "c1", "list_tool_categories", {});
     await stop(peer);
   } finally {
     await peer.dispose();
