@@ -596,10 +596,13 @@ int mb_pool_reply(mb_pool *p, uint64_t job_id, uint64_t seq, int status, const c
 			j->call_reply_len = copy ? len : (j->call_reply ? 13 : 0);
 			j->call_status = copy ? status : 1;
 			j->call_done = 1;
-			uv_cond_signal(&j->call_cv);
 		}
 		uv_mutex_unlock(&p->mu);
-		if (!taken)
+		/* signalled after unlocking, so the woken worker does not block at once on p->mu; j
+		 * and its condition variable are freed only on this (the loop) thread */
+		if (taken)
+			uv_cond_signal(&j->call_cv);
+		else
 			free(copy);
 		return taken ? 0 : -1;
 	}
