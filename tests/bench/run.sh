@@ -346,6 +346,10 @@ echo; tests/bench/http_bench.sh "$MOONBOX" | tee "$OUT/http.txt"
 if command -v node >/dev/null &&
    [ -f tests/node_modules/@modelcontextprotocol/server-everything/dist/index.js ]; then
   echo; node tests/bench/bench_gateway.mjs "$MOONBOX" | tee "$OUT/gateway.txt"
+  # instructions per upstream call (callgrind; tests/bench/gateway_callgrind.mjs)
+  if command -v valgrind >/dev/null; then
+    echo; node tests/bench/gateway_callgrind.mjs "$MOONBOX" | tee -a "$OUT/gateway.txt"
+  fi
 else
   echo; echo "gateway bench: skipped (node or tests/node_modules missing)"
 fi
