@@ -59,6 +59,7 @@ static const char raw_mt_key = 'R';
 #define STR_CHUNK (16u * 1024)        /* string bytes escaped between budget polls */
 #define RAW_CHUNK (1u << 20)          /* raw bytes copied between budget polls */
 #define SHRINK_SLACK (64u * 1024)     /* unused tail worth giving back to malloc */
+#define GC_AFTER_DECLINE (64u * 1024) /* a declined input this long: collect before jansson */
 
 /* ---- shared helpers ------------------------------------------------------------------------ */
 
@@ -1463,6 +1464,10 @@ int mb_json_decode(lua_State *L, const char *buf, size_t len, const mb_json_limi
 		mb_budget_message(b, err, errlen);
 		goto done;
 	}
+	/* what the fast path built before it declined is garbage now; on a long input it can be
+	 * as large as the result, so collect it before jansson's tree and the result are built */
+	if (len > GC_AFTER_DECLINE)
+		lua_gc(L, LUA_GCCOLLECT, 0);
 	int scan = depth_scan(buf, len, l.max_depth, b);
 	if (scan != 0) {
 		if (scan == -1)

@@ -4,13 +4,15 @@
  * it read, or 0 to decline; a decline travels up unchanged and mb_json_dec_fast drops whatever
  * was pushed. Declining is always safe - jansson then parses the same input - so whenever a rule
  * here is not certainly the same as jansson's (JSON_DECODE_ANY | JSON_ALLOW_NUL), this file
- * declines rather than decides: integers are exact int64 or declined, reals go through strtod
- * like jansson's and are declined on ERANGE, strings must be valid UTF-8 with well-formed
- * escapes and surrogate pairs, keys must not hold NUL.
+ * declines rather than decides. Integers are exact int64; outside int64 they become reals, as
+ * json.c makes jansson read them ("<digits>e0"); reals go through strtod like jansson's and an
+ * overflow is declined (an underflow gives strtod's value, as in jansson). Strings must be valid
+ * UTF-8 with well-formed escapes and surrogate pairs; keys must not hold NUL.
  */
 #include "json_dec.h"
 
 #include <errno.h>
+#include <math.h>
 #include <lauxlib.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -19,7 +21,7 @@
 #include "utf8.h"
 
 #define POLL_MASK 2047u /* budget check every 2048 values, as in json.c */
-#define NUM_MAX 64      /* longer number texts are declined (jansson reads them) */
+#define NUM_MAX 64      /* longer number texts are copied to the heap for strtod */
 
 typedef struct {
 	lua_State *L;
@@ -200,31 +202,33 @@ static int read_number(rd *r)
 	if (!real) {
 		const unsigned char *d = s + (*s == '-');
 		uint64_t v = 0;
-		for (; d < p; d++) {
+		int big = 0;
+		for (; d < p && !big; d++) {
 			if (v > (UINT64_MAX - 9) / 10)
-				return 0;
-			v = v * 10 + (uint64_t)(*d - '0');
+				big = 1;
+			else
+				v = v * 10 + (uint64_t)(*d - '0');
 		}
-		if (*s == '-') {
-			if (v > (uint64_t)INT64_MAX + 1)
-				return 0; /* jansson reports it; json.c widens it to a real */
-			lua_pushinteger(r->L, (lua_Integer)(0 - v));
-		} else {
-			if (v > (uint64_t)INT64_MAX)
-				return 0;
-			lua_pushinteger(r->L, (lua_Integer)v);
+		if (!big && v <= (uint64_t)INT64_MAX + (*s == '-')) {
+			lua_pushinteger(r->L, *s == '-' ? (lua_Integer)(0 - v) : (lua_Integer)v);
+			r->p = p;
+			return 1;
 		}
-		r->p = p;
-		return 1;
+		/* outside int64: a real, as json.c makes of it for jansson ("<digits>e0") */
 	}
-	if (n >= NUM_MAX)
+	/* strtod as jansson's jsonp_strtod: an overflow is an error (declined: jansson words it),
+	 * an underflow is the value strtod gives */
+	char small[NUM_MAX], *buf = n < NUM_MAX ? small : mb_budget_malloc(n + 1), *e;
+	if (!buf)
 		return 0;
-	char buf[NUM_MAX], *e;
 	memcpy(buf, s, n);
 	buf[n] = '\0';
 	errno = 0;
 	double v = strtod(buf, &e);
-	if (e != buf + n || errno == ERANGE)
+	int ok = e == buf + n && !(errno == ERANGE && (v == HUGE_VAL || v == -HUGE_VAL));
+	if (buf != small)
+		mb_budget_free(buf);
+	if (!ok)
 		return 0;
 	lua_pushnumber(r->L, (lua_Number)v);
 	r->p = p;

@@ -2,11 +2,13 @@
  *
  * jansson (json.c) stays the authority on what JSON is: this decoder accepts a subset of what
  * jansson accepts and produces the same Lua value for it, and gives up ("declines") on anything
- * else - a syntax error, an integer outside int64, a real that overflows or underflows, nesting
- * beyond the limit, invalid UTF-8, a NUL in an object key, a tripped budget - leaving the input
- * to jansson, which then produces the value or the error message exactly as before. Errors are
- * rare, so they cost a second parse; valid messages cost one pass with no allocation outside
- * the Lua state. tests/unit/test_json_dec.c and the json_dec fuzz target compare both decoders.
+ * else - a syntax error, a real that overflows, nesting beyond the limit, invalid UTF-8, a NUL
+ * in an object key, a tripped budget - leaving the input
+ * to jansson, which then produces the value or the error message exactly as before (integers
+ * outside int64 become reals here, as json.c's widening makes jansson read them). Errors are
+ * rare, so they cost a second parse (json.c collects the garbage of a long declined prefix
+ * first); valid messages cost one pass with no allocation outside the Lua state, but for a
+ * number text of 64 bytes or more (a budgeted copy for strtod). tests/unit/test_json_dec.c and the json_dec fuzz target compare both decoders.
  *
  * Measured (callgrind, a server-everything echo answer of 84 bytes): jansson alone 19.3K
  * instructions, jansson plus the tree-to-Lua conversion about 31K; docs/architecture.md has the

@@ -2,7 +2,8 @@
  * shared by tests/unit/test_json_dec.c and the fuzz target tests/fuzz/fuzz_json_dec.c.
  *
  * json_ref_compare(L, buf, len) runs mb_json_dec_fast under lua_pcall and jansson's json_loadb
- * with the flags json.c uses (JSON_DECODE_ANY | JSON_ALLOW_NUL). The rule it checks: whatever the
+ * with the flags json.c uses (JSON_DECODE_ANY | JSON_ALLOW_NUL), retried like json.c when jansson
+ * reports an integer outside int64 (each such integer read as a real). The rule it checks: whatever the
  * fast path accepts, jansson accepts too, and the Lua value is the same value as jansson's tree
  * (same types, integers exact, reals bit for bit, strings byte for byte, arrays marked with the
  * json.array metatable and objects not, the same keys). Declining is always allowed.
@@ -13,6 +14,7 @@
 #include <jansson.h>
 #include <lauxlib.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "json.h"
@@ -99,6 +101,60 @@ static int json_ref_same(lua_State *L, int idx, json_t *j)
 	}
 }
 
+/* json.c hands jansson an input with an integer outside int64 again with "e0" after each such
+ * integer (so it reads them as reals); the reference does the same, written anew here: a
+ * malloc'd copy, or NULL when there is no such integer. */
+static char *json_ref_widen(const char *buf, size_t len, size_t *outlen)
+{
+	char *out = malloc(len * 3 + 1);
+	size_t o = 0, i = 0;
+	int in_str = 0, any = 0;
+	while (i < len) {
+		char c = buf[i];
+		if (in_str) {
+			out[o++] = c;
+			if (c == '\\' && i + 1 < len)
+				out[o++] = buf[++i];
+			else if (c == '"')
+				in_str = 0;
+			i++;
+			continue;
+		}
+		if (c == '"')
+			in_str = 1;
+		if (c == '-' || (c >= '0' && c <= '9')) {
+			size_t j = i + (c == '-');
+			while (j < len && buf[j] >= '0' && buf[j] <= '9')
+				j++;
+			int plain = j == len || (buf[j] != '.' && buf[j] != 'e' && buf[j] != 'E');
+			size_t digits = j - i - (c == '-');
+			const char *d = buf + i + (c == '-');
+			while (digits > 1 && *d == '0') /* (leading zeros are invalid JSON anyway) */
+				d++, digits--;
+			const char *lim = c == '-' ? "9223372036854775808" : "9223372036854775807";
+			int big = digits > 19 || (digits == 19 && memcmp(d, lim, 19) > 0);
+			memcpy(out + o, buf + i, j - i);
+			o += j - i;
+			if (plain && big && digits > 0) {
+				memcpy(out + o, "e0", 2);
+				o += 2;
+				any = 1;
+			}
+			i = j;
+			continue;
+		}
+		out[o++] = c;
+		i++;
+	}
+	if (!any) {
+		free(out);
+		return NULL;
+	}
+	out[o] = '\0';
+	*outlen = o;
+	return out;
+}
+
 typedef struct {
 	const char *buf;
 	size_t len;
@@ -130,6 +186,14 @@ static int json_ref_compare(lua_State *L, const char *buf, size_t len, char *why
 	}
 	json_error_t je;
 	json_t *j = json_loadb(buf, len, JSON_DECODE_ANY | JSON_ALLOW_NUL, &je);
+	if (!j && json_error_code(&je) == json_error_numeric_overflow && strncmp(je.text, "too big", 7) == 0) {
+		size_t wlen;
+		char *w = json_ref_widen(buf, len, &wlen);
+		if (w) {
+			j = json_loadb(w, wlen, JSON_DECODE_ANY | JSON_ALLOW_NUL, &je);
+			free(w);
+		}
+	}
 	if (!c.ok) {
 		rc = JSON_REF_DECLINED;
 	} else if (!j) {
