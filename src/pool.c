@@ -630,7 +630,10 @@ void mb_pool_get_stats(mb_pool *p, mb_pool_stats *out)
 static void wake_closed(uv_handle_t *h)
 {
 	mb_pool *p = h->data;
-	if (p->abandoned_alive)
+	uv_mutex_lock(&p->mu);
+	size_t stuck = p->abandoned_alive; /* decremented by an exiting worker, under mu */
+	uv_mutex_unlock(&p->mu);
+	if (stuck)
 		return; /* a stuck thread may still post to us: leave the pool (and its eventfd) to
 			 * process exit */
 	mb_wakeup_release(&p->wake);
