@@ -123,11 +123,16 @@ static char *json_ref_widen(const char *buf, size_t len, size_t *outlen)
 		if (c == '"')
 			in_str = 1;
 		if (c == '-' || (c >= '0' && c <= '9')) {
-			size_t j = i + (c == '-');
+			/* the whole number token: a fraction or exponent makes it a real already */
+			size_t j = i + (c == '-'), k = j;
+			while (k < len && ((buf[k] >= '0' && buf[k] <= '9') || buf[k] == '.' || buf[k] == 'e' ||
+					   buf[k] == 'E' || buf[k] == '+' || buf[k] == '-'))
+				k++;
 			while (j < len && buf[j] >= '0' && buf[j] <= '9')
 				j++;
-			int plain = j == len || (buf[j] != '.' && buf[j] != 'e' && buf[j] != 'E');
-			size_t digits = j - i - (c == '-');
+			int plain = j == k;
+			j = k;
+			size_t digits = plain ? j - i - (c == '-') : 0;
 			const char *d = buf + i + (c == '-');
 			while (digits > 1 && *d == '0') /* (leading zeros are invalid JSON anyway) */
 				d++, digits--;
