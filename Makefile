@@ -10,7 +10,9 @@
 # LUA_PKG selects the Lua 5.4 to link, e.g. `make LUA_PKG=lua54-custom`.
 
 LUA_PKG   ?= lua5.4
-PKGS      := $(LUA_PKG) libuv libpcre2-8 jansson sqlite3 libsodium libcurl
+PKGS      := $(LUA_PKG) libuv libpcre2-8 jansson sqlite3 libsodium
+# libcurl: headers only; src/curl_load.c opens libcurl.so.4 at the first HTTP upstream request
+CURL_PKG  := libcurl
 DEB_PKGS  := liblua5.4-dev libuv1-dev libpcre2-dev libjansson-dev libsqlite3-dev libsodium-dev lua-cjson-dev \
              libhttp-parser-dev libcurl4-openssl-dev pkg-config gcc make
 TEST_DEB_PKGS := valgrind clang libclang-rt-14-dev lua5.4 sqlite3 wrk openssl
@@ -19,9 +21,9 @@ CC        ?= gcc
 BUILD     ?= build
 OPTFLAGS  ?= -O2 -g
 CFLAGS    := $(OPTFLAGS) $(EXTRA_CFLAGS) -std=c11 -D_GNU_SOURCE -Wall -Wextra -Werror -fno-strict-aliasing \
-             $(shell pkg-config --cflags $(PKGS) 2>/dev/null) -iquote src -iquote $(BUILD)/gen
+             $(shell pkg-config --cflags $(PKGS) $(CURL_PKG) 2>/dev/null) -iquote src -iquote $(BUILD)/gen
 # http-parser has no pkg-config file on Debian
-LDLIBS    := $(EXTRA_LDFLAGS) $(shell pkg-config --libs $(PKGS) 2>/dev/null) -lhttp_parser -lpthread -lm -lrt
+LDLIBS    := $(EXTRA_LDFLAGS) $(shell pkg-config --libs $(PKGS) 2>/dev/null) -lhttp_parser -ldl -lpthread -lm -lrt
 
 SRC       := $(sort $(wildcard src/*.c))
 LUA_SRC   := $(sort $(shell find lua -name '*.lua'))

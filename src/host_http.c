@@ -23,6 +23,9 @@
  * before its on_done runs; while one of its callbacks runs it is marked busy and its memory is
  * only freed once the callback returns, so a callback can close anything, itself included.
  *
+ * libcurl is not linked: the first request opens it (curl_load.h), so a server without HTTP
+ * upstreams never loads it.
+ *
  * Closing the context closes every transfer (curl_multi_remove_handle may call the socket
  * callback, which uv_closes polls while their sockets are still open), closes the remaining
  * polls, then marks it closing (curl callbacks become no-ops) and runs curl_multi_cleanup, and
@@ -31,7 +34,6 @@
  */
 #include "host_http.h"
 
-#include <curl/curl.h>
 #include <lauxlib.h>
 #include <pthread.h>
 #include <stdint.h>
@@ -40,6 +42,7 @@
 #include <string.h>
 #include <strings.h>
 
+#include "curl_load.h"
 #include "host_uv.h"
 #include "log.h"
 
@@ -53,9 +56,6 @@
 
 static const char holder_key = 0; /* its address is the registry key of the holder */
 
-/* curl_global_init is process-wide by nature: one guarded call, its result kept. */
-static pthread_once_t curl_once = PTHREAD_ONCE_INIT;
-static CURLcode curl_init_rc = CURLE_FAILED_INIT;
 
 typedef struct http_ctx http_ctx;
 typedef struct xfer xfer;
@@ -607,17 +607,8 @@ static void dispatch(http_ctx *c)
 
 /* ---- context ---------------------------------------------------------------------------------- */
 
-static void init_curl_once(void)
-{
-	curl_init_rc = curl_global_init(CURL_GLOBAL_DEFAULT);
-}
-
 static http_ctx *ctx_new(holder *hd, lua_State *L, char *err, size_t errlen)
 {
-	if (curl_init_rc != CURLE_OK) {
-		snprintf(err, errlen, "curl_global_init failed: %s", curl_easy_strerror(curl_init_rc));
-		return NULL;
-	}
 	http_ctx *c = calloc(1, sizeof *c);
 	if (!c) {
 		snprintf(err, errlen, "out of memory");
@@ -990,9 +981,15 @@ static int fn_ref(lua_State *L, const char *name)
 static int l_http_request(lua_State *L)
 {
 	holder *hd = lua_touserdata(L, lua_upvalueindex(1));
+	char err[300];
+	/* libcurl is opened by the first request (curl_load.h); parse_opts already uses it */
+	if (mb_curl_load(err, sizeof err) != 0) {
+		lua_pushnil(L);
+		lua_pushfstring(L, "http_request: %s", err);
+		return 2;
+	}
 	opts o;
 	parse_opts(L, &o);
-	char err[200];
 	if (!hd->c) {
 		hd->c = ctx_new(hd, L, err, sizeof err);
 		if (!hd->c)
@@ -1067,7 +1064,7 @@ failed:
 
 void mb_host_http_open(lua_State *L, uv_loop_t *loop)
 {
-	pthread_once(&curl_once, init_curl_once);
+	/* libcurl itself is loaded by the first request (l_http_request, curl_load.h) */
 	int t = lua_absindex(L, -1);
 	if (luaL_newmetatable(L, REQ_MT)) {
 		lua_createtable(L, 0, 1);

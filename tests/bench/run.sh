@@ -58,7 +58,7 @@ HAVE_SANDBOX_BENCH=1
 # shellcheck disable=SC2086,SC2046
 $CC -O2 -g -std=c11 -D_GNU_SOURCE -Wall -Wextra -Werror -fno-strict-aliasing \
   $(pkg-config --cflags $PKGS) -iquote src -iquote "$BUILD/gen" tests/bench/bench_sandbox.c \
-  $LIB_OBJ $(pkg-config --libs $PKGS) -lpthread -lm -lrt -o "$OUT/bench_sandbox" ||
+  $LIB_OBJ $(pkg-config --libs $PKGS) -lhttp_parser -ldl -lpthread -lm -lrt -o "$OUT/bench_sandbox" ||
   { echo "bench: bench_sandbox did not build; skipping its figures" >&2; HAVE_SANDBOX_BENCH=0; }
 
 # ---- the comparison server ---------------------------------------------------------------------

@@ -812,6 +812,23 @@ describe("gateway: tool list changes", () => {
 
 // ---------------------------------------------------------------------------------------------
 
+describe("gateway: libcurl is loaded only for HTTP upstreams", () => {
+  // Linked, libcurl brought ~30 shared libraries (OpenSSL, GnuTLS, Kerberos, ...) into every
+  // start: 7 ms and ~6 MiB before main (docs/benchmarks.md). src/curl_load.c opens it at the
+  // first HTTP request instead; the test below this one checks that it is there when needed.
+  it("a server with no HTTP upstream never maps libcurl", T, async () => {
+    const s = await gateway({ mcpServers: { everything: EVERYTHING() } }, {}, ["everything"]);
+    try {
+      assert.equal(await runOk(s, 'return servers.everything.echo{message = "stdio"}'), "Echo: stdio");
+      const maps = readFileSync(`/proc/${s.pid}/maps`, "utf8");
+      assert.equal(maps.includes("libcurl"), false, "libcurl is mapped");
+      assert.equal(/libssl|libgnutls|libkrb5/.test(maps), false, "a TLS or Kerberos library is mapped");
+    } finally {
+      await s.close();
+    }
+  });
+});
+
 describe("gateway: HTTP upstream sessions at shutdown", () => {
   it("moonbox ends each HTTP upstream session with DELETE when it shuts down, and still exits promptly", T, async () => {
     const logDir = tempDir("moonbox-gw-del-");
@@ -820,12 +837,14 @@ describe("gateway: HTTP upstream sessions at shutdown", () => {
     try {
       s = await gateway({ mcpServers: { fx: { url: `http://127.0.0.1:${fx.port}/mcp` } } }, {}, ["fx"]);
       assert.equal(await runOk(s, 'return servers.fx.echo{message = "bye"}'), "Echo: bye");
+      const libcurlLoaded = readFileSync(`/proc/${s.pid}/maps`, "utf8").includes("libcurl");
       const call = logLines(path.join(logDir, "d.log")).find((m) => m.method === "tools/call");
       assert.match(call.session, /^[0-9a-f-]{36}$/);
       const t0 = Date.now();
       await s.close();
       const ms = Date.now() - t0;
       s = undefined;
+      assert.ok(libcurlLoaded, "libcurl is loaded once an HTTP upstream is used");
       const del = logLines(path.join(logDir, "d.log")).filter((m) => m.http === "DELETE");
       assert.deepEqual(del.map((m) => m.session), [call.session], "one DELETE of the session in use");
       assert.ok(ms < 2500, `moonbox took ${ms} ms to exit`);
