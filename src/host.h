@@ -85,7 +85,10 @@ size_t mb_host_inflight(mb_host *h);
 /// @returns a malloc'd NUL-terminated string the caller frees, or NULL when there is none
 char *mb_host_metrics(mb_host *h);
 
-/// Stops timers and watchers and flushes buffered history (before the loop's last run).
+/// Stops timers and watchers, flushes buffered history, ends upstream servers (children get
+/// SIGTERM, then SIGKILL after upstream_shutdown_grace_ms; HTTP sessions get a DELETE that may
+/// run for at most min(upstream_shutdown_grace_ms, 2000) ms on a timer inside the host). The
+/// caller must then run the loop until its handles are closed, and only then mb_host_free.
 void mb_host_shutdown(mb_host *h);
 
 /// The host's Lua state, for tests that call its modules directly (loop thread only).

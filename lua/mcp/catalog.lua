@@ -400,9 +400,8 @@ end
 -- catalog_dir is created when the host starts, not with the delayed import, so that the data
 -- directory's layout does not change under a client that has already been answered.
 local function make_dir()
-  if state.dir then return end
-  state.dir = mb.config.catalog_dir or (mb.config.data_dir .. "/catalog")
-  if not mb.fs.stat(state.dir) then
+  state.dir = state.dir or mb.config.catalog_dir or (mb.config.data_dir .. "/catalog")
+  if not mb.fs.stat(state.dir) then -- (start() tries again if it failed at init)
     local ok, err = mb.fs.mkdir(state.dir)
     if ok then log("info", "created catalog_dir %s", state.dir)
     else log("warning", "cannot create catalog_dir: %s", tostring(err)) end
