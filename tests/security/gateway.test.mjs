@@ -30,7 +30,7 @@
 
 import { describe, it, before, after } from "node:test";
 import assert from "node:assert/strict";
-import { spawn } from "node:child_process";
+import { spawn, spawnSync } from "node:child_process";
 import http from "node:http";
 import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
@@ -842,6 +842,40 @@ describe("gateway security: credentials in an upstream's URL", () => {
 });
 
 // ---------------------------------------------------------------------------------------------
+
+describe("gateway security: a slow name lookup does not hold the loop", () => {
+  // libcurl's threaded resolver: cancelling a transfer whose lookup still runs used to join the
+  // resolver thread on the loop (curl_multi_remove_handle), so one slow DNS answer froze the whole
+  // server - every client, every execution - for as long as getaddrinfo took (a review found an
+  // 8 s exit delay at shutdown). CURLOPT_QUICK_EXIT detaches it. The shim makes "slowhost" take
+  // 3 s to resolve; initialize gives up after 500 ms and the transfer is cancelled mid-lookup.
+  it("while a cancelled lookup is still running, moonbox keeps answering at once", T, async () => {
+    const dir = tmp("moonbox-dns-");
+    let g;
+    try {
+      const so = path.join(dir, "slow_dns.so");
+      const cc = spawnSync("cc", ["-shared", "-fPIC", "-o", so, path.join(HERE, "fixtures/slow_dns.c"), "-ldl"],
+        { encoding: "utf8" });
+      assert.equal(cc.status, 0, `cc: ${cc.stderr}`);
+      const t0 = Date.now();
+      g = await gateway({ slow: { url: "http://slowhost:9/mcp" } },
+        { ready: [], env: { LD_PRELOAD: so, SLOW_DNS_MS: "3000" }, args: ["--upstream-init-timeout-ms", "500"] });
+      let worst = 0;
+      while (Date.now() - t0 < 3800) {
+        const p0 = Date.now();
+        await g.client.ping();
+        worst = Math.max(worst, Date.now() - p0);
+        await sleep(25);
+      }
+      const u = (await g.stats()).slow;
+      assert.match(u.last_error ?? "", /no answer to initialize within 500 ms/, JSON.stringify(u));
+      assert.ok(worst < 500, `a ping took ${worst} ms while the cancelled lookup ran (the loop was blocked)`);
+    } finally {
+      await g?.close();
+      rmSync(dir, { recursive: true, force: true });
+    }
+  });
+});
 
 describe("gateway security: HTTPS upstreams are verified", () => {
   // A man in the middle with a certificate nobody vouches for: libcurl's defaults (peer and host
