@@ -1500,11 +1500,7 @@ int mb_json_decode(lua_State *L, const char *buf, size_t len, const mb_json_limi
 				 je.column, je.position);
 		goto done;
 	}
-	if (!lua_checkstack(L, 4)) {
-		oom_message(b, err, errlen, "decoding");
-		goto done;
-	}
-	dec d = {root, &l, b, 0};
+	dec d = {root, &l, b, 0}; /* (stack room was reserved before the fast path) */
 	lua_pushcfunction(L, dec_protected);
 	lua_pushlightuserdata(L, &d);
 	if (lua_pcall(L, 1, 1, 0) != LUA_OK) {

@@ -328,21 +328,28 @@ function on_notify(job, kind, payload)
   end
 end
 
+-- Runs a host-call handler; returns ok, value (the answer, or the message when not ok). A
+-- handler answers value, or nil and a message; an error in it is logged as ours.
+local function run_host_call(name, handler, args, request)
+  local ok, value, message = pcall(handler, args, request)
+  if not ok then
+    mb.log("error", "host call " .. name .. ": " .. tostring(value))
+    return false, name .. ": internal error: " .. tostring(value)
+  elseif value == nil and message ~= nil then
+    return false, tostring(message)
+  end
+  return true, value
+end
+
 -- A call from running sandbox code (skills, ...): runs in its own coroutine, always answers.
 function on_host_call(job, seq, name, args)
   local entry = by_job[job]
   local handler = tools.host_calls[name]
-  local ok, value, message
+  local ok, value
   if not entry or entry.cancelled then
     ok, value = false, "the execution has ended"
   elseif tools.host_calls_raw[name] then -- arguments in the handler's own format, not JSON
-    ok, value, message = pcall(tools.host_calls_raw[name], args, entry.request)
-    if not ok then
-      mb.log("error", "host call " .. name .. ": " .. tostring(value))
-      value = name .. ": internal error: " .. tostring(value)
-    elseif value == nil and message ~= nil then
-      ok, value = false, tostring(message)
-    end
+    ok, value = run_host_call(name, tools.host_calls_raw[name], args, entry.request)
   elseif not handler then
     ok, value = false, "unknown server call " .. tostring(name)
   else
@@ -350,13 +357,7 @@ function on_host_call(job, seq, name, args)
     if a == nil then
       ok, value = false, name .. ": bad arguments: " .. tostring(err)
     else
-      ok, value, message = pcall(handler, a, entry.request)
-      if not ok then
-        mb.log("error", "host call " .. name .. ": " .. tostring(value))
-        value = name .. ": internal error: " .. tostring(value)
-      elseif value == nil and message ~= nil then
-        ok, value = false, tostring(message)
-      end
+      ok, value = run_host_call(name, handler, a, entry.request)
     end
   end
   if ok then
