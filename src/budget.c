@@ -107,6 +107,18 @@ void mb_budget_poll(lua_State *L)
 		mb_budget_raise(L, b);
 }
 
+void mb_budget_cstack_check(lua_State *L)
+{
+	mb_budget *b = mb_budget_of(L);
+	if (!b || !b->cstack_base)
+		return;
+	uintptr_t here = (uintptr_t)__builtin_frame_address(0);
+	if (here < b->cstack_base && b->cstack_base - here > b->cstack_limit)
+		luaL_error(L, "C stack overflow: calls nested through C (coroutine.close/resume/wrap, "
+			      "pcall, metamethods, callbacks) exceed max_c_stack_kb=%d",
+			   (int)(b->cstack_limit >> 10));
+}
+
 mb_budget *mb_budget_current(void)
 {
 	return current_budget;

@@ -40,6 +40,10 @@ typedef struct mb_budget {
 	size_t mem_used;
 	size_t mem_peak;
 	uint64_t instructions;
+	/* C stack: nested C calls of this execution may use cstack_limit bytes below cstack_base
+	 * (the frame that started the run, on the worker thread); 0 = unchecked */
+	uintptr_t cstack_base;
+	size_t cstack_limit;
 	/* sticky stop state */
 	atomic_int stop;              /* mb_stop_reason */
 	atomic_int cancel;            /* set by the loop thread */
@@ -77,6 +81,14 @@ static inline mb_budget *mb_budget_of(lua_State *L)
 /* Convenience for native builtins: call every N iterations of a long C loop. If the budget has
  * tripped, raises the limit error on L and does not return. Does nothing for host states. */
 void mb_budget_poll(lua_State *L);
+
+/* Guard for every native function that calls back into Lua (protected calls, coroutine
+ * resume/close/wrap, sort comparators, gsub callbacks, metamethods reached through C): raises
+ * "C stack overflow" on L when the execution's C stack use passed b->cstack_limit. Lua counts
+ * its own nested C calls per coroutine, and 5.4.4's lua_resetthread (coroutine.close) restarts
+ * that count, so __close handlers that close coroutines can recurse without bound; measuring the
+ * real stack catches every such path. Does nothing for host states. */
+void mb_budget_cstack_check(lua_State *L);
 
 /* Thread-local budget for allocations made without a lua_State (jansson, PCRE2). NULL means
  * "not in an execution": allocations are unaccounted. Set around calls into those libraries. */

@@ -50,6 +50,7 @@ static const option options[] = {
 	I(max_code_bytes, 1048576, 64, 1 << 30, "size of code and of each load() chunk"),
 	I(max_result_bytes, 16777216, 1024, 1 << 30, "JSON size of an execution's result"),
 	I(max_notifications, 1000, 0, 1000000, "mcp.log / mcp.progress calls per execution"),
+	I(max_c_stack_kb, 1024, 128, 65536, "C stack for calls nested through C in one execution (coroutine.close/resume, pcall, metamethods, callbacks); worker threads get this plus 6 MiB"),
 	I(workers, 0, 0, 256, "concurrent executions, each on its own thread (0 = number of CPUs)"),
 	I(max_queue, 1024, 0, 1000000, "executions waiting for a worker; more are refused"),
 	I(max_queue_bytes, 268435456, 1024, (int64_t)1 << 40, "code and context bytes held by queued executions"),
@@ -64,6 +65,7 @@ static const option options[] = {
 	I(regex_max_subject_bytes, 4194304, 1024, 1 << 30, "longest re.* subject"),
 	S(skills_dir, "", "skills directory, the source of truth for skills (default DATA_DIR/skills)"),
 	S(catalog_dir, "", "tool catalog directory of *.json files (default DATA_DIR/catalog)"),
+	S(share_dir, "", "examples: a skills_dir or catalog_dir that does not exist yet starts as a copy of SHARE_DIR/skills or SHARE_DIR/catalog (default ../share/moonbox beside the binary; \"none\" = start empty)"),
 	I(store_busy_timeout_ms, 5000, 0, 600000, "how long a store write waits for a lock"),
 	I(max_skill_bytes, 262144, 64, 16777216, "size of one skill's source"),
 	I(workspace_max_file_bytes, 10485760, 1, (int64_t)1 << 40, "largest workspace file"),
@@ -369,6 +371,27 @@ int mb_config_load(mb_config *cfg, int argc, char **argv)
 			return -1;
 		}
 	}
+	/* share_dir: PREFIX/share/moonbox found from the binary's own path (PREFIX/bin/moonbox), so
+	 * an installed tree works wherever it is put (a DESTDIR, /opt) without a compiled-in prefix */
+	if (!cfg->share_dir[0]) {
+		char exe[4096];
+		ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
+		if (n > 0 && (size_t)n < sizeof exe - 1) {
+			exe[n] = 0;
+			char *slash = strrchr(exe, '/');     /* PREFIX/bin/moonbox -> PREFIX/bin */
+			if (slash)
+				*slash = 0;
+			slash = strrchr(exe, '/');           /* PREFIX/bin -> PREFIX */
+			if (slash) {
+				*slash = 0;
+				if (snprintf(cfg->share_dir, sizeof cfg->share_dir, "%s/share/moonbox", exe) >=
+				    (int)sizeof cfg->share_dir)
+					cfg->share_dir[0] = 0;
+			}
+		}
+		if (!cfg->share_dir[0])
+			snprintf(cfg->share_dir, sizeof cfg->share_dir, "none");
+	}
 	if (cfg->workers == 0) {
 		long n = sysconf(_SC_NPROCESSORS_ONLN);
 		cfg->workers = n > 0 ? n : 2;
@@ -391,4 +414,14 @@ void mb_config_dump(const mb_config *cfg, void *file)
 		else
 			fprintf(f, "moonbox: config %s = %s\n", o->name, (const char *)cfg + o->offset);
 	}
+}
+
+int mb_config_option(size_t i, mb_option_doc *out)
+{
+	if (i >= NOPTS)
+		return -1;
+	const option *o = &options[i];
+	*out = (mb_option_doc){ .name = o->name, .is_int = o->type == OPT_INT, .def = o->def,
+				.min = o->min, .max = o->max, .sdef = o->sdef, .help = o->help };
+	return 0;
 }

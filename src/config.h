@@ -29,6 +29,7 @@ typedef struct mb_config {
 	int64_t max_code_bytes;     /* source size of code and of each load() */
 	int64_t max_result_bytes;   /* JSON size of the returned result */
 	int64_t max_notifications;  /* mcp.log / mcp.progress per execution */
+	int64_t max_c_stack_kb;     /* C stack of calls nested through C (budget.h) */
 
 	/* execution pool */
 	int64_t workers;            /* concurrent executions (0 = number of CPUs) */
@@ -51,6 +52,7 @@ typedef struct mb_config {
 	/* store, skills, workspace, history */
 	char skills_dir[4096];          /* default DATA_DIR/skills */
 	char catalog_dir[4096];         /* default DATA_DIR/catalog */
+	char share_dir[4096];           /* examples copied into a new skills_dir/catalog_dir; "none" = off */
 	int64_t store_busy_timeout_ms;
 	int64_t max_skill_bytes;        /* one skill's source */
 	int64_t workspace_max_file_bytes;
@@ -97,5 +99,21 @@ int mb_config_load(mb_config *cfg, int argc, char **argv);
 /* Writes the effective configuration as JSON-ish "name = value" lines to a FILE* (for --log-level
  * debug start-up logs). */
 void mb_config_dump(const mb_config *cfg, void *file);
+
+/// One row of the option table, read by the generated documentation (src/config_doc.c: the man
+/// page and the list that tests compare with docs/configuration.md). Points into static data.
+typedef struct mb_option_doc {
+	const char *name;       ///< snake_case name: flag --name-with-dashes, variable MOONBOX_NAME
+	int is_int;             ///< 1: an integer option with def/min/max; 0: a string option
+	int64_t def, min, max;  ///< integer options only
+	const char *sdef;       ///< string options only: the built-in default ("" = none or derived)
+	const char *help;       ///< one line, as --help prints it
+} mb_option_doc;
+
+/// Reads row `i` of the option table.
+/// @param i    index from 0
+/// @param out  filled when the row exists
+/// @returns 0, or -1 when `i` is past the last option
+int mb_config_option(size_t i, mb_option_doc *out);
 
 #endif

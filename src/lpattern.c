@@ -688,6 +688,7 @@ static int lp_add_call(lp_match *m, luaL_Buffer *b, const char *s, const char *e
 static int lp_gsub(lua_State *L)
 {
 	size_t sl, pl, rl = 0;
+	mb_budget_cstack_check(L); /* the replacement function or table's __index runs Lua */
 	const char *src = luaL_checklstring(L, 1, &sl);
 	const char *p = luaL_checklstring(L, 2, &pl);
 	int tr = lua_type(L, 3);

@@ -105,7 +105,10 @@ static int spawn_worker(mb_pool *p)
 	if (!w)
 		return -1;
 	w->pool = p;
-	uv_thread_options_t opt = { UV_THREAD_HAS_STACK_SIZE, 8u << 20 };
+	/* max_c_stack_kb for nesting through C (checked by mb_budget_cstack_check), plus room for
+	 * what one level of Lua's own C-call limit (200 nested calls) may take beyond the check */
+	uv_thread_options_t opt = { UV_THREAD_HAS_STACK_SIZE,
+				    ((size_t)p->cfg->max_c_stack_kb << 10) + MB_SANDBOX_STACK_RESERVE };
 	uv_mutex_lock(&p->mu);
 	w->next = p->workers;
 	p->workers = w;

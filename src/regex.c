@@ -731,6 +731,7 @@ static int re_gsub(lua_State *L)
 {
 	re_state *st = re_get_state(L);
 	mb_budget_poll(L);
+	mb_budget_cstack_check(L); /* the replacement function or table's __index runs Lua */
 	size_t len, tl = 0;
 	const char *s = re_check_subject(L, st, 1, &len);
 	int rt = lua_type(L, 3);

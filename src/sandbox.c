@@ -593,6 +593,9 @@ int mb_sandbox_run_prepared(mb_sandbox *sb, const mb_exec_request *req, mb_budge
 		goto finish; /* the cap is below what the environment needs: a memory error */
 	sb->prep.mem_used = 0;
 	sb->aud.b = b;
+	/* nesting through C is measured from here (mb_budget_cstack_check) */
+	b->cstack_base = (uintptr_t)__builtin_frame_address(0);
+	b->cstack_limit = (size_t)cfg->max_c_stack_kb << 10;
 	*(mb_budget **)lua_getextraspace(L) = b;
 	mb_budget_set_current(b);
 	mb_sandbox_set_running(L);

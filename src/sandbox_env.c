@@ -46,6 +46,7 @@ static int finish_pcall(lua_State *L, int status, lua_KContext extra)
 static int sb_pcall(lua_State *L)
 {
 	luaL_checkany(L, 1);
+	mb_budget_cstack_check(L);
 	mb_budget_poll(L);
 	lua_pushboolean(L, 1);
 	lua_insert(L, 1);
@@ -72,6 +73,7 @@ static int sb_xpcall(lua_State *L)
 	int n = lua_gettop(L);
 	luaL_checktype(L, 2, LUA_TFUNCTION);
 	mb_budget_poll(L);
+	mb_budget_cstack_check(L);
 	lua_pushvalue(L, 2);
 	lua_pushcclosure(L, sb_xpcall_handler, 1);
 	lua_replace(L, 2);
@@ -87,6 +89,7 @@ static int sb_xpcall(lua_State *L)
 static int call_original_on(lua_State *L, lua_State *co)
 {
 	mb_budget_poll(L);
+	mb_budget_cstack_check(L);
 	lua_State *prev = mb_sandbox_running();
 	if (co)
 		mb_sandbox_set_running(co);
@@ -214,6 +217,7 @@ static int sb_collectgarbage(lua_State *L)
 
 static int sb_print(lua_State *L)
 {
+	mb_budget_cstack_check(L); /* __tostring */
 	mb_sandbox_ctx *c = mb_sandbox_ctx_of(L);
 	int n = lua_gettop(L);
 	if (c->req && c->req->pii_policy) {
@@ -354,6 +358,7 @@ static int sb_utf8_len(lua_State *L)
 /* string.format: "%q" escapes with one snprintf per control byte, ~100 ns a byte; bound it. */
 static int sb_format(lua_State *L)
 {
+	mb_budget_cstack_check(L); /* %s calls __tostring */
 	size_t fl;
 	const char *f = luaL_checklstring(L, 1, &fl);
 	int arg = 1;
@@ -398,6 +403,7 @@ static int sb_date(lua_State *L)
 
 static lua_Integer checked_len(lua_State *L, int idx)
 {
+	mb_budget_cstack_check(L); /* every table function: __len, __index, __newindex */
 	luaL_checktype(L, idx, LUA_TTABLE);
 	return luaL_len(L, idx);
 }
@@ -480,6 +486,7 @@ static int sb_move(lua_State *L)
 static int sb_concat(lua_State *L)
 {
 	luaL_Buffer b;
+	mb_budget_cstack_check(L); /* __index, __len */
 	luaL_checktype(L, 1, LUA_TTABLE);
 	size_t lsep;
 	const char *sep = luaL_optlstring(L, 2, "", &lsep);

@@ -9,6 +9,11 @@
 #include "regex.h"
 #include "sandbox.h"
 
+/* Worker threads' stack beyond max_c_stack_kb: what Lua's own limit of 200 nested C calls can
+ * use after the last mb_budget_cstack_check, with room for error handling (measured in
+ * docs/security.md, "C stack"). */
+#define MB_SANDBOX_STACK_RESERVE ((size_t)6 << 20)
+
 /* Sent by the pool to a worker thread at its execution's deadline or on cancellation. */
 #define MB_SANDBOX_SIGNAL (SIGRTMIN + 1)
 
