@@ -15,7 +15,7 @@ PKGS      := $(LUA_PKG) libuv libpcre2-8 jansson sqlite3 libsodium
 CURL_PKG  := libcurl
 DEB_PKGS  := liblua5.4-dev libuv1-dev libpcre2-dev libjansson-dev libsqlite3-dev libsodium-dev lua-cjson-dev \
              libhttp-parser-dev libcurl4-openssl-dev pkg-config gcc make
-TEST_DEB_PKGS := valgrind clang libclang-rt-14-dev lua5.4 sqlite3 wrk openssl
+TEST_DEB_PKGS := valgrind clang libclang-rt-14-dev lua5.4 sqlite3 wrk openssl dpkg-dev systemd groff-base
 
 CC        ?= gcc
 BUILD     ?= build
@@ -90,6 +90,92 @@ run:
 	@$(MAKE) --no-print-directory deps all >&2
 	@mkdir -p data
 	@exec ./$(BUILD)/moonbox --data-dir ./data --skills-dir ./skills --catalog-dir ./catalog
+
+# ---- install, uninstall, Debian package ----------------------------------------------------
+# GNU conventions (docs/install.md): `make install` and `make uninstall` with PREFIX (default
+# /usr/local) and DESTDIR. The layout under PREFIX is fixed: bin/moonbox finds its examples in
+# ../share/moonbox from its own path (/proc/self/exe), so the same build works in /usr/local, in
+# /usr (the package), in /opt or in a DESTDIR. `make deb` builds the Debian package from an
+# installed tree with dpkg-deb; Depends comes from dpkg-shlibdeps (libcurl4, opened with dlopen,
+# is declared by hand as Recommends).
+PREFIX     ?= /usr/local
+SYSCONFDIR ?= $(if $(filter /usr,$(PREFIX)),/etc,$(PREFIX)/etc)
+UNITDIR    ?= $(PREFIX)/lib/systemd/system
+MANDIR     ?= $(PREFIX)/share/man
+DOCDIR     ?= $(PREFIX)/share/doc/moonbox
+SHAREDIR   := $(PREFIX)/share/moonbox
+DEB_MAINTAINER ?= moonbox maintainers <moonbox@localhost>
+PACKAGE_DEB_PKGS := dpkg-dev
+
+.PHONY: install uninstall deb package-deps test-install
+
+# The man page is printed by the binary from its option table (src/config_doc.c).
+$(BUILD)/moonbox.1: $(BUILD)/moonbox
+	$(BUILD)/moonbox --print-man > $@.tmp && mv $@.tmp $@
+
+# The shipped examples: the tracked files of skills/ and catalog/ (not skills saved by `make run`).
+EXAMPLE_FILES = $(shell git ls-files -- skills catalog 2>/dev/null || find skills catalog -type f)
+
+install: all $(BUILD)/moonbox.1
+	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(SHAREDIR) $(DESTDIR)$(MANDIR)/man1 \
+	  $(DESTDIR)$(DOCDIR)/docs $(DESTDIR)$(UNITDIR) $(DESTDIR)$(SYSCONFDIR)/moonbox
+	install -m 0755 $(BUILD)/moonbox $(DESTDIR)$(PREFIX)/bin/moonbox
+	rm -rf $(DESTDIR)$(SHAREDIR)/skills $(DESTDIR)$(SHAREDIR)/catalog
+	for f in $(EXAMPLE_FILES); do install -D -m 0644 "$$f" "$(DESTDIR)$(SHAREDIR)/$$f" || exit 1; done
+	sed 's|@PREFIX@|$(PREFIX)|g' $(BUILD)/moonbox.1 | gzip -9n > $(DESTDIR)$(MANDIR)/man1/moonbox.1.gz
+	install -m 0644 README.md $(DESTDIR)$(DOCDIR)/README.md
+	install -m 0644 docs/*.md $(DESTDIR)$(DOCDIR)/docs/
+	sed -e 's|@BINDIR@|$(PREFIX)/bin|g' -e 's|@SYSCONFDIR@|$(SYSCONFDIR)|g' dist/moonbox.service.in \
+	  > $(DESTDIR)$(UNITDIR)/moonbox.service && chmod 0644 $(DESTDIR)$(UNITDIR)/moonbox.service
+	@env=$(DESTDIR)$(SYSCONFDIR)/moonbox/moonbox.env; \
+	if [ -e $$env ]; then echo "kept $$env"; else echo "install -m 0600 dist/moonbox.env $$env"; \
+	  install -m 0600 dist/moonbox.env $$env; fi
+
+# Leaves the environment file when it was edited (it may hold tokens) and data directories.
+uninstall:
+	rm -f $(DESTDIR)$(PREFIX)/bin/moonbox $(DESTDIR)$(MANDIR)/man1/moonbox.1.gz \
+	  $(DESTDIR)$(UNITDIR)/moonbox.service
+	rm -rf $(DESTDIR)$(SHAREDIR) $(DESTDIR)$(DOCDIR)
+	@env=$(DESTDIR)$(SYSCONFDIR)/moonbox/moonbox.env; \
+	if cmp -s dist/moonbox.env $$env; then rm -f $$env; elif [ -e $$env ]; then echo "kept $$env (edited)"; fi; \
+	rmdir $(DESTDIR)$(SYSCONFDIR)/moonbox 2>/dev/null || true
+
+package-deps:
+	@missing=$$(for p in $(PACKAGE_DEB_PKGS); do dpkg-query -W -f='$${Status}\n' $$p 2>/dev/null | grep -q 'install ok installed' || echo $$p; done); \
+	if [ -n "$$missing" ]; then \
+	  echo "installing Debian packages: $$missing"; \
+	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
+	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq $$missing >/dev/null; \
+	fi
+
+# $(BUILD)/moonbox_VERSION_ARCH.deb, for `apt install ./$(BUILD)/moonbox_*.deb`.
+deb: deps package-deps all $(BUILD)/moonbox.1
+	@set -e; d=$(BUILD)/deb; rm -rf $$d; mkdir -p $$d/root/DEBIAN $$d/debian; \
+	$(MAKE) --no-print-directory install DESTDIR=$(abspath $(BUILD)/deb/root) PREFIX=/usr \
+	  SYSCONFDIR=/etc UNITDIR=/lib/systemd/system >/dev/null; \
+	strip --strip-unneeded --remove-section=.comment --remove-section=.note $$d/root/usr/bin/moonbox; \
+	install -m 0755 dist/deb/postinst dist/deb/prerm dist/deb/postrm $$d/root/DEBIAN/; \
+	echo /etc/moonbox/moonbox.env > $$d/root/DEBIAN/conffiles; \
+	printf 'Source: moonbox\n\nPackage: moonbox\nArchitecture: any\n' > $$d/debian/control; \
+	depends=$$(cd $$d && dpkg-shlibdeps -O root/usr/bin/moonbox | sed -n 's/^shlibs:Depends=//p'); \
+	test -n "$$depends"; \
+	version=$$($(BUILD)/moonbox --version | awk '{print $$2}'); arch=$$(dpkg --print-architecture); \
+	size=$$(du -sk --exclude=DEBIAN $$d/root | cut -f1); \
+	sed -e "s|@VERSION@|$$version|" -e "s|@ARCH@|$$arch|" -e "s|@SIZE@|$$size|" \
+	  -e "s|@DEPENDS@|$$depends|" -e "s|@MAINTAINER@|$(DEB_MAINTAINER)|" dist/deb/control.in > $$d/root/DEBIAN/control; \
+	(cd $$d/root && find . -type f ! -path './DEBIAN/*' ! -path './etc/*' -printf '%P\0' | sort -z | xargs -0 md5sum) > $$d/root/DEBIAN/md5sums; \
+	rm -f $(BUILD)/moonbox_*.deb; \
+	dpkg-deb --root-owner-group --build $$d/root $(BUILD)/moonbox_$${version}_$${arch}.deb >/dev/null; \
+	echo "built $(BUILD)/moonbox_$${version}_$${arch}.deb (Depends: $$depends)"; \
+	echo "install: sudo apt install ./$(BUILD)/moonbox_$${version}_$${arch}.deb"
+
+# The installed tree, tested (docs/testing.md): tests/install/destdir.sh installs into a
+# temporary DESTDIR, drives the installed binary with the SDK client and uninstalls;
+# tests/install/deb.sh builds the package, installs it with apt, runs it and removes it (as root
+# with apt only; otherwise it says it is skipped). make test-fresh calls deb.sh too.
+test-install: test-deps all
+	@BUILD=$(BUILD) tests/install/destdir.sh
+	@BUILD=$(BUILD) tests/install/deb.sh
 
 # ---- tests ---------------------------------------------------------------------------------
 # `make test` runs the C unit tests and Lua tests under ASan+UBSan, then the integration and

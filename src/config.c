@@ -17,10 +17,6 @@
 #include <string.h>
 #include <unistd.h>
 
-#ifndef MB_VERSION
-#define MB_VERSION "0.1.0"
-#endif
-
 typedef enum { OPT_INT, OPT_STR } opt_type;
 
 typedef struct {

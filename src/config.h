@@ -13,6 +13,11 @@
 #include <stddef.h>
 #include <stdint.h>
 
+/// The release, printed by --version, in the man page and as the Debian package's version.
+#ifndef MB_VERSION
+#define MB_VERSION "0.1.0"
+#endif
+
 typedef struct mb_config {
 	/* paths */
 	char data_dir[4096];

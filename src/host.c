@@ -29,9 +29,7 @@
 #include "log.h"
 #include "pii.h"
 
-#ifndef MB_VERSION
-#define MB_VERSION "0.1.0"
-#endif
+/* MB_VERSION comes from config.h, the one place the release is written */
 
 struct mb_host {
 	lua_State *L;

@@ -1,8 +1,11 @@
 /* main.c - command line, configuration, start and stop.
  *
  * Loads the configuration (config.c refuses anything unknown or out of range), prepares the
- * data directory, initialises the process-wide pieces that must exist before any thread (JSON
- * allocator, sandbox signal handler and precompiled prelude), then serves MCP on stdio.
+ * data directory (an installed moonbox copies its example skills and catalog files into a new
+ * one, seed.c), initialises the process-wide pieces that must exist before any thread (JSON
+ * allocator, sandbox signal handler and precompiled prelude), then serves MCP on stdio. Two
+ * hidden flags print documentation generated from the option table for the build
+ * (config_doc.c).
  */
 #include <errno.h>
 #include <stdio.h>
@@ -11,10 +14,12 @@
 
 #include "codec.h"
 #include "config.h"
+#include "config_doc.h"
 #include "json.h"
 #include "log.h"
 #include "loop.h"
 #include "sandbox.h"
+#include "seed.h"
 
 /* mkdir -p with mode 0700 for directories we create. */
 static int make_dirs(const char *path)
@@ -40,6 +45,14 @@ static int make_dirs(const char *path)
 int main(int argc, char **argv)
 {
 	static mb_config cfg;
+	if (argc == 2 && strcmp(argv[1], "--print-man") == 0) {
+		mb_config_print_man(stdout);
+		return fflush(stdout) == 0 ? 0 : 1;
+	}
+	if (argc == 2 && strcmp(argv[1], "--print-options") == 0) {
+		mb_config_print_options(stdout);
+		return fflush(stdout) == 0 ? 0 : 1;
+	}
 	int rc = mb_config_load(&cfg, argc, argv);
 	if (rc != 0)
 		return rc > 0 ? 0 : 2;
@@ -48,6 +61,7 @@ int main(int argc, char **argv)
 		mb_log(MB_LOG_CRIT, "cannot create data directory %s: %s", cfg.data_dir, strerror(errno));
 		return 1;
 	}
+	mb_seed_examples(&cfg);
 	mb_json_global_init();
 	if (mb_codec_init() != 0) {
 		mb_log(MB_LOG_CRIT, "libsodium initialisation failed");
