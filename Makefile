@@ -116,7 +116,7 @@ $(BUILD)/moonbox.1: $(BUILD)/moonbox
 # The shipped examples: the tracked files of skills/ and catalog/ (not skills saved by `make run`).
 EXAMPLE_FILES = $(shell git ls-files -- skills catalog 2>/dev/null || find skills catalog -type f)
 
-install: all $(BUILD)/moonbox.1
+install: deps all $(BUILD)/moonbox.1
 	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(SHAREDIR) $(DESTDIR)$(MANDIR)/man1 \
 	  $(DESTDIR)$(DOCDIR)/docs $(DESTDIR)$(UNITDIR) $(DESTDIR)$(SYSCONFDIR)/moonbox
 	install -m 0755 $(BUILD)/moonbox $(DESTDIR)$(PREFIX)/bin/moonbox

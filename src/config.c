@@ -12,6 +12,7 @@
 #include <errno.h>
 #include <jansson.h>
 #include <lua.h>
+#include <pwd.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -300,6 +301,10 @@ int mb_config_load(mb_config *cfg, int argc, char **argv)
 	}
 	if (!cfg->data_dir[0]) {
 		const char *xdg = getenv("XDG_DATA_HOME"), *home = getenv("HOME");
+		if (!home || !*home) { /* a client that starts servers with an empty environment */
+			const struct passwd *pw = getpwuid(getuid());
+			home = pw && pw->pw_dir ? pw->pw_dir : NULL;
+		}
 		int n;
 		if (xdg && *xdg)
 			n = snprintf(cfg->data_dir, sizeof cfg->data_dir, "%s/moonbox", xdg);
