@@ -23,6 +23,14 @@ uint64_t mb_now_ns(void)
 	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
+uint64_t mb_thread_cpu_ns(void)
+{
+	struct timespec ts;
+	if (clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts) != 0)
+		return 0;
+	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
 void mb_budget_init(mb_budget *b, size_t mem_limit, uint64_t instruction_limit, uint64_t timeout_ms)
 {
 	b->mem_limit = mem_limit;

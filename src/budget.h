@@ -52,6 +52,9 @@ typedef struct mb_budget {
 /* Monotonic clock in nanoseconds. */
 uint64_t mb_now_ns(void);
 
+/* CPU time of the calling thread in nanoseconds. */
+uint64_t mb_thread_cpu_ns(void);
+
 /* Initialise a budget; limits of 0 mean unlimited. timeout_ms 0 = no deadline. */
 void mb_budget_init(mb_budget *b, size_t mem_limit, uint64_t instruction_limit, uint64_t timeout_ms);
 

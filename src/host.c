@@ -332,7 +332,7 @@ static int l_pool_stats(lua_State *L)
 	mb_pool_stats s = { 0 };
 	if (h->pool)
 		mb_pool_get_stats(h->pool, &s);
-	lua_createtable(L, 0, 7);
+	lua_createtable(L, 0, 9);
 	lua_pushinteger(L, (lua_Integer)s.workers);
 	lua_setfield(L, -2, "workers");
 	lua_pushinteger(L, (lua_Integer)s.busy);
@@ -341,6 +341,10 @@ static int l_pool_stats(lua_State *L)
 	lua_setfield(L, -2, "queued");
 	lua_pushinteger(L, (lua_Integer)s.abandoned);
 	lua_setfield(L, -2, "stuck_threads");
+	lua_pushinteger(L, (lua_Integer)s.threads);
+	lua_setfield(L, -2, "threads");
+	lua_pushinteger(L, (lua_Integer)s.threads_peak);
+	lua_setfield(L, -2, "threads_peak");
 	lua_pushinteger(L, (lua_Integer)s.submitted);
 	lua_setfield(L, -2, "submitted");
 	lua_pushinteger(L, (lua_Integer)s.completed);

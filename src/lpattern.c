@@ -508,6 +508,30 @@ static int lp_first_byte(const char *p, const char *pe)
 	return (unsigned char)*p;
 }
 
+/* glibc memmem is linear (two-way), but one call over a 100 MB subject still takes tens of
+ * milliseconds: search windows of FIND_WINDOW starting positions (each window overlaps the next
+ * by pl - 1 bytes, so no match is missed) with a budget poll between windows. A needle longer
+ * than the window widens it, which keeps the total work linear. */
+#define FIND_WINDOW ((size_t)1 << 20)
+
+static const char *lp_memmem_polled(lua_State *L, const char *hay, size_t left, const char *p,
+				    size_t pl)
+{
+	size_t step = pl > FIND_WINDOW ? pl : FIND_WINDOW;
+	if (pl > left)
+		return NULL;
+	for (;;) {
+		size_t starts = left - pl + 1; /* positions where a match could begin */
+		size_t span = starts > step ? step + pl - 1 : left;
+		const char *hit = memmem(hay, span, p, pl);
+		if (hit || span == left)
+			return hit;
+		hay += step;
+		left -= step;
+		mb_budget_poll(L);
+	}
+}
+
 static int lp_find_or_match(lua_State *L, int find)
 {
 	size_t sl, pl;
@@ -519,8 +543,7 @@ static int lp_find_or_match(lua_State *L, int find)
 		return 1;
 	}
 	if (find && (lua_toboolean(L, 4) || lp_is_literal(p, pl))) {
-		/* glibc memmem is linear (two-way), so no polling is needed */
-		const char *hit = memmem(s + init, sl - init, p, pl);
+		const char *hit = lp_memmem_polled(L, s + init, sl - init, p, pl);
 		if (hit) {
 			lua_pushinteger(L, (lua_Integer)(hit - s) + 1);
 			lua_pushinteger(L, (lua_Integer)(hit - s + pl));

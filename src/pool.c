@@ -26,7 +26,7 @@
 #include "wakeup.h"
 
 typedef enum { JOB_QUEUED, JOB_RUNNING, JOB_DONE, JOB_ABANDONED } job_state;
-typedef enum { EV_NOTIFY, EV_CALL, EV_DONE } event_type;
+typedef enum { EV_NOTIFY, EV_CALL, EV_DONE, EV_STUCK_EXIT } event_type;
 
 typedef struct mb_worker mb_worker;
 typedef struct mb_job mb_job;
@@ -88,6 +88,7 @@ struct mb_pool {
 	mb_wakeup wake;         /* announces events to the loop thread (not uv_async_t: wakeup.h) */
 	mb_worker *workers;
 	size_t live_workers, abandoned_alive, busy;
+	size_t live_peak;       /* the most worker threads alive at once */
 	int stopping;
 	/* loop-thread only */
 	mb_job *pending;        /* every job not yet freed */
@@ -113,6 +114,8 @@ static int spawn_worker(mb_pool *p)
 	w->next = p->workers;
 	p->workers = w;
 	p->live_workers++;
+	if (p->live_workers > p->live_peak)
+		p->live_peak = p->live_workers;
 	uv_mutex_unlock(&p->mu);
 	if (uv_thread_create_ex(&w->tid, &opt, worker_main, w) != 0) {
 		uv_mutex_lock(&p->mu);
@@ -243,6 +246,8 @@ static void worker_main(void *arg)
 {
 	mb_worker *w = arg;
 	mb_pool *p = w->pool;
+	/* allocated up front: an abandoned thread must be able to announce its exit */
+	event *exit_ev = calloc(1, sizeof *exit_ev);
 	mb_sandbox_thread_init();
 	/* The next execution's state is built while the thread would otherwise wait, so a request
 	 * finds its libraries and environment ready. */
@@ -253,10 +258,23 @@ static void worker_main(void *arg)
 			uv_cond_wait(&p->cv, &p->mu);
 		if (w->abandoned || (p->stopping && !p->q_head)) {
 			w->exited = 1;
+			if (w->abandoned && exit_ev) {
+				/* Announced while still counted in abandoned_alive: the pool and its
+				 * wake-up stay alive until that count reaches 0 (wake_closed). */
+				exit_ev->type = EV_STUCK_EXIT;
+				if (p->ev_tail)
+					p->ev_tail->next = exit_ev;
+				else
+					p->ev_head = exit_ev;
+				p->ev_tail = exit_ev;
+				exit_ev = NULL;
+				mb_wakeup_send(&p->wake);
+			}
 			if (w->abandoned)
 				p->abandoned_alive--;
 			p->live_workers--;
 			uv_mutex_unlock(&p->mu);
+			free(exit_ev);
 			/* p may be gone from here on (an abandoned thread outliving the pool's close):
 			 * touch only what this thread owns. */
 			mb_sandbox_discard(next);
@@ -366,26 +384,34 @@ static void on_timer(uv_timer_t *t)
 		return;
 	}
 	if (running && j->timer_stage == 2) {
-		/* Still inside one C call after the grace period: answer now, abandon the thread. */
+		/* Still inside one C call after the grace period: answer now, abandon the thread.
+		 * It is replaced only while fewer than max_abandoned threads are stuck, so the
+		 * process never holds more than workers + max_abandoned threads; past that the
+		 * pool runs with fewer workers until a stuck thread exits (EV_STUCK_EXIT). */
 		j->state = JOB_ABANDONED;
 		w->abandoned = 1;
 		p->abandoned_alive++;
 		p->busy--;
 		w->current = NULL;
+		int replace = p->abandoned_alive <= (size_t)p->cfg->max_abandoned;
 		uv_mutex_unlock(&p->mu);
+		/* The cause is whatever tripped first: a memory limit may have tripped before the
+		 * deadline, and its message must not come with error_type "timeout". */
+		mb_budget_trip(&j->budget, MB_STOP_TIMEOUT);
+		mb_stop_reason why = (mb_stop_reason)atomic_load(&j->budget.stop);
 		mb_log(MB_LOG_WARNING, "pool: execution %llu still running %lld ms after its deadline; "
-		       "answering with a timeout and replacing its worker thread",
-		       (unsigned long long)j->id, (long long)p->cfg->timeout_grace_ms);
+		       "answering (%s) and %s its worker thread", (unsigned long long)j->id,
+		       (long long)p->cfg->timeout_grace_ms, mb_stop_name(why),
+		       replace ? "replacing" : "not replacing (max_abandoned reached)");
 		mb_exec_result r;
 		memset(&r, 0, sizeof r);
 		char msg[160];
-		mb_budget_trip(&j->budget, MB_STOP_TIMEOUT);
 		r.error = (char *)mb_budget_message(&j->budget, msg, sizeof msg);
-		r.error_type = "timeout";
+		r.error_type = mb_stop_name(why);
 		r.output = (char *)"";
 		r.execution_time_ms = (double)j->budget.timeout_ms + (double)p->cfg->timeout_grace_ms;
 		answer(p, j, &r);
-		if (spawn_worker(p) != 0)
+		if (replace && spawn_worker(p) != 0)
 			mb_log(MB_LOG_ERROR, "pool: could not start a replacement worker");
 		return;
 	}
@@ -396,6 +422,24 @@ static void on_timer(uv_timer_t *t)
 		return;
 	}
 	uv_mutex_unlock(&p->mu);
+}
+
+/* A stuck thread exited: start workers until the pool has its configured number in service
+ * again (the abandoned threads still alive are not in service). Loop thread only. */
+static void top_up(mb_pool *p)
+{
+	for (;;) {
+		uv_mutex_lock(&p->mu);
+		size_t in_service = p->live_workers - p->abandoned_alive;
+		int want = !p->stopping && !p->closing && in_service < (size_t)p->cfg->workers;
+		uv_mutex_unlock(&p->mu);
+		if (!want)
+			return;
+		if (spawn_worker(p) != 0) {
+			mb_log(MB_LOG_ERROR, "pool: could not start a replacement worker");
+			return;
+		}
+	}
 }
 
 static void drain(mb_wakeup *w)
@@ -421,6 +465,9 @@ static void drain(mb_wakeup *w)
 				mb_pool_reply(p, j->id, e->seq, 1, "the execution has ended", 23);
 			free(e->name);
 			free(e->data);
+			break;
+		case EV_STUCK_EXIT:
+			top_up(p);
 			break;
 		case EV_DONE:
 			uv_timer_stop(&j->timer);
@@ -624,6 +671,8 @@ void mb_pool_get_stats(mb_pool *p, mb_pool_stats *out)
 	out->busy = p->busy;
 	out->queued = p->queued;
 	out->abandoned = p->abandoned_alive;
+	out->threads = p->live_workers;
+	out->threads_peak = p->live_peak;
 	uv_mutex_unlock(&p->mu);
 	out->submitted = p->submitted;
 	out->completed = p->completed;

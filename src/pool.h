@@ -58,6 +58,7 @@ size_t mb_pool_pending(const mb_pool *p);
 /// Counters for get_execution_stats.
 typedef struct {
 	size_t workers, busy, queued, abandoned;
+	size_t threads, threads_peak; /* worker threads alive (stuck ones included), and the most */
 	uint64_t submitted, completed, refused;
 } mb_pool_stats;
 void mb_pool_get_stats(mb_pool *p, mb_pool_stats *out);

@@ -174,7 +174,7 @@ static int sb_load(lua_State *L)
 				(int)c->cfg->max_code_bytes);
 		return 2;
 	}
-	int status = luaL_loadbufferx(L, s, len, name, "t");
+	int status = mb_sandbox_load_text(L, s, len, name);
 	mb_budget_poll(L);
 	if (status != LUA_OK) {
 		luaL_pushfail(L);
@@ -355,13 +355,15 @@ static int sb_utf8_len(lua_State *L)
 	return 1;
 }
 
-/* string.format: "%q" escapes with one snprintf per control byte, ~100 ns a byte; bound it. */
+/* string.format: "%q" escapes with one snprintf per control byte, ~100 ns a byte; bound the
+ * bytes quoted by one call (all its %q arguments together: sixty 1 MiB arguments took 2.8 s). */
 static int sb_format(lua_State *L)
 {
 	mb_budget_cstack_check(L); /* %s calls __tostring */
 	size_t fl;
 	const char *f = luaL_checklstring(L, 1, &fl);
 	int arg = 1;
+	size_t quoted = 0;
 	for (size_t i = 0; i + 1 < fl; i++) {
 		if (f[i] != '%')
 			continue;
@@ -373,15 +375,93 @@ static int sb_format(lua_State *L)
 		size_t j = i + 1;
 		while (j < fl && strchr("-+ #0123456789.", f[j]))
 			j++;
-		if (j < fl && f[j] == 'q' && lua_type(L, arg) == LUA_TSTRING &&
-		    lua_rawlen(L, arg) > MAX_QUOTED_BYTES)
-			return luaL_error(L, "bad argument #%d to 'format' (%%q of a string over %d bytes "
-					  "is not allowed in the sandbox)", arg, MAX_QUOTED_BYTES);
+		if (j < fl && f[j] == 'q' && lua_type(L, arg) == LUA_TSTRING) {
+			quoted += lua_rawlen(L, arg);
+			if (quoted > MAX_QUOTED_BYTES)
+				return luaL_error(L, "bad argument #%d to 'format' (%%q of strings over %d "
+						  "bytes in one call is not allowed in the sandbox)", arg,
+						  MAX_QUOTED_BYTES);
+		}
 		i = j;
 	}
 	lua_pushvalue(L, lua_upvalueindex(1));
 	lua_insert(L, 1);
 	lua_call(L, lua_gettop(L) - 1, 1);
+	return 1;
+}
+
+/* string.pack: one call copies its strings and zero-fills 'cN' fields inside C with no poll
+ * ('c600000000' is a 600 MB memset; "s4" of a 64 MB string in a loop overran the deadline).
+ * An upper bound of the output is computed from the format and the arguments first, and a call
+ * that would make more than MAX_PACK_BYTES is refused. */
+#define MAX_PACK_BYTES ((size_t)16 << 20)
+
+static size_t pack_count(const char *f, size_t fl, size_t *i, size_t dflt)
+{
+	if (*i >= fl || !isdigit((unsigned char)f[*i]))
+		return dflt;
+	size_t n = 0;
+	while (*i < fl && isdigit((unsigned char)f[*i])) {
+		if (n < MAX_PACK_BYTES + 1)
+			n = n * 10 + (size_t)(f[*i] - '0');
+		(*i)++;
+	}
+	return n;
+}
+
+static int sb_pack(lua_State *L)
+{
+	size_t fl;
+	const char *f = luaL_checklstring(L, 1, &fl);
+	size_t total = 0;
+	int arg = 1;
+	for (size_t i = 0; i < fl && total <= MAX_PACK_BYTES;) {
+		char op = f[i++];
+		size_t n = pack_count(f, fl, &i, 0);
+		switch (op) {
+		case ' ': case '<': case '>': case '=': case '!':
+			break;
+		case 'x':
+			total += 1;
+			break;
+		case 'X': /* aligns to the next option's size: at most 16 bytes of padding */
+			if (i < fl)
+				i++;
+			pack_count(f, fl, &i, 0);
+			total += 16;
+			break;
+		case 'c':
+			arg++;
+			total += n + 16;
+			break;
+		case 's': case 'z':
+			arg++;
+			total += 16 + (lua_type(L, arg) == LUA_TSTRING ? lua_rawlen(L, arg) : 0);
+			break;
+		default: /* numbers: at most 16 bytes, plus alignment */
+			arg++;
+			total += 32;
+			break;
+		}
+	}
+	if (total > MAX_PACK_BYTES)
+		return luaL_error(L, "string.pack: the result would exceed %d bytes, which is not allowed in "
+				  "the sandbox (build large strings with string.rep or table.concat)",
+				  (int)MAX_PACK_BYTES);
+	lua_pushvalue(L, lua_upvalueindex(1));
+	lua_insert(L, 1);
+	lua_call(L, lua_gettop(L) - 1, 1);
+	return 1;
+}
+
+/* os.clock: the stock one is the whole process's CPU time, which tells one tenant how busy the
+ * others keep the server. This one is the CPU time of this execution (its thread, since the
+ * code started). */
+static int sb_clock(lua_State *L)
+{
+	mb_sandbox_ctx *c = mb_sandbox_ctx_of(L);
+	uint64_t now = mb_thread_cpu_ns();
+	lua_pushnumber(L, (lua_Number)(now > c->cpu_start_ns ? now - c->cpu_start_ns : 0) / 1e9);
 	return 1;
 }
 
@@ -699,6 +779,7 @@ int mb_sandbox_env_open(lua_State *L)
 		lua_setfield(L, -2, os_keep[i]);
 	}
 	wrap_field(L, "date", sb_date);
+	set_field(L, "clock", sb_clock);
 	lua_setglobal(L, "os");
 	lua_pop(L, 1);
 	lua_getfield(L, LUA_REGISTRYINDEX, LUA_LOADED_TABLE);
@@ -735,6 +816,7 @@ int mb_sandbox_env_open(lua_State *L)
 	set_field(L, "lower", sb_lower);
 	set_field(L, "reverse", sb_reverse);
 	wrap_field(L, "format", sb_format);
+	wrap_field(L, "pack", sb_pack);
 	mb_lpattern_register(L, lua_gettop(L));
 	lua_pop(L, 1);
 	lua_pushliteral(L, "");

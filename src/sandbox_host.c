@@ -178,7 +178,7 @@ static int load_skill_module(lua_State *L, const char *name)
 				  (int)len, (int)c->cfg->max_code_bytes);
 	char chunk[96];
 	snprintf(chunk, sizeof chunk, "@skills/%s.lua", name);
-	if (luaL_loadbufferx(L, code, len, chunk, "t") != LUA_OK)
+	if (mb_sandbox_load_text(L, code, len, chunk) != LUA_OK)
 		return luaL_error(L, "require: skills.%s: %s", name, lua_tostring(L, -1));
 
 	lua_pushlightuserdata(L, (void *)&marker);

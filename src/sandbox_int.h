@@ -32,6 +32,8 @@ typedef struct mb_sandbox_ctx {
 	double last_progress;
 	int has_progress;
 	char *traceback;
+	/* this thread's CPU time when the code started (os.clock counts from here) */
+	uint64_t cpu_start_ns;
 	/* values replaced by tokens in this execution (sandbox_pii.c) */
 	void *pii_found;
 } mb_sandbox_ctx;
@@ -41,6 +43,11 @@ mb_sandbox_ctx *mb_sandbox_ctx_of(lua_State *L);
 
 /// Appends to the captured output, keeping head and tail within the cap.
 void mb_sandbox_output(mb_sandbox_ctx *c, const char *s, size_t n);
+
+/// Loads a text chunk (mode "t") as luaL_loadbufferx would, but feeds the parser in small pieces
+/// and polls the budget between them, so a slow parse stops at the deadline. Returns the
+/// lua_load status; on error the message (or the sticky limit error) is on the stack.
+int mb_sandbox_load_text(lua_State *L, const char *s, size_t len, const char *name);
 
 /// Installs the budget hook on L (the main state or a new coroutine).
 void mb_sandbox_sethook(lua_State *L);

@@ -132,7 +132,7 @@ describe("long comparisons and conversions", () => {
     hostile({
       code: 'local s = ("\\1"):rep(2^12):rep(2^11) print("go") return #string.format("%q", s)',
       memory_mb: 128, marker: "go", bound: 300,
-      expect: { success: false, error_type: "runtime", check: (sc) => /%q of a string over 1048576 bytes is not allowed in the sandbox/.test(sc.error) ? [] : [`error: ${sc.error}`] },
+      expect: { success: false, error_type: "runtime", check: (sc) => /%q of strings over 1048576 bytes in one call is not allowed in the sandbox/.test(sc.error) ? [] : [`error: ${sc.error}`] },
     }));
 });
 
@@ -210,43 +210,13 @@ describe("deadline signal reaches coroutines", () => {
 });
 
 describe("watchdog", () => {
-  // One C call that cannot be split or polled (string.pack filling 600 MB) runs well past the
-  // deadline: the pool must answer at deadline + timeout_grace_ms (50 ms) while the thread is
-  // still busy, and the answer must leave at once (it is written from a timer callback), then
-  // the server keeps serving with a replacement worker.
-  test("an unpollable C call is answered at deadline + grace, from the watchdog", () =>
+  // The watchdog itself (answer at deadline + timeout_grace_ms while the thread is still busy,
+  // max_abandoned) is tested in watchdog.test.mjs with the test-only stall, since no script can
+  // hold a worker in C any more. string.pack was the last such call: its output is capped.
+  test("string.pack of a 600 MB field is refused at once", () =>
     hostile({
       code: "local a = string.pack('c600000000', '') return #a",
-      timeout_ms: 100, memory_mb: 1000, args: ["--max-memory-mb", "1024"],
-      bound: 100 + 50 + 60, overrun_ms: 10000,
-      expect: { success: false, error_type: "timeout", error: "timeout: execution exceeded timeout_ms=100" },
+      timeout_ms: 1000, memory_mb: 1000, args: ["--max-memory-mb", "1024"], bound: 500,
+      expect: { success: false, error_type: "runtime", error: /string\.pack: the result would exceed 16777216 bytes/ },
     }));
-
-  // Stuck threads are tolerated up to max_abandoned; beyond that new executions are refused as
-  // busy (naming the limit) instead of piling up threads, and served again once the stuck
-  // thread's C call returns.
-  test("more stuck threads than max_abandoned: busy, then served again", async () => {
-    const peer = await startPeer(["--workers", "1", "--max-abandoned", "0", "--max-memory-mb", "1024"]);
-    try {
-      const first = await peer.exec({ code: "local a = string.pack('c600000000', '') return #a",
-        timeout_ms: 100, memory_mb: 1000 });
-      assert.equal(first.sc.error_type, "timeout");
-      const refused = await peer.exec({ code: "return 1" });
-      assert.equal(refused.sc.error_type, "busy", JSON.stringify(refused.sc));
-      assert.match(refused.sc.error, /max_abandoned=0/);
-      const t0 = performance.now();
-      for (;;) {
-        const again = await peer.exec({ code: "return 1" });
-        if (again.sc.success) {
-          assert.equal(again.sc.result, 1);
-          break;
-        }
-        assert.equal(again.sc.error_type, "busy");
-        assert.ok(performance.now() - t0 < 10000, "still refused 10 s later");
-        await sleep(50);
-      }
-    } finally {
-      await peer.dispose();
-    }
-  });
 });

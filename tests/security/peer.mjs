@@ -24,10 +24,10 @@ export class Peer {
   /**
    * @param {string[]} [args] extra command-line arguments (after --data-dir DIR)
    */
-  constructor(args = []) {
+  constructor(args = [], env = {}) {
     if (!existsSync(MOONBOX)) throw new Error(`moonbox binary not found at ${MOONBOX} (run make)`);
     this.dataDir = mkdtempSync(path.join(tmpdir(), "moonbox-sec-"));
-    this.child = spawn(MOONBOX, ["--data-dir", this.dataDir, ...args], { stdio: ["pipe", "pipe", "pipe"] });
+    this.child = spawn(MOONBOX, ["--data-dir", this.dataDir, ...args], { stdio: ["pipe", "pipe", "pipe"], env: { ...process.env, ...env } });
     this.nextId = 1;
     this.waiting = new Map(); // id -> {resolve, reject, timer}
     this.responses = new Map(); // id -> {msg, at}
@@ -220,9 +220,9 @@ export class Peer {
   }
 }
 
-/** Spawns a server and initializes it. */
-export async function startPeer(args = []) {
-  const p = new Peer(args);
+/** Spawns a server (extra environment variables in env) and initializes it. */
+export async function startPeer(args = [], env = {}) {
+  const p = new Peer(args, env);
   await p.initialize();
   return p;
 }
