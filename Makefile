@@ -183,7 +183,7 @@ test-install: test-deps all
 test: test-deps
 	@$(MAKE) --no-print-directory all
 	@$(MAKE) --no-print-directory test-asan
-	@$(MAKE) --no-print-directory test-lua test-valgrind test-integration test-security conformance
+	@$(MAKE) --no-print-directory test-lua test-valgrind test-integration test-security conformance test-install
 
 test-unit: $(UNIT_BIN)
 	@tests/run-unit.sh $(UNIT_BIN)
