@@ -52,7 +52,7 @@ static const option options[] = {
 	I(max_queue, 1024, 0, 1000000, "executions waiting for a worker; more are refused"),
 	I(max_queue_bytes, 268435456, 1024, (int64_t)1 << 40, "code and context bytes held by queued executions"),
 	I(timeout_grace_ms, 50, 1, 100, "answer a stuck execution this long after its deadline"),
-	I(max_abandoned, 4, 0, 64, "stuck worker threads tolerated before new executions are refused"),
+	I(max_abandoned, 4, 0, 64, "stuck worker threads that get a replacement (at most workers + this many threads); more make new executions refused as busy"),
 	I(max_message_bytes, 16777216, 1024, 1 << 30, "largest JSON-RPC message (one stdio line)"),
 	I(json_max_depth, 128, 8, 10000, "nesting depth of JSON in messages and in the sandbox"),
 	I(tools_page_size, 50, 1, 10000, "tools per tools/list page"),
