@@ -95,7 +95,6 @@ struct mb_pool {
 	uint64_t next_id;
 	uint64_t submitted, completed, refused;
 	size_t unanswered;      /* submitted, on_done not yet called */
-	int closing;
 };
 
 static void worker_main(void *arg);
@@ -344,6 +343,16 @@ static void job_free(mb_job *j)
 	free(j);
 }
 
+/* Whether the pool should start a worker thread: fewer than `workers` are in service (stuck
+ * threads are not) and fewer than workers + max_abandoned threads are alive, stuck ones
+ * included, so stuck threads never pile up past that. Called with p->mu held. */
+static int wants_worker(const mb_pool *p)
+{
+	size_t in_service = p->live_workers - p->abandoned_alive;
+	size_t cap = (size_t)p->cfg->workers + (size_t)p->cfg->max_abandoned;
+	return !p->stopping && in_service < (size_t)p->cfg->workers && p->live_workers < cap;
+}
+
 static void timer_closed(uv_handle_t *h)
 {
 	job_free(h->data);
@@ -393,7 +402,7 @@ static void on_timer(uv_timer_t *t)
 		p->abandoned_alive++;
 		p->busy--;
 		w->current = NULL;
-		int replace = p->abandoned_alive <= (size_t)p->cfg->max_abandoned;
+		int replace = wants_worker(p);
 		uv_mutex_unlock(&p->mu);
 		/* The cause is whatever tripped first: a memory limit may have tripped before the
 		 * deadline, and its message must not come with error_type "timeout". */
@@ -425,13 +434,12 @@ static void on_timer(uv_timer_t *t)
 }
 
 /* A stuck thread exited: start workers until the pool has its configured number in service
- * again (the abandoned threads still alive are not in service). Loop thread only. */
+ * again, within the cap. Loop thread only. */
 static void top_up(mb_pool *p)
 {
 	for (;;) {
 		uv_mutex_lock(&p->mu);
-		size_t in_service = p->live_workers - p->abandoned_alive;
-		int want = !p->stopping && !p->closing && in_service < (size_t)p->cfg->workers;
+		int want = wants_worker(p);
 		uv_mutex_unlock(&p->mu);
 		if (!want)
 			return;
