@@ -32,7 +32,7 @@ LIB_OBJ   := $(filter-out $(BUILD)/obj/main.o,$(OBJ))
 UNIT_SRC  := $(sort $(wildcard tests/unit/test_*.c))
 UNIT_BIN  := $(patsubst tests/unit/%.c,$(BUILD)/tests/%,$(UNIT_SRC))
 
-.PHONY: all deps test-deps run test test-unit test-lua test-valgrind test-integration test-security \
+.PHONY: all deps test-deps run test test-unit test-tsan test-lua test-valgrind test-integration test-security \
         test-asan bench fuzz clean conformance
 
 all: $(BUILD)/moonbox
@@ -182,7 +182,7 @@ test-install: test-deps all
 # security tests against the normal build, then the official MCP conformance suite over HTTP. Each suite prints "N passed, N failed".
 test: test-deps
 	@$(MAKE) --no-print-directory all
-	@$(MAKE) --no-print-directory test-asan
+	@$(MAKE) --no-print-directory test-asan test-tsan
 	@$(MAKE) --no-print-directory test-lua test-valgrind test-integration test-security conformance test-install
 
 test-unit: $(UNIT_BIN)
@@ -192,6 +192,14 @@ test-asan:
 	@$(MAKE) --no-print-directory BUILD=build-asan CC=clang \
 	  OPTFLAGS="-O1 -g -fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer" \
 	  test-unit
+
+# ThreadSanitizer on the unit tests whose subject is threads: the pool (workers, deadline,
+# watchdog, abandoned threads, host-call replies) and the loop wake-up. Any report fails them.
+TSAN_TESTS := test_pool test_wakeup
+test-tsan:
+	@$(MAKE) --no-print-directory BUILD=build-tsan CC=clang OPTFLAGS="-O1 -g -fsanitize=thread" \
+	  $(patsubst %,build-tsan/tests/%,$(TSAN_TESTS))
+	@TSAN_OPTIONS="halt_on_error=1 exitcode=66" tests/run-unit.sh $(patsubst %,build-tsan/tests/%,$(TSAN_TESTS))
 
 test-lua:
 	@tests/run-lua.sh

@@ -64,6 +64,7 @@ typedef struct event {
 	char *name;            /* EV_CALL */
 	char *data;
 	size_t len;
+	struct mb_worker *worker; /* EV_STUCK_EXIT: the exiting thread's record, freed by the loop */
 	struct event *next;
 } event;
 
@@ -261,6 +262,7 @@ static void worker_main(void *arg)
 				/* Announced while still counted in abandoned_alive: the pool and its
 				 * wake-up stay alive until that count reaches 0 (wake_closed). */
 				exit_ev->type = EV_STUCK_EXIT;
+				exit_ev->worker = w; /* not touched by this thread after the unlock */
 				if (p->ev_tail)
 					p->ev_tail->next = exit_ev;
 				else
@@ -399,6 +401,8 @@ static void on_timer(uv_timer_t *t)
 		 * pool runs with fewer workers until a stuck thread exits (EV_STUCK_EXIT). */
 		j->state = JOB_ABANDONED;
 		w->abandoned = 1;
+		/* nothing will join it: its stack and record are freed when it exits */
+		pthread_detach((pthread_t)w->tid);
 		p->abandoned_alive++;
 		p->busy--;
 		w->current = NULL;
@@ -409,9 +413,10 @@ static void on_timer(uv_timer_t *t)
 		mb_budget_trip(&j->budget, MB_STOP_TIMEOUT);
 		mb_stop_reason why = (mb_stop_reason)atomic_load(&j->budget.stop);
 		mb_log(MB_LOG_WARNING, "pool: execution %llu still running %lld ms after its deadline; "
-		       "answering (%s) and %s its worker thread", (unsigned long long)j->id,
+		       "answering (%s) and %s", (unsigned long long)j->id,
 		       (long long)p->cfg->timeout_grace_ms, mb_stop_name(why),
-		       replace ? "replacing" : "not replacing (max_abandoned reached)");
+		       replace ? "replacing its worker thread"
+			       : "leaving its worker thread unreplaced (max_abandoned reached)");
 		mb_exec_result r;
 		memset(&r, 0, sizeof r);
 		char msg[160];
@@ -450,6 +455,21 @@ static void top_up(mb_pool *p)
 	}
 }
 
+/* Unlinks and frees the record of an abandoned worker that has exited (its thread is detached,
+ * so nothing joins it). Loop thread only: the only thread that changes the list's links. */
+static void forget_worker(mb_pool *p, mb_worker *dead)
+{
+	uv_mutex_lock(&p->mu);
+	for (mb_worker **pw = &p->workers; *pw; pw = &(*pw)->next) {
+		if (*pw == dead) {
+			*pw = dead->next;
+			free(dead);
+			break;
+		}
+	}
+	uv_mutex_unlock(&p->mu);
+}
+
 static void drain(mb_wakeup *w)
 {
 	mb_pool *p = w->data;
@@ -475,6 +495,7 @@ static void drain(mb_wakeup *w)
 			free(e->data);
 			break;
 		case EV_STUCK_EXIT:
+			forget_worker(p, e->worker);
 			top_up(p);
 			break;
 		case EV_DONE:
