@@ -47,6 +47,7 @@ static const option options[] = {
 	I(max_code_bytes, 1048576, 64, 1 << 30, "size of code and of each load() chunk"),
 	I(max_result_bytes, 16777216, 1024, 1 << 30, "JSON size of an execution's result"),
 	I(max_notifications, 1000, 0, 1000000, "mcp.log / mcp.progress calls per execution"),
+	I(max_code_jumps, 4096, 16, 32767, "goto/break statements and labels in one chunk of code or load() (the parser resolves them in quadratic time)"),
 	I(max_c_stack_kb, 1024, 128, 65536, "C stack for calls nested through C in one execution (coroutine.close/resume, pcall, metamethods, callbacks); worker threads get this plus 6 MiB"),
 	I(workers, 0, 0, 256, "concurrent executions, each on its own thread (0 = number of CPUs)"),
 	I(max_queue, 1024, 0, 1000000, "executions waiting for a worker; more are refused"),

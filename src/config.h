@@ -34,6 +34,7 @@ typedef struct mb_config {
 	int64_t max_code_bytes;     /* source size of code and of each load() */
 	int64_t max_result_bytes;   /* JSON size of the returned result */
 	int64_t max_notifications;  /* mcp.log / mcp.progress per execution */
+	int64_t max_code_jumps;     /* goto/break/labels per chunk (sandbox.c) */
 	int64_t max_c_stack_kb;     /* C stack of calls nested through C (budget.h) */
 
 	/* execution pool */

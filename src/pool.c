@@ -248,6 +248,10 @@ static void worker_main(void *arg)
 	mb_pool *p = w->pool;
 	/* allocated up front: an abandoned thread must be able to announce its exit */
 	event *exit_ev = calloc(1, sizeof *exit_ev);
+	if (!exit_ev) {
+		mb_log(MB_LOG_CRIT, "pool: out of memory starting a worker");
+		abort(); /* as in post_simple: a stuck thread's exit must not go unannounced */
+	}
 	mb_sandbox_thread_init();
 	/* The next execution's state is built while the thread would otherwise wait, so a request
 	 * finds its libraries and environment ready. */
@@ -557,9 +561,10 @@ int mb_pool_submit(mb_pool *p, const mb_exec_request *req, uint64_t *id_out, cha
 {
 	uv_mutex_lock(&p->mu);
 	size_t queued = p->queued, stuck = p->abandoned_alive, qbytes = p->queued_bytes;
-	size_t idle = p->live_workers - stuck - p->busy;
+	size_t live = p->live_workers, idle = live - stuck - p->busy;
 	uv_mutex_unlock(&p->mu);
-	if (stuck > (size_t)p->cfg->max_abandoned) {
+	/* also when no thread is in service at all (a replacement could not be started) */
+	if (stuck > (size_t)p->cfg->max_abandoned || live == stuck) {
 		snprintf(err, errlen, "server busy: %zu worker threads are stuck in long C calls "
 			 "(max_abandoned=%lld); try again later", stuck, (long long)p->cfg->max_abandoned);
 		p->refused++;

@@ -321,8 +321,91 @@ static const char *read_piece(lua_State *L, void *ud, size_t *size)
 	return piece;
 }
 
+/* One token can still cost more than the pieces can bound: in 5.4.4 a label that resolves k
+ * pending gotos, or a loop's `end` that resolves k pending breaks, removes each from the list by
+ * shifting the rest, O(k^2) inside that one token (32,700 breaks in one loop: 0.3 s). So the
+ * chunk's goto and break keywords and labels are counted first, outside strings and comments,
+ * and more than max_code_jumps is refused: at 4,096 the worst token costs a few ms. */
+static int long_bracket(const char *s, size_t n, size_t i, size_t *level)
+{
+	size_t j = i + 1; /* s[i] == '[' */
+	while (j < n && s[j] == '=')
+		j++;
+	if (j < n && s[j] == '[') {
+		*level = j - i - 1;
+		return 1;
+	}
+	return 0;
+}
+
+static size_t skip_long(const char *s, size_t n, size_t i, size_t level)
+{
+	for (i += level + 2; i < n; i++) {
+		if (s[i] != ']')
+			continue;
+		size_t j = i + 1;
+		while (j < n && s[j] == '=')
+			j++;
+		if (j < n && s[j] == ']' && j - i - 1 == level)
+			return j + 1;
+	}
+	return n;
+}
+
+static int ident_char(unsigned char c)
+{
+	return c == '_' || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9');
+}
+
+static size_t count_jumps(const char *s, size_t n)
+{
+	size_t count = 0, colons = 0, i = 0, level;
+	while (i < n) {
+		unsigned char c = (unsigned char)s[i];
+		if (c == '-' && i + 1 < n && s[i + 1] == '-') { /* comment */
+			i += 2;
+			if (i < n && s[i] == '[' && long_bracket(s, n, i, &level))
+				i = skip_long(s, n, i, level);
+			else
+				while (i < n && s[i] != '\n')
+					i++;
+		} else if (c == '"' || c == '\'') {
+			for (i++; i < n && s[i] != (char)c && s[i] != '\n'; i++)
+				if (s[i] == '\\')
+					i++;
+			i++;
+		} else if (c == '[' && long_bracket(s, n, i, &level)) {
+			i = skip_long(s, n, i, level);
+		} else if (c == ':' && i + 1 < n && s[i + 1] == ':') {
+			colons++; /* a label is ::name:: */
+			i += 2;
+		} else if (ident_char(c)) {
+			size_t j = i;
+			while (j < n && ident_char((unsigned char)s[j]))
+				j++;
+			if ((j - i == 4 && memcmp(s + i, "goto", 4) == 0) ||
+			    (j - i == 5 && memcmp(s + i, "break", 5) == 0))
+				count++;
+			i = j;
+		} else {
+			i++;
+		}
+	}
+	return count + (colons + 1) / 2;
+}
+
 int mb_sandbox_load_text(lua_State *L, const char *s, size_t len, const char *name)
 {
+	mb_sandbox_ctx *c = mb_sandbox_ctx_of(L);
+	if (c && len > 4096) { /* fewer than 4096 bytes cannot hold 4096 of them */
+		size_t jumps = count_jumps(s, len);
+		if (jumps > (size_t)c->cfg->max_code_jumps) {
+			lua_pushfstring(L, "too many goto/break statements and labels in one chunk: %d, "
+					   "at most max_code_jumps=%d (the parser resolves them in "
+					   "quadratic time)", (int)jumps, (int)c->cfg->max_code_jumps);
+			return LUA_ERRSYNTAX;
+		}
+	}
 	piece_reader r = { s, len, 0 };
 	return lua_load(L, read_piece, &r, name, "t");
 }

@@ -32,6 +32,30 @@ describe("the parser stops at the deadline", () => {
     return hostile({ code, timeout_ms: 1000, expect: TIMEOUT(1000) });
   });
 
+  // One token can still cost O(k^2): a loop's `end` resolving k pending breaks, a label
+  // resolving k gotos (review: 4 loops of 32,700 breaks kept load() busy 1.25 s, abandoned).
+  test("a chunk with more goto/break/labels than max_code_jumps is refused before parsing", () =>
+    hostile({
+      code: `local s = ("while 1 do " .. ("break "):rep(32700) .. "end "):rep(4)
+local g = ("goto x "):rep(20000) .. "::x::"
+print("go")
+local f, e = load(s)
+local f2, e2 = load(g)
+local ok = load("local t = {" .. ("'break goto ::x::', "):rep(20000) .. "} return #t")
+while true do load(s) load(g) end`,
+      marker: "go", expect: TIMEOUT(300),
+      after: async (peer) => {
+        const { sc } = await peer.exec({ code: `local s = ("while 1 do " .. ("break "):rep(32700) .. "end "):rep(4)
+local f, e = load(s) local ok = load("local t = {" .. ("'break goto ::x::', "):rep(20000) .. "} return #t")
+return {e, ok and ok()}` });
+        const [e, n] = sc.result ?? [];
+        const p = [];
+        if (!/too many goto\/break statements and labels in one chunk: 130800, at most max_code_jumps=4096/.test(e)) p.push(`load error: ${e}`);
+        if (n !== 20000) p.push(`keywords inside strings were counted: ${JSON.stringify(sc.result)}`);
+        return p;
+      },
+    }));
+
   test("parsing in pieces changes nothing for normal code: syntax errors keep their line", () =>
     hostile({
       code: `local f, e = load("local a = 1\\n" .. ("local b = 2\\n"):rep(100) .. "x = = 1")
@@ -47,7 +71,7 @@ describe("string.format %q is bounded per call", () => {
       code: `local s = ("\\1"):rep(2^20 - 16) local a = {} for i = 1, 60 do a[i] = s end
 return string.format(("%q"):rep(60), table.unpack(a))`,
       timeout_ms: 30000, bound: 2000, memory_mb: 256,
-      expect: { success: false, error_type: "runtime", error: /%q of strings over 1048576 bytes in one call is not allowed/ },
+      expect: { success: false, error_type: "runtime", error: /%q of strings over 262144 bytes in one call is not allowed/ },
     }));
   test("several small %q arguments still work", () =>
     hostile({ code: `return string.format("%q %q %q", "a\\n", "b", 1)`, expect: { success: true, result: '"a\\\n" "b" 1' } }));
@@ -82,6 +106,21 @@ describe("string.pack output is capped", () => {
       code: `local s = ("x"):rep(2^26) while true do string.pack("s4", s) end`,
       memory_mb: 512, args: ["--max-memory-mb", "1024"], timeout_ms: 5000, bound: 2000,
       expect: { success: false, error_type: "runtime", error: /string\.pack: the result would exceed 16777216 bytes/ },
+    }));
+  test("huge pack formats are refused by pack, unpack and packsize (30 MiB of '<' took 0.25 s in unpack)", () =>
+    hostile({
+      code: `local f = ("<"):rep(30 * 2^20)
+local r = {}
+for _, fn in ipairs{string.pack, string.unpack, string.packsize} do r[#r + 1] = select(2, pcall(fn, f, "")) end
+return r`,
+      memory_mb: 256, timeout_ms: 20000, bound: 5000,
+      expect: { success: true, check: (sc) => {
+        const r = sc.result ?? [];
+        const p = [];
+        for (const [i, name] of ["pack", "unpack", "packsize"].entries())
+          if (!new RegExp(`bad argument #1 to '${name}' \\(format longer than 65536 bytes`).test(r[i])) p.push(`${name}: ${r[i]}`);
+        return p;
+      } },
     }));
   test("string.pack of ordinary records still round-trips", () =>
     hostile({
