@@ -29,7 +29,7 @@ import { setTimeout as sleep } from "node:timers/promises";
 
 import {
   MOONBOX, TESTS_DIR, UPSTREAM_JS, connectWithConfig, execute, makeDataDir, nodeServer,
-  requireBinary, upstreamStats, waitUpstream,
+  requireBinary, tapProgress, upstreamStats, waitUpstream,
 } from "../lib/moonbox.mjs";
 
 const T = { timeout: 60000 };
@@ -282,16 +282,26 @@ describe("gateway: discovery and calls over stdio (everything, filesystem, memor
   }));
 
   it("progress of an upstream call reaches a client that asked for progress", T, withStderr(S, async () => {
-    const got = [];
-    const res = await execute(s.client, {
-      code: "return servers.everything.trigger_long_running_operation{duration = 0.3, steps = 3}",
-    }, { onprogress: (p) => got.push(p), timeout: 30000 });
+    // the last progress and the answer often leave moonbox in one write: read them off the wire
+    // (tapProgress says why onprogress alone would lose it)
+    const tap = tapProgress(s.client);
+    let res;
+    try {
+      res = await execute(s.client, {
+        code: "return servers.everything.trigger_long_running_operation{duration = 0.3, steps = 3}",
+      }, { onprogress: () => {}, timeout: 30000 });
+    } finally {
+      tap.stop();
+    }
     assert.equal(res.structuredContent.success, true, res.structuredContent.error);
-    assert.deepEqual(got.map((p) => [p.progress, p.total, p.message]), [
+    assert.equal(tap.tokens().length, 1, JSON.stringify(tap.seen));
+    const { list, beforeResponse } = tap.progressOf(tap.tokens()[0]);
+    assert.deepEqual(list.map((p) => [p.progress, p.total, p.message]), [
       [1, 3, "everything.trigger-long-running-operation"],
       [2, 3, "everything.trigger-long-running-operation"],
       [3, 3, "everything.trigger-long-running-operation"],
     ]);
+    assert.ok(beforeResponse, `progress after the answer: ${JSON.stringify(tap.seen)}`);
   }));
 
   it("returns structuredContent as a table and JSON text decoded", T, withStderr(S, async () => {

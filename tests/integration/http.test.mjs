@@ -12,7 +12,7 @@ import path from "node:path";
 import { Client } from "@modelcontextprotocol/sdk/client/index.js";
 import { StreamableHTTPClientTransport } from "@modelcontextprotocol/sdk/client/streamableHttp.js";
 import { LoggingMessageNotificationSchema } from "@modelcontextprotocol/sdk/types.js";
-import { MOONBOX, requireBinary, sqlite3Cli } from "../lib/moonbox.mjs";
+import { MOONBOX, requireBinary, sqlite3Cli, tapProgress } from "../lib/moonbox.mjs";
 
 const T = { timeout: 30000 };
 
@@ -78,13 +78,16 @@ describe("Streamable HTTP with the SDK client (no tokens, loopback)", () => {
     try {
       const logs = [];
       client.setNotificationHandler(LoggingMessageNotificationSchema, (n) => logs.push(n.params.data));
-      const progress = [];
+      const tap = tapProgress(client); // onprogress can lose progress sent with the answer
       const r = await client.callTool({ name: "execute_code", arguments: {
         code: 'mcp.log("info", "step one") mcp.progress(1, 2, "half") mcp.progress(2, 2) return "done"' } },
-      undefined, { onprogress: (p) => progress.push(p.progress) });
+      undefined, { onprogress: () => {} });
+      tap.stop();
       assert.equal(r.structuredContent.result, "done");
       assert.deepEqual(logs, ["step one"]);
-      assert.deepEqual(progress, [1, 2]);
+      const { list, beforeResponse } = tap.progressOf(tap.tokens()[0]);
+      assert.deepEqual(list.map((p) => p.progress), [1, 2]);
+      assert.ok(beforeResponse, JSON.stringify(tap.seen));
     } finally {
       await client.close();
     }

@@ -325,6 +325,44 @@ export async function connectClient(opts = {}) {
   };
 }
 
+/**
+ * Records what the client's transport receives, in wire order, before the SDK dispatches it:
+ * progress notifications (their params) and responses ({ response: id }). The SDK (1.32.2) runs
+ * notification handlers on a microtask but responses at once, so a progress notification that
+ * arrives in the same read as its response never reaches `onprogress`
+ * (modelcontextprotocol/typescript-sdk#2580); checking the wire is the only way to test that the
+ * server sent it, and sent it first. `progressOf(token)` gives that call's progress, in order,
+ * and whether all of it came before the response. Call stop() when done.
+ */
+export function tapProgress(client) {
+  const t = client.transport;
+  const prev = t.onmessage;
+  const seen = [];
+  t.onmessage = (msg, extra) => {
+    if (msg?.method === "notifications/progress") seen.push({ ...msg.params });
+    else if (msg && msg.id !== undefined && msg.method === undefined) seen.push({ response: msg.id });
+    return prev?.call(t, msg, extra);
+  };
+  return {
+    seen,
+    /** The tokens of the progress seen so far (the SDK uses the request id as the token). */
+    tokens: () => [...new Set(seen.filter((e) => e.progressToken !== undefined).map((e) => e.progressToken))],
+    progressOf(token) {
+      const answered = seen.findIndex((e) => e.response === token);
+      const list = [];
+      let beforeResponse = true;
+      seen.forEach((e, i) => {
+        if (e.progressToken !== token) return;
+        const { progressToken, ...p } = e;
+        list.push(p);
+        if (answered === -1 || i > answered) beforeResponse = false;
+      });
+      return { list, beforeResponse };
+    },
+    stop() { t.onmessage = prev; },
+  };
+}
+
 /** Runs execute_code through the SDK client and returns the CallToolResult. */
 export function execute(client, args, options) {
   return client.callTool({ name: "execute_code", arguments: args }, undefined, options);
