@@ -147,13 +147,17 @@ static int l_json_encode(lua_State *L)
 	return 1;
 }
 
+/* mb.json_decode(text [, unique_keys]) -> value | nil, err (unique_keys: a repeated key in any
+ * object is an error, for client requests) */
 static int l_json_decode(lua_State *L)
 {
 	mb_host *h = host_of(L);
 	size_t len;
 	const char *s = luaL_checklstring(L, 1, &len);
 	char err[300];
-	if (mb_json_decode(L, s, len, &h->jl, err, sizeof err) != 0) {
+	mb_json_limits jl = h->jl;
+	jl.unique_keys = lua_toboolean(L, 2);
+	if (mb_json_decode(L, s, len, &jl, err, sizeof err) != 0) {
 		lua_pushnil(L);
 		lua_pushstring(L, err);
 		return 2;

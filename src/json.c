@@ -65,7 +65,7 @@ static const char raw_mt_key = 'R';
 
 static mb_json_limits norm_limits(const mb_json_limits *lim)
 {
-	mb_json_limits l = {0, 0, 0, NULL, NULL, NULL};
+	mb_json_limits l = {0};
 	if (lim)
 		l = *lim;
 	if (l.max_depth <= 0)
@@ -1321,9 +1321,10 @@ static int depth_scan(const char *buf, size_t len, int max_depth, mb_budget *b)
 	return 0;
 }
 
-static json_t *parse(const char *buf, size_t len, mb_budget *b, int *stopped, json_error_t *je)
+static json_t *parse(const char *buf, size_t len, int unique_keys, mb_budget *b, int *stopped,
+		     json_error_t *je)
 {
-	const size_t fl = JSON_DECODE_ANY | JSON_ALLOW_NUL;
+	const size_t fl = JSON_DECODE_ANY | JSON_ALLOW_NUL | (unique_keys ? JSON_REJECT_DUPLICATES : 0);
 	if (len <= STREAM_THRESHOLD || !b)
 		return json_loadb(buf, len, fl, je);
 	reader r = {buf, len, b, 0};
@@ -1411,7 +1412,7 @@ static int dec_protected(lua_State *L)
 typedef struct {
 	const char *buf;
 	size_t len;
-	int max_depth;
+	int max_depth, unique_keys;
 	mb_budget *b;
 	int ok;
 } fast;
@@ -1421,7 +1422,7 @@ static int fast_protected(lua_State *L)
 {
 	fast *f = lua_touserdata(L, 1);
 	push_array_mt(L); /* index 2 */
-	f->ok = mb_json_dec_fast(L, f->buf, f->len, f->max_depth, f->b, 2);
+	f->ok = mb_json_dec_fast(L, f->buf, f->len, f->max_depth, f->unique_keys, f->b, 2);
 	return 1;
 }
 
@@ -1452,7 +1453,7 @@ int mb_json_decode(lua_State *L, const char *buf, size_t len, const mb_json_limi
 		goto done;
 	}
 	/* the fast path (json_dec.h); jansson below only when it declines */
-	fast f = {buf, len, l.max_depth, b, 0};
+	fast f = {buf, len, l.max_depth, l.unique_keys, b, 0};
 	lua_pushcfunction(L, fast_protected);
 	lua_pushlightuserdata(L, &f);
 	if (lua_pcall(L, 1, 1, 0) == LUA_OK && f.ok) {
@@ -1476,7 +1477,7 @@ int mb_json_decode(lua_State *L, const char *buf, size_t len, const mb_json_limi
 			mb_budget_message(b, err, errlen);
 		goto done;
 	}
-	root = parse(buf, len, b, &stopped, &je);
+	root = parse(buf, len, l.unique_keys, b, &stopped, &je);
 	if (!root && !stopped && json_error_code(&je) == json_error_numeric_overflow &&
 	    strncmp(je.text, "too big", 7) == 0) {
 		size_t wlen;
@@ -1485,7 +1486,7 @@ int mb_json_decode(lua_State *L, const char *buf, size_t len, const mb_json_limi
 			oom_message(b, err, errlen, "decoding");
 			goto done;
 		}
-		root = parse(widened, wlen, b, &stopped, &je);
+		root = parse(widened, wlen, l.unique_keys, b, &stopped, &je);
 	}
 	if (!root) {
 		enum json_error_code code = json_error_code(&je);
@@ -1495,6 +1496,9 @@ int mb_json_decode(lua_State *L, const char *buf, size_t len, const mb_json_limi
 			depth_message(err, errlen, l.max_depth, 0);
 		else if (code == json_error_out_of_memory)
 			oom_message(b, err, errlen, "decoding");
+		else if (code == json_error_null_byte_in_key) /* valid JSON jansson cannot hold */
+			snprintf(err, errlen, "object keys containing \\u0000 are not supported (line %d "
+				 "column %d, position %d)", je.line, je.column, je.position);
 		else
 			snprintf(err, errlen, "%s at line %d column %d (position %d)", je.text, je.line,
 				 je.column, je.position);

@@ -36,6 +36,8 @@ typedef struct {
 	                                * "max_message_bytes"; static string; NULL = "max_input_bytes" */
 	const char *output_limit_name; /* same for max_output_bytes, e.g. "max_result_bytes";
 	                                * NULL = "max_output_bytes" */
+	int unique_keys;               /* decode: a key repeated in one object is an error
+	                                * ("duplicate object key near '"k"'"), not last-wins */
 } mb_json_limits;
 
 enum {
@@ -102,7 +104,10 @@ char *mb_json_encode(lua_State *L, int idx, const mb_json_limits *lim, int flags
 /// @param lim    limits, or NULL for the defaults
 /// @param err    receives the error message on failure (jansson's message with line, column and
 ///               position, a limit message such as "JSON input is N bytes, exceeds
-///               max_input_bytes=M" with lim->input_limit_name, or the budget's limit message)
+///               max_input_bytes=M" with lim->input_limit_name, or the budget's limit message).
+///               Valid JSON that cannot be decoded says so in a fixed form: "object keys
+///               containing \u0000 are not supported ..." (jansson cannot hold them) and, with
+///               lim->unique_keys, "duplicate object key near '"<key>"' ..."
 /// @param errlen size of err
 /// @returns 0 with one value pushed, or -1 with err set and nothing pushed
 int mb_json_decode(lua_State *L, const char *buf, size_t len, const mb_json_limits *lim,

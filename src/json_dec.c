@@ -26,7 +26,7 @@
 typedef struct {
 	lua_State *L;
 	const unsigned char *p, *end;
-	int max_depth, mt;
+	int max_depth, mt, unique_keys;
 	mb_budget *b;
 	unsigned values;
 } rd;
@@ -295,18 +295,27 @@ static int read_array(rd *r, int depth)
 	return 1;
 }
 
-static void flush_object(lua_State *L, int base, int n)
+/* Returns 0 (decline) on a repeated key when unique_keys is set. */
+static int flush_object(lua_State *L, int base, int n, int unique_keys)
 {
 	if (lua_isnil(L, base + 1)) {
 		lua_createtable(L, 0, n);
 		lua_replace(L, base + 1);
 	}
 	for (int i = 0; i < n; i++) { /* in order: of duplicate keys the last one wins */
+		if (unique_keys) { /* (null decodes to a light userdata, so a nil means "not seen") */
+			lua_pushvalue(L, base + 2 + 2 * i);
+			int seen = lua_rawget(L, base + 1) != LUA_TNIL;
+			lua_pop(L, 1);
+			if (seen)
+				return 0;
+		}
 		lua_pushvalue(L, base + 2 + 2 * i);
 		lua_pushvalue(L, base + 3 + 2 * i);
 		lua_rawset(L, base + 1);
 	}
 	lua_settop(L, base + 1);
+	return 1;
 }
 
 static int read_object(rd *r, int depth)
@@ -317,8 +326,7 @@ static int read_object(rd *r, int depth)
 	skip_ws(r);
 	if (r->p < r->end && *r->p == '}') {
 		r->p++;
-		flush_object(L, base, 0);
-		return 1;
+		return flush_object(L, base, 0, 0);
 	}
 	for (;;) {
 		if (r->p >= r->end || *r->p != '"')
@@ -333,7 +341,8 @@ static int read_object(rd *r, int depth)
 		if (!read_value(r, depth + 1))
 			return 0;
 		if (++n == CHUNK) {
-			flush_object(L, base, n);
+			if (!flush_object(L, base, n, r->unique_keys))
+				return 0;
 			n = 0;
 		}
 		skip_ws(r);
@@ -341,8 +350,7 @@ static int read_object(rd *r, int depth)
 			return 0;
 		if (*r->p == '}') {
 			r->p++;
-			flush_object(L, base, n);
-			return 1;
+			return flush_object(L, base, n, r->unique_keys);
 		}
 		if (*r->p != ',')
 			return 0;
@@ -387,14 +395,14 @@ static int read_value(rd *r, int depth)
 	}
 }
 
-int mb_json_dec_fast(lua_State *L, const char *buf, size_t len, int max_depth, mb_budget *b,
-		     int mt)
+int mb_json_dec_fast(lua_State *L, const char *buf, size_t len, int max_depth, int unique_keys,
+		     mb_budget *b, int mt)
 {
 	int top = lua_gettop(L);
 	if (!lua_checkstack(L, 6))
 		return 0;
 	rd r = {L, (const unsigned char *)buf, (const unsigned char *)buf + len, max_depth,
-		lua_absindex(L, mt), b, 0};
+		lua_absindex(L, mt), unique_keys != 0, b, 0};
 	if (read_value(&r, 0)) {
 		skip_ws(&r);
 		if (r.p == r.end)

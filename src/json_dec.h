@@ -27,10 +27,12 @@
 /// @param buf       the JSON text (need not be NUL-terminated)
 /// @param len       its length
 /// @param max_depth nesting limit of arrays and objects (declines beyond it)
+/// @param unique_keys nonzero: declines on a key repeated in one object (jansson's
+///                  JSON_REJECT_DUPLICATES then words the error); zero: the last one wins
 /// @param b         budget polled every 2048 values, or NULL
 /// @param mt        stack index of the array metatable (set on every decoded array)
 /// @returns 1 with the value pushed, or 0 with the stack as it was (declined)
-int mb_json_dec_fast(lua_State *L, const char *buf, size_t len, int max_depth, mb_budget *b,
-		     int mt);
+int mb_json_dec_fast(lua_State *L, const char *buf, size_t len, int max_depth, int unique_keys,
+		     mb_budget *b, int mt);
 
 #endif

@@ -457,12 +457,52 @@ end
 
 -- session: the session id (1 on stdio); exchange: the HTTP POST this message came on (0 on
 -- stdio); tenant: the tenant of the session (HTTP tokens), "default" on stdio.
+-- The id of a message that is valid JSON but cannot be served as sent (a repeated key, a key
+-- holding NUL), read from a lenient decode so the error can still answer the client's id; nil
+-- when there is none or it is ambiguous.
+local function id_of_refused(text)
+  local msg = mb.json_decode(text)
+  if is_object(msg) and valid_id(msg.id) then return msg.id end
+  if is_object(msg) and msg.id == nil and type(msg.method) == "string" then return nil, true end
+end
+
+-- A request whose key repeats ({"method":"ping","method":"tools/call"}) is refused rather than
+-- read last-wins: a proxy or firewall in front may read the first one, and the two must not
+-- disagree about what a request is. Keys with "\u0000" are valid JSON that jansson (and so
+-- moonbox) cannot hold. Both get an answer to the request's id (docs/security.md, "Requests read one way").
+local function refused(ctx, line, err)
+  local key = err:match("^duplicate object key near '(.*)' at line")
+  if key then
+    -- when "id" itself repeats, which one the client meant is unknown: answer null
+    local id, notification = nil, false
+    if key ~= '"id"' then id, notification = id_of_refused(line) end
+    if not notification then
+      send_error(ctx, id, INVALID_REQUEST, "Invalid Request: duplicate object key " .. key
+        .. " (each key may appear once in an object)")
+    end
+    return true
+  end
+  if err:find("^object keys containing \\u0000") then
+    -- read the id from a copy where each \u0000 escape (an odd run of backslashes) is U+FFFD
+    local text = line:gsub("(\\+)u0000", function(bs)
+      if #bs % 2 == 1 then return bs .. "uFFFD" end
+    end)
+    local id, notification = id_of_refused(text)
+    if not notification then
+      send_error(ctx, id, INVALID_PARAMS, "Invalid params: object keys containing \\u0000 are not supported")
+    end
+    return true
+  end
+end
+
 function handle_line(line, sid, exchange, tenant)
   local t0 = mb.now_ms()
   local ctx = { session = sid or 1, exchange = exchange or 0, tenant = tenant or "default" }
-  local msg, err = mb.json_decode(line)
+  local msg, err = mb.json_decode(line, true)
   if msg == nil then
-    return send_error(ctx, nil, PARSE_ERROR, "Parse error: " .. tostring(err))
+    err = tostring(err)
+    if refused(ctx, line, err) then return end
+    return send_error(ctx, nil, PARSE_ERROR, "Parse error: " .. err)
   end
   return dispatch(msg, t0, ctx)
 end

@@ -79,6 +79,58 @@ describe("JSON-RPC error codes", () => {
     await finish(p);
   });
 
+  it("a key holding \\u0000 (valid JSON moonbox cannot hold) is answered -32602 with the request's id", T, async () => {
+    const p = peer();
+    await p.initialize();
+    const lines = [
+      [21, '{"jsonrpc":"2.0","id":21,"method":"ping","params":{"a\\u0000b":1}}'],
+      [22, '{"jsonrpc":"2.0","id":22,"method":"tools/call","params":{"name":"execute_code","arguments":{"code\\u0000":"return 1"}}}'],
+      // an escaped backslash before u0000 is not an escape: the id is kept as sent
+      ["x\\u0000", '{"jsonrpc":"2.0","id":"x\\\\u0000","method":"ping","params":{"k\\u0000":1}}'],
+    ];
+    for (const [id, line] of lines) {
+      const e = await badLineThenPing(p, line + "\n", 900, { nullId: false });
+      expectError(e, -32602);
+      assert.equal(e.id, id, line);
+      assert.match(e.error.message, /object keys containing \\u0000 are not supported/);
+    }
+    // a notification with such a key gets no answer; the session goes on
+    const m = p.mark();
+    await p.sendRaw('{"jsonrpc":"2.0","method":"notifications/x","params":{"a\\u0000":1}}\n');
+    p.send({ jsonrpc: "2.0", id: 23, method: "ping" });
+    await p.response(23, { from: m, timeout: 10000 });
+    await sleep(50);
+    assert.deepEqual(errorsFrom(p, m), []);
+    await finish(p);
+  });
+
+  it("a repeated key anywhere in a request is -32600 (no last-wins a proxy could read differently)", T, async () => {
+    const p = peer();
+    await p.initialize();
+    const cases = [
+      [31, '{"jsonrpc":"2.0","id":31,"method":"ping","method":"tools/call","params":{}}', '"method"'],
+      [32, '{"jsonrpc":"2.0","id":32,"method":"ping","params":{},"params":{}}', '"params"'],
+      [33, '{"jsonrpc":"2.0","jsonrpc":"2.0","id":33,"method":"ping"}', '"jsonrpc"'],
+      // deeper: a filter in front may check the first "code" while the last would run
+      [34, '{"jsonrpc":"2.0","id":34,"method":"tools/call","params":{"name":"execute_code",' +
+        '"arguments":{"code":"return 1","code":"return os.exit()"}}}', '"code"'],
+      [35, '{"jsonrpc":"2.0","id":35,"method":"ping","params":{"a":null,"a":null}}', '"a"'],
+      // "id" itself repeats: which one was meant is unknown, so the answer's id is null
+      [null, '{"jsonrpc":"2.0","id":36,"id":37,"method":"ping"}', '"id"'],
+    ];
+    for (const [id, line, key] of cases) {
+      const e = await badLineThenPing(p, line + "\n", 900, { nullId: false });
+      expectError(e, -32600);
+      assert.equal(e.id, id, line);
+      assert.ok(e.error.message.includes(`duplicate object key ${key}`), e.error.message);
+    }
+    // none of them ran: no answer to 36/37 other than the one error, and a plain ping still works
+    const m = p.mark();
+    p.send({ jsonrpc: "2.0", id: 38, method: "ping" });
+    assert.deepEqual(await p.response(38, { from: m, timeout: 10000 }), { jsonrpc: "2.0", id: 38, result: {} });
+    await finish(p);
+  });
+
   it("-32600 for a batch array (one error object, not an array)", T, async () => {
     const p = peer();
     await p.initialize();

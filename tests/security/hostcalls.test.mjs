@@ -93,7 +93,9 @@ describe("cycles and depth", () => {
 
 describe("a published skill cannot escape the sandbox", () => {
   test("a published tool that loops forever is stopped by the default timeout", async () => {
-    const peer = await startPeer(["--default-timeout-ms", "300"]);
+    // the instruction budget is raised so the deadline, not the budget, is what stops it on a
+    // fast machine (100M instructions took under 300 ms in CI)
+    const peer = await startPeer(["--default-timeout-ms", "300", "--default-instruction-limit", "10000000000"]);
     try {
       const { sc } = await peer.exec({
         code: 'return save_skill{name = "spin", code = "return function() while true do end end", ' +
@@ -103,7 +105,7 @@ describe("a published skill cannot escape the sandbox", () => {
       const { msg: r, ms } = await peer.request("tools/call", { name: "spin", arguments: {} }, 5000);
       assert.equal(r.result.isError, true);
       assert.match(r.result.content[0].text, /timeout: execution exceeded timeout_ms=300/);
-      assert.ok(ms < 300 + 150, `answered after ${ms} ms`);
+      assert.ok(ms < 300 + 1000, `answered after ${ms} ms`); // (a loaded machine adds latency)
     } finally {
       await peer.dispose();
     }

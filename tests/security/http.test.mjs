@@ -66,6 +66,29 @@ function raw(bytes) {
   });
 }
 
+/**
+ * Sends `pieces` (strings) on a fresh connection, `gapMs` apart, and resolves with everything
+ * the server wrote until it closed (or 3 s passed).
+ */
+function rawPieces(pieces, gapMs = 0) {
+  return new Promise((resolve, reject) => {
+    const sock = net.connect(srv.port, "127.0.0.1");
+    let data = "";
+    const done = () => { clearTimeout(timer); sock.destroy(); resolve(data); };
+    const timer = setTimeout(done, 3000);
+    sock.on("data", (c) => { data += c; });
+    sock.on("error", reject);
+    sock.on("close", done);
+    sock.on("connect", async () => {
+      for (const p of pieces) {
+        if (sock.destroyed) return;
+        sock.write(p);
+        if (gapMs) await new Promise((r) => setTimeout(r, gapMs));
+      }
+    });
+  });
+}
+
 async function stillServes() {
   const sid = await session();
   const r = await post(JSON.stringify({ jsonrpc: "2.0", id: 2, method: "ping" }),
@@ -137,6 +160,53 @@ describe("HTTP endpoint rules", () => {
     const b = await raw(base + `Content-Length: 4\r\nContent-Length: 40\r\n\r\nabcd`);
     assert.ok(a === 400 || a === 0, `CL+TE got ${a}`);
     assert.ok(b === 400 || b === 0, `CL+CL got ${b}`);
+    await stillServes();
+  });
+
+  it("header names with whitespace or non-token bytes, and obs-fold, are 400 (RFC 9112)", T, async () => {
+    const base = `POST /mcp HTTP/1.1\r\nHost: 127.0.0.1:${srv.port}\r\nContent-Type: application/json\r\n` +
+      `Accept: application/json, text/event-stream\r\nAuthorization: Bearer ${TOKEN}\r\n`;
+    const len = `Content-Length: ${Buffer.byteLength(INIT)}\r\n`;
+    const chunked = `${Buffer.byteLength(INIT).toString(16)}\r\n${INIT}\r\n0\r\n\r\n`;
+    const NAME = /^HTTP\/1\.1 400 [^]*a header name holds a byte that is not a token character/;
+    const FOLD = /^HTTP\/1\.1 400 [^]*continued on the next line \(obs-fold/;
+    const cases = [
+      // before this check http_parser read "Transfer-Encoding " as Transfer-Encoding: a proxy
+      // that does not would see a different body
+      [base + `Transfer-Encoding : chunked\r\n\r\n` + chunked, NAME],
+      [base + `Transfer-Encoding\t: chunked\r\n\r\n` + chunked, /^HTTP\/1\.1 400 /], // (http_parser's own check)
+      [base + `X Pad: 1\r\n` + len + `\r\n` + INIT, NAME],
+      [base + `X-Pad\x7f: 1\r\n` + len + `\r\n` + INIT, /^HTTP\/1\.1 400 /],
+      [base + `X-Pad: a\r\n b\r\n` + len + `\r\n` + INIT, FOLD],
+      [base + `X-Pad: a\r\n\tb\r\n` + len + `\r\n` + INIT, FOLD],
+    ];
+    for (const [req, want] of cases) {
+      assert.match(await rawPieces([req]), want, JSON.stringify(req.slice(base.length, base.length + 40)));
+      // the same bytes a few at a time: the check does not depend on how reads fall
+      const pieces = req.match(/[^]{1,3}/g);
+      assert.match(await rawPieces(pieces, 1), want, `in pieces: ${JSON.stringify(req.slice(base.length, base.length + 40))}`);
+    }
+    // a long value arriving byte by byte is not a fold
+    const ok = await rawPieces((base + `X-Pad: ${"v".repeat(200)}\r\n` + len + `\r\n` + INIT).match(/[^]{1,2}/g), 0);
+    assert.match(ok, /^HTTP\/1\.1 200 /, ok.slice(0, 300));
+    await stillServes();
+  });
+
+  it("a JSON key repeated in a request is refused: 400 before a session, -32600 in one", T, async () => {
+    const dupInit = INIT.replace('"method":"initialize"', '"method":"initialize","method":"ping"');
+    const r = await post(dupInit);
+    assert.equal(r.status, 400);
+    assert.match((await r.json()).error.message, /duplicate object key near '"method"'/);
+    const sid = await session();
+    const r2 = await post('{"jsonrpc":"2.0","id":7,"method":"ping","method":"tools/list"}',
+      H({ "Mcp-Session-Id": sid, "MCP-Protocol-Version": "2025-11-25" }));
+    const text = await r2.text();
+    const line = text.split("\n").map((l) => l.replace(/^data: /, "")).find((l) => l.startsWith("{"));
+    assert.ok(line, text);
+    const e = JSON.parse(line);
+    assert.equal(e.id, 7);
+    assert.equal(e.error.code, -32600);
+    assert.match(e.error.message, /duplicate object key "method"/);
     await stillServes();
   });
 

@@ -194,7 +194,7 @@ TEST(strings)
 		  "ERR: t:1: json.decode: invalid Unicode '\\uD800' near '\"\\ud800\"' at line 1 column 8 (position 8)");
 	/* NUL in an object key: jansson refuses it */
 	CHECK_STR(run(L, "return json.decode('{\"a\\\\u0000\":1}')"),
-		  "ERR: t:1: json.decode: NUL byte in object key not supported near '\"a\\u0000\"' at line 1 column 10 (position 10)");
+		  "ERR: t:1: json.decode: object keys containing \\u0000 are not supported (line 1 column 10, position 10)");
 	lua_close(L);
 }
 
@@ -254,6 +254,41 @@ TEST(depth_limit)
 	CHECK_STR(run(L, "return json.encode({{{1}}})"), "[[[1]]]");
 	CHECK_STR(run(L, "return json.encode({{{{}}}})"), "ERR: t:1: json.encode: JSON nesting exceeds json_max_depth=3 (a deeper table, or a table that contains itself)");
 	CHECK_STR(run(L, "return json.decode('[[[{}]]]')"), "ERR: t:1: json.decode: JSON nesting exceeds json_max_depth=3");
+	lua_close(L);
+}
+
+/* unique_keys (client requests): a repeated key in any object is an error, in the fast path
+ * (also across its 32-item chunks) and in jansson's; NUL in a key has its own message */
+TEST(unique_keys)
+{
+	mb_json_limits strict = {.unique_keys = 1};
+	lua_State *L = new_state(NULL, NULL);
+	char err[300];
+	const char *dups[] = {
+		"{\"a\":1,\"a\":2}", "{\"x\":{\"b\":null,\"b\":null}}", "[{\"k\":[],\"k\":{}}]",
+		/* the second "a" after 40 other keys: it meets the first in the table, not the chunk */
+		"{\"a\":0,\"k1\":1,\"k2\":1,\"k3\":1,\"k4\":1,\"k5\":1,\"k6\":1,\"k7\":1,\"k8\":1,\"k9\":1,"
+		"\"k10\":1,\"k11\":1,\"k12\":1,\"k13\":1,\"k14\":1,\"k15\":1,\"k16\":1,\"k17\":1,\"k18\":1,"
+		"\"k19\":1,\"k20\":1,\"k21\":1,\"k22\":1,\"k23\":1,\"k24\":1,\"k25\":1,\"k26\":1,\"k27\":1,"
+		"\"k28\":1,\"k29\":1,\"k30\":1,\"k31\":1,\"k32\":1,\"k33\":1,\"k34\":1,\"k35\":1,\"k36\":1,"
+		"\"k37\":1,\"k38\":1,\"k39\":1,\"k40\":1,\"a\":2}",
+		/* 1e400 makes the fast path decline: jansson must refuse the repeat itself */
+		"{\"n\":1,\"n\":2,\"big\":123456789012345678901234567890}",
+	};
+	for (size_t i = 0; i < sizeof dups / sizeof *dups; i++) {
+		int top = lua_gettop(L);
+		CHECK(mb_json_decode(L, dups[i], strlen(dups[i]), &strict, err, sizeof err) == -1);
+		CHECK(starts_with(err, "duplicate object key near '\""));
+		CHECK(lua_gettop(L) == top);
+		CHECK(mb_json_decode(L, dups[i], strlen(dups[i]), NULL, err, sizeof err) == 0);
+		lua_pop(L, 1);
+	}
+	const char *ok = "{\"a\":1,\"b\":{\"a\":2},\"c\":[{\"a\":3},{\"a\":4}]}";
+	CHECK(mb_json_decode(L, ok, strlen(ok), &strict, err, sizeof err) == 0);
+	lua_pop(L, 1);
+	const char *nul = "{\"a\\u0000\":1}";
+	CHECK(mb_json_decode(L, nul, strlen(nul), NULL, err, sizeof err) == -1);
+	CHECK(starts_with(err, "object keys containing \\u0000 are not supported (line 1"));
 	lua_close(L);
 }
 
@@ -746,6 +781,7 @@ int main(void)
 	RUN(c_api);
 	RUN(raw_values);
 	RUN(limit_names);
+	RUN(unique_keys);
 	RUN(colliding_keys);
 	RUN(arrays_and_mixed_tables);
 	RUN(float_text);
