@@ -13,7 +13,8 @@
 --  * index_fields(): the five FTS columns of an entry; one_line(): the summary line;
 --  * lua_example(): a Lua call for an upstream tool, placeholders taken from its input schema;
 --  * levenshtein(), canonical_json(): closest-name suggestions; deterministic JSON text for
---    stored definitions and change detection.
+--    stored definitions and change detection;
+--  * utf8_cut(), clip(): strings cut at a character boundary (clip for echoes in errors).
 -- JSON values come from the host codec: arrays carry the metatable "json.array", null is a light
 -- userdata (json.null / mb.null). Plain Lua sequences count as arrays too.
 
@@ -239,6 +240,15 @@ local function utf8_cut(s, n)
   return ssub(s, 1, i)
 end
 M.utf8_cut = utf8_cut
+
+-- A client's string as an error message may echo it: at most n bytes (default 96), cut at a
+-- character boundary, with "..." and the full size when it was longer. Error messages quote
+-- what was wrong without sending a 16 MB argument back.
+function M.clip(s, n)
+  n = n or 96
+  if #s <= n then return s end
+  return string.format("%s...(%d bytes)", utf8_cut(s, n), #s)
+end
 
 -- The first line of a description, at most SUMMARY_BYTES: the first sentence when the line is
 -- longer, else cut at a word with "...".

@@ -13,6 +13,7 @@ local null = mb.null
 mb.db.migrate(require("mcp.schema")) -- before anything reads the store
 require("mcp.upstream_config").load(mb.config.mcp_servers) -- a bad mcpServers stops the start here
 local tools = require("mcp.tools")
+local clip = require("mcp.catalog_text").clip
 
 local LATEST = "2025-11-25"
 local SUPPORTED = { ["2025-11-25"] = true, ["2025-06-18"] = true, ["2025-03-26"] = true }
@@ -66,8 +67,16 @@ local function send_result(ctx, id, result)
   mb.send({ jsonrpc = "2.0", id = id, result = result }, ctx.session, ctx.exchange, true)
 end
 
+-- Messages and the strings of data echo what the client sent (a uri, a method, a name): they
+-- are clipped, so a 16 MB argument does not come back (a message keeps 1 KiB, a data string 256
+-- bytes, with the full size noted).
 local function send_error(ctx, id, code, message, data)
-  local err = { code = code, message = message }
+  local err = { code = code, message = clip(message, 1024) }
+  if type(data) == "table" then
+    for k, v in pairs(data) do
+      if type(v) == "string" then data[k] = clip(v, 256) end
+    end
+  end
   if data ~= nil then err.data = data end
   mb.send({ jsonrpc = "2.0", id = id == nil and null or id, error = err }, ctx.session, ctx.exchange, true)
 end
@@ -186,7 +195,7 @@ methods["tools/call"] = function(params, request)
   if not tool then
     local names = {}
     for _, t in ipairs(tools.all(request.tenant)) do names[#names + 1] = t.definition.name end
-    error(rpc_error(INVALID_PARAMS, "Unknown tool: " .. name, { available = mb.array(names) }))
+    error(rpc_error(INVALID_PARAMS, "Unknown tool: " .. clip(name), { available = mb.array(names) }))
   end
   local args = params.arguments
   if args == nil or args == null then
@@ -425,7 +434,7 @@ local function dispatch(msg, t0, ctx)
 
   local handler = methods[method]
   if not handler then
-    return send_error(ctx, id, METHOD_NOT_FOUND, "Method not found: " .. method)
+    return send_error(ctx, id, METHOD_NOT_FOUND, "Method not found: " .. clip(method))
   end
   local key = id_key(id)
   if sess.inflight[key] then

@@ -19,6 +19,7 @@ local mb = mb
 local null = mb.null
 local skills = require("mcp.skills")
 local skill_tools = require("mcp.skill_tools")
+local clip = require("mcp.catalog_text").clip
 
 local M = {}
 
@@ -106,7 +107,7 @@ function M.init(tools)
     for _, e in ipairs(skills.published_as(request.tenant or "default", "prompt")) do
       if e.name == name then entry = e end
     end
-    if not entry then error(rpc(-32602, "Unknown prompt: " .. name)) end
+    if not entry then error(rpc(-32602, "Unknown prompt: " .. clip(name))) end
     local args = params.arguments
     if args == nil or args == null then args = {} end
     if type(args) ~= "table" then error(rpc(-32602, "prompts/get: params.arguments must be an object")) end

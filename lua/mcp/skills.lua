@@ -19,6 +19,7 @@ local cfg = mb.config
 local db = mb.db
 local fs = mb.fs
 local fmt = require("mcp.skill_format")
+local clip = require("mcp.catalog_text").clip
 
 local M = {}
 local tenants = {}        -- tenant -> { tenant, dir, skills = {name -> entry}, problems = {} }
@@ -332,7 +333,7 @@ local function check_name(name)
   if type(name) ~= "string" then return nil, "name must be a string" end
   if not fmt.valid_name(name) then
     return nil, string.format("invalid skill name %q: it must match ^[A-Za-z_][A-Za-z0-9_]*$ "
-      .. "(at most 64 characters)", name)
+      .. "(at most 64 characters)", clip(name))
   end
   return name
 end

@@ -215,6 +215,38 @@ describe("JSON-RPC error codes", () => {
   });
 });
 
+describe("errors echo at most a clip of what was sent", () => {
+  it("a 6000-byte name, path, uri, method or level comes back cut, with its size", T, async () => {
+    const p = peer();
+    await p.initialize();
+    const L = "Z".repeat(6000);
+    const requests = [
+      ["tools/call", { name: L, arguments: {} }],
+      ["tools/call", { name: "load_skill", arguments: { name: L } }],
+      ["tools/call", { name: "save_skill", arguments: { name: L, code: "return 1", description: "d" } }],
+      ["tools/call", { name: "read_workspace_file", arguments: { path: L } }],
+      ["tools/call", { name: "execute_code", arguments: { code: `return read_file("${L}")` } }],
+      ["resources/read", { uri: "moonbox://workspace/" + L }],
+      ["resources/read", { uri: "moonbox://skills/" + L }],
+      ["resources/read", { uri: L }],
+      ["prompts/get", { name: L }],
+      [L, {}],
+      ["logging/setLevel", { level: L }],
+    ];
+    let id = 100;
+    for (const [method, params] of requests) {
+      const m = p.mark();
+      const res = await p.request(++id, method, params);
+      const line = p.lines.slice(m).find((l) => l.msg?.id === id).raw;
+      assert.ok(line.length < 2048, `${method} ${JSON.stringify(params).slice(0, 60)}: ${line.length} bytes: ${line.slice(0, 300)}`);
+      const text = JSON.stringify(res);
+      assert.ok(!text.includes("Z".repeat(300)), `${method}: the long value came back: ${text.slice(0, 300)}`);
+      assert.match(text, /(\.\.\.\(6\d\d\d bytes\)|\.\.\.: the path is 6\d\d\d bytes)/, `${method}: ${text.slice(0, 400)}`);
+    }
+    await finish(p);
+  });
+});
+
 describe("notifications", () => {
   it("are never answered, known or unknown", T, async () => {
     const p = peer();
