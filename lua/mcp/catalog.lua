@@ -1019,7 +1019,7 @@ function M.init(tools)
     return res
   end)
 
-  tools.stats_providers.catalog = function()
+  tools.server_stats_providers.catalog = function()
     ensure_started()
     if not state.ready then return { available = false, error = tostring(state.error) } end
     local s = M.counts()

@@ -257,8 +257,8 @@ function M.init(tools)
     return { text = restored }
   end
 
-  tools.stats_providers.pii = function()
-    local row = db.row("SELECT count(*) AS n FROM pii_vault WHERE tenant = ?", "default")
+  tools.stats_providers.pii = function(tenant)
+    local row = db.row("SELECT count(*) AS n FROM pii_vault WHERE tenant = ?", tenant)
     return { policy = cfg.pii_policy == 1, restore = cfg.pii_restore == 1,
              vault_tokens = row and row.n or 0 }
   end

@@ -454,7 +454,7 @@ local function dispatch(msg, t0, ctx)
   if ok then
     if result == nil then result = {} end
     send_result(request, id, result)
-    if method == "tools/call" then tools.record_request(mb.now_ms() - t0) end
+    if method == "tools/call" then tools.record_request(mb.now_ms() - t0, request.tenant) end
     return
   end
   if getmetatable(result) == rpc_error_mt then

@@ -163,7 +163,7 @@ function M.init(tools)
     defs = keep
     return out
   end
-  tools.stats_providers.skills = function() return skills.count("default") end
+  tools.stats_providers.skills = function(tenant) return skills.count(tenant) end
   skills.start()
 end
 
@@ -296,7 +296,7 @@ return f(__args)
     if err then return nil, err end
     return M.CANCELLED
   end
-  tools.record(res)
+  tools.record(res, request.tenant)
   local sc
   if res.sc_json then
     sc = mb.json_decode(mb.json_raw_text(res.sc_json))

@@ -8,7 +8,10 @@ local mb = mb
 local null = mb.null
 local cfg = mb.config
 
--- stats_providers[name] = fn() -> table: each adds a section to get_execution_stats.
+-- stats_providers[name] = fn(tenant) -> table: each adds a section about that tenant to
+-- get_execution_stats; server_stats_providers[name] = fn() -> table: sections about the whole
+-- server (other tenants' activity shows in them), given only to the default tenant and in
+-- /metrics.
 -- host_calls[name] = fn(args, request) -> value | nil, message: calls from sandbox code.
 -- host_calls_raw[name]: the same, given the argument bytes as they came (upstream calls).
 -- history: the execution log in the store (mcp/history.lua).
@@ -16,10 +19,11 @@ local cfg = mb.config
 -- raise M.rpc_error(code, message, data) (set by the server) for JSON-RPC errors.
 -- resource_providers[i] = {list(tenant), templates(tenant), read(uri, request)}: resources
 -- beyond the workspace and skill sources (skills published as resources).
-local M = { list = {}, by_name = {}, stats_providers = {}, host_calls = {}, host_calls_raw = {}, methods = {},
+local M = { list = {}, by_name = {}, stats_providers = {}, server_stats_providers = {},
+            host_calls = {}, host_calls_raw = {}, methods = {},
             resource_providers = {},
             history = require("mcp.history") }
-M.stats_providers.history = function() return M.history.summary("default") end
+M.stats_providers.history = function(tenant) return M.history.summary(tenant) end
 
 local function register(definition, handler)
   local t = { definition = definition, handler = handler }
@@ -123,20 +127,33 @@ local ERROR_TYPES = mb.array({ "syntax", "runtime", "timeout", "memory", "instru
 local EXECUTE_ARGS = { code = true, context_vars = true, timeout_ms = true, memory_mb = true,
                        instruction_limit = true }
 
-local stats = { executions = 0, succeeded = 0, failed = 0, by_error_type = {},
-                total_ms = 0, max_ms = 0, recent = {}, recent_pos = 0,
-                requests = {}, requests_pos = 0, request_max_ms = 0 }
-M.stats = stats
+-- Execution counters, one set per tenant (tenants are the configured tokens' ones, so few):
+-- a tenant's get_execution_stats shows its own executions only.
+local tenant_stats = {}
+local function stats_of(tenant)
+  tenant = tenant or "default"
+  local stats = tenant_stats[tenant]
+  if not stats then
+    stats = { executions = 0, succeeded = 0, failed = 0, by_error_type = {},
+              total_ms = 0, max_ms = 0, recent = {}, recent_pos = 0,
+              requests = {}, requests_pos = 0, request_max_ms = 0 }
+    tenant_stats[tenant] = stats
+  end
+  return stats
+end
+M.stats_of = stats_of
 
 -- Time inside the server for one tools/call: from the line being read to the response being
--- handed to the transport (the last 1000 calls).
-function M.record_request(ms)
+-- handed to the transport (the last 1000 calls of the tenant).
+function M.record_request(ms, tenant)
+  local stats = stats_of(tenant)
   stats.requests_pos = stats.requests_pos % 1000 + 1
   stats.requests[stats.requests_pos] = ms
   if ms > stats.request_max_ms then stats.request_max_ms = ms end
 end
 
-local function record(res)
+local function record(res, tenant)
+  local stats = stats_of(tenant)
   stats.executions = stats.executions + 1
   if res.success then
     stats.succeeded = stats.succeeded + 1
@@ -235,13 +252,13 @@ register({
   })
   if not res then
     if err then
-      record({ success = false, error_type = "busy" })
+      record({ success = false, error_type = "busy" }, request.tenant)
       return tool_error(err, { success = false, result = null, output = "", error = err,
         error_type = "busy", execution_time_ms = 0, instructions = 0, memory_peak_bytes = 0 })
     end
     return nil -- cancelled: no response
   end
-  record(res)
+  record(res, request.tenant)
   if res.sc_json then
     -- the worker already serialized structuredContent and its text form: splice them
     return {
@@ -283,16 +300,19 @@ M.record = record
 register({
   name = "get_execution_stats",
   title = "Execution statistics",
-  description = "Counters of this moonbox server: executions by outcome, timing percentiles of the "
-    .. "last 1000 executions (execution_ms) and tools/call requests inside the server "
-    .. "(request_ms: line read to response written), the worker pool, the configured limits, "
-    .. "workspace usage, skills, the recorded execution history, uptime and version.",
+  description = "Your counters on this moonbox server: executions by outcome, timing percentiles "
+    .. "of the last 1000 executions (execution_ms) and tools/call requests inside the server "
+    .. "(request_ms: line read to response written), the configured limits, workspace usage, "
+    .. "skills, the PII vault, the recorded execution history, uptime and version; on stdio (or "
+    .. "HTTP without tokens) also the worker pool, upstream servers and the tool catalog.",
   inputSchema = { type = "object", additionalProperties = false },
   annotations = { title = "Execution statistics", readOnlyHint = true, openWorldHint = false },
-}, function(args)
+}, function(args, request)
   if next(args) ~= nil then
     return tool_error("invalid arguments: get_execution_stats takes no arguments")
   end
+  local tenant = request and request.tenant or "default"
+  local stats = stats_of(tenant)
   local sorted, req = {}, {}
   for i = 1, #stats.recent do sorted[i] = stats.recent[i] end
   for i = 1, #stats.requests do req[i] = stats.requests[i] end
@@ -310,7 +330,6 @@ register({
       p50 = percentile(sorted, 0.5), p95 = percentile(sorted, 0.95), max = stats.max_ms,
     },
     request_ms = { p50 = percentile(req, 0.5), p95 = percentile(req, 0.95), max = stats.request_max_ms },
-    pool = mb.pool_stats(),
     limits = {
       default_timeout_ms = cfg.default_timeout_ms, max_timeout_ms = cfg.max_timeout_ms,
       default_memory_mb = cfg.default_memory_mb, max_memory_mb = cfg.max_memory_mb,
@@ -327,7 +346,13 @@ register({
     version = mb.version,
     uptime_s = mb.pool_stats().uptime_s,
   }
-  for name, provider in pairs(M.stats_providers) do sc[name] = provider() end
+  for name, provider in pairs(M.stats_providers) do sc[name] = provider(tenant) end
+  -- the pool, the upstreams and the catalog are shared: what they count includes the other
+  -- tenants' work, so a token's tenant does not see them (they are in /metrics)
+  if tenant == "default" then
+    sc.pool = mb.pool_stats()
+    for name, provider in pairs(M.server_stats_providers) do sc[name] = provider() end
+  end
   return structured_result(sc)
 end)
 

@@ -749,11 +749,16 @@ end
 ---------------------------------------------------------------------------------------------
 -- stats, metrics, life cycle
 
-function M.stats()
+-- brief: what a token's tenant sees (the servers and whether they are up); the counters and
+-- errors also come from other tenants' calls, so only the default tenant gets them.
+function M.stats(brief)
   local out = {}
   for _, s in ipairs(M.list) do
     local info = is_object(s.server_info) and s.server_info or {}
-    out[s.name] = {
+    out[s.name] = brief and {
+      state = s.state, transport = s.spec.transport, server = info.name, version = info.version,
+      protocol = s.protocol, tools = #s.tools, callable_tools = s.callable,
+    } or {
       state = s.state, transport = s.spec.transport, pid = s.pid,
       server = info.name, version = info.version, protocol = s.protocol,
       tools = #s.tools, callable_tools = s.callable, calls = s.calls, failed_calls = s.errors,
@@ -857,7 +862,7 @@ function M.init(t)
     end
     return M.batch(request, calls)
   end
-  tools.stats_providers.upstreams = M.stats
+  tools.stats_providers.upstreams = function(tenant) return M.stats(tenant ~= "default") end
   tools.upstream = M
   -- Start after the first turn of the loop, so `initialize` from our own client is not delayed.
   if #M.list > 0 then

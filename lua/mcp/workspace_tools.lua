@@ -173,8 +173,8 @@ function M.init(tools)
     return structured({ path = path, deleted = true })
   end)
 
-  tools.stats_providers.workspace = function()
-    local u = ws.usage("default") or {}
+  tools.stats_providers.workspace = function(tenant)
+    local u = ws.usage(tenant) or {}
     return { files = u.files, bytes = u.bytes, max_files = cfg.workspace_max_files,
              max_bytes = cfg.workspace_max_bytes, max_file_bytes = cfg.workspace_max_file_bytes }
   end

@@ -192,6 +192,67 @@ describe("bearer tokens and tenants", () => {
     }
   });
 
+  it("get_execution_stats gives each tenant its own figures and no shared ones", T, async () => {
+    // a server of its own, so the counts start at zero
+    const own = await startHttp(["--http-tokens", `${TA}=alpha,${TB}=beta`]);
+    const a = await connect(own.url, TA);
+    const b = await connect(own.url, TB);
+    const stats = async (c) => (await c.client.callTool({ name: "get_execution_stats", arguments: {} })).structuredContent;
+    try {
+      await exec(a.client, 'write_file("one.txt", "12345") write_file("two.txt", "678")');
+      await exec(a.client, "return 1");
+      await exec(a.client, "error('x')");
+      await a.client.callTool({ name: "save_skill", arguments: { name: "a_only",
+        code: "return function() return 1 end", description: "A's tool.", tool: true } });
+      await a.client.callTool({ name: "sanitize_pii", arguments: { text: "ann@example.org and bob@example.org" } });
+      await exec(b.client, 'write_file("b.txt", "b")');
+
+      // no other output of beta's shows alpha's things
+      const bt = async (name, args = {}) => JSON.stringify(await b.client.callTool({ name, arguments: args }));
+      for (const [what, text] of [
+        ["list_workspace_files", await bt("list_workspace_files")],
+        ["list_skills", await bt("list_skills")],
+        ["search_tools", JSON.stringify((await b.client.callTool({ name: "search_tools",
+          arguments: { query: "a_only tool" } })).structuredContent.tools)],
+        ["tools/list", JSON.stringify(await b.client.listTools())],
+        ["resources/list", JSON.stringify(await b.client.listResources())],
+      ]) {
+        assert.ok(!/a_only|one\.txt|two\.txt/.test(text), `${what} shows alpha's: ${text.slice(0, 400)}`);
+      }
+      assert.match(await bt("list_workspace_files"), /b\.txt/);
+      // asked by name, alpha's skill does not exist for beta (the answer only echoes the name)
+      assert.match(await bt("load_skill", { name: "a_only" }), /"isError":true/);
+      assert.match(await bt("load_skill", { name: "a_only" }), /no skill named/);
+      const hist = await b.client.callTool({ name: "skill_history", arguments: { name: "a_only" } });
+      assert.ok(hist.isError || (hist.structuredContent.versions ?? []).length === 0, JSON.stringify(hist));
+      assert.ok(JSON.stringify(await a.client.listTools()).includes("a_only"), "alpha's own tool is listed for alpha");
+
+      const sa = await stats(a);
+      assert.deepEqual([sa.workspace.files, sa.workspace.bytes], [2, 8]);
+      assert.equal(sa.skills.count, 1);
+      assert.equal(sa.pii.vault_tokens, 2);
+      assert.deepEqual([sa.executions, sa.succeeded, sa.failed], [3, 2, 1]);
+      assert.equal(sa.history.recorded, 3);
+
+      const sb = await stats(b);
+      assert.deepEqual([sb.workspace.files, sb.workspace.bytes], [1, 1], "beta's workspace, not alpha's or default's");
+      assert.equal(sb.skills.count, 0);
+      assert.equal(sb.pii.vault_tokens, 0);
+      assert.deepEqual([sb.executions, sb.succeeded, sb.failed], [1, 1, 0]);
+      assert.equal(sb.history.recorded, 1);
+      // shared parts count other tenants' work: not shown to a token's tenant (they are in
+      // /metrics); upstreams come without counters (security/gateway.test.mjs)
+      for (const st of [sa, sb]) {
+        assert.deepEqual(["pool", "catalog"].filter((k) => k in st), []);
+        assert.equal(typeof st.limits.max_memory_mb, "number");
+      }
+    } finally {
+      await a.client.close();
+      await b.client.close();
+      await own.stop();
+    }
+  });
+
   it("a session is bound to its tenant: the other tenant's token gets 404 on it", T, async () => {
     const a = await connect(srv.url, TA);
     try {

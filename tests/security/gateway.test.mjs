@@ -1170,7 +1170,12 @@ describe("gateway security: tenants over HTTP", () => {
     const t0 = Date.now();
     for (;;) {
       const r = await a.callTool({ name: "get_execution_stats", arguments: {} });
-      if (r.structuredContent?.upstreams?.good?.state === "ready") break;
+      if (r.structuredContent?.upstreams?.good?.state === "ready") {
+        // a token's tenant sees the server and its state, not counters other tenants' calls moved
+        assert.deepEqual(["calls", "failed_calls", "last_error", "in_flight", "pid"]
+          .filter((k) => k in r.structuredContent.upstreams.good), []);
+        break;
+      }
       if (Date.now() - t0 > 10000) throw new Error(`good not ready: ${clip(r)}`);
       await sleep(25);
     }
