@@ -44,6 +44,15 @@ cp -a "$BASE" "$ROOT"
 cp /etc/resolv.conf "$ROOT/etc/resolv.conf"
 # the same apt settings as this machine (e.g. a snapshot mirror that needs Check-Valid-Until off)
 cp /etc/apt/apt.conf.d/* "$ROOT/etc/apt/apt.conf.d/" 2>/dev/null || true
+# and the same trust: a machine of this kind reaches the registries through a proxy whose CA is
+# installed locally and named in npm's config; copy that setup, not anything the project installs
+if [ -d /usr/local/share/ca-certificates ]; then
+  mkdir -p "$ROOT/usr/local/share/ca-certificates"
+  cp -a /usr/local/share/ca-certificates/. "$ROOT/usr/local/share/ca-certificates/"
+fi
+for f in /etc/npmrc /usr/etc/npmrc "$HOME/.npmrc"; do
+  [ -f "$f" ] && mkdir -p "$ROOT$(dirname "$f")" && cp -a "$f" "$ROOT$f"
+done
 mnt() { mount "$@"; MOUNTS+=("${@: -1}"); }
 mnt -t proc proc "$ROOT/proc"
 mnt -t sysfs sys "$ROOT/sys"
@@ -51,7 +60,7 @@ mnt --rbind /dev "$ROOT/dev"
 mnt -t tmpfs -o size=8g tmpfs "$ROOT/tmp"
 
 echo "test-fresh: installing what a user has: nodejs npm make gcc pkg-config git"
-chroot "$ROOT" /bin/sh -c 'apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq nodejs npm make gcc pkg-config git >/dev/null'
+chroot "$ROOT" /bin/sh -c 'apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq nodejs npm make gcc pkg-config git >/dev/null && update-ca-certificates >/dev/null'
 echo "test-fresh: $(chroot "$ROOT" node --version) on PATH"
 git clone -q --no-local "$ROOT_DIR" "$ROOT/work/moonbox"
 echo "test-fresh: commit $(git -C "$ROOT/work/moonbox" log --oneline -1)"
@@ -60,6 +69,7 @@ rc=0
 for n in $(seq "$RUNS"); do
   t0=$(date +%s)
   echo "test-fresh: run $n of $RUNS: make test"
+  # (chroot keeps this environment, e.g. NODE_EXTRA_CA_CERTS naming the CA bundle copied above)
   if chroot "$ROOT" /bin/bash -c 'cd /work/moonbox && make test' >"$OUT/run-$n.log" 2>&1; then
     echo "test-fresh: run $n passed in $(( $(date +%s) - t0 )) s (log: build/fresh/run-$n.log)"
   else
