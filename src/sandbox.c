@@ -589,11 +589,17 @@ static void capture_result(lua_State *L, mb_sandbox_ctx *c, int base, mb_exec_re
 		lua_rawget(L, -2); /* raw: no user __index runs at capture time */
 		lua_remove(L, -2);
 	} else if (n > 1) {
+		/* several values are one JSON array and a nil among them is null, so positions hold:
+		 * `return nil, "why"` is [null, "why"], not {"2": "why"} */
 		lua_createtable(L, n, 0);
 		for (int i = 1; i <= n; i++) {
-			lua_pushvalue(L, base + i);
+			if (lua_isnil(L, base + i))
+				mb_json_push_null(L);
+			else
+				lua_pushvalue(L, base + i);
 			lua_rawseti(L, -2, i);
 		}
+		mb_json_mark_array(L, -1);
 	}
 	char err[256];
 	size_t len = 0;

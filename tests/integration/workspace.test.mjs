@@ -387,6 +387,8 @@ describe("sandbox file functions and the MCP tools share the workspace", () => {
       assert.equal(r.why, "read nope.txt: no such file or directory");
       assert.deepEqual(r.sub, ["data/in.json", "data/out.json", "data/pretty.json"]);
       assert.deepEqual(r.exists, [true, false, false]);
+      // returned as they come, the nil and the reason stay in place (not {"2": "read ..."})
+      assert.deepEqual(await runOk(s, 'return read_file("nope.txt")'), [null, "read nope.txt: no such file or directory"]);
 
       // what the sandbox wrote, the tools read
       assert.equal(ok(await read(s, "from_sandbox.txt")).content, "written by the tool and read by code");

@@ -96,6 +96,10 @@ TEST(results)
 	expect_result("return {1,2,3}", "[1,2,3]");
 	expect_result("return {a=1}", "{\"a\":1}");
 	expect_result("return 1, 'x'", "[1,\"x\"]");
+	/* several values keep their positions: a nil is null (was {"2":"why"}) */
+	expect_result("return nil, 'why'", "[null,\"why\"]");
+	expect_result("return nil, nil, 3", "[null,null,3]");
+	expect_result("return 1, nil", "[1,null]");
 	expect_result("result = 7", "7");
 	expect_result("local x = 1", "null");
 	expect_result("return json.null", "null");
