@@ -13,7 +13,8 @@ local null = mb.null
 mb.db.migrate(require("mcp.schema")) -- before anything reads the store
 require("mcp.upstream_config").load(mb.config.mcp_servers) -- a bad mcpServers stops the start here
 local tools = require("mcp.tools")
-local clip = require("mcp.catalog_text").clip
+local ctext = require("mcp.catalog_text")
+local clip = ctext.clip
 
 local LATEST = "2025-11-25"
 local SUPPORTED = { ["2025-11-25"] = true, ["2025-06-18"] = true, ["2025-03-26"] = true }
@@ -193,9 +194,23 @@ methods["tools/call"] = function(params, request)
   end
   local tool = tools.find(name, request.tenant)
   if not tool then
-    local names = {}
-    for _, t in ipairs(tools.all(request.tenant)) do names[#names + 1] = t.definition.name end
-    error(rpc_error(INVALID_PARAMS, "Unknown tool: " .. clip(name), { available = mb.array(names) }))
+    -- the closest names first (edit distance, as get_tool_definition suggests), then a pointer
+    -- to search_tools: upstream tools are called from code, not as MCP tools of moonbox
+    local names, near = {}, {}
+    local lname, max = name:lower(), math.max(2, math.min(#name // 3, 8))
+    for _, t in ipairs(tools.all(request.tenant)) do
+      local n = t.definition.name
+      names[#names + 1] = n
+      local d = #name <= 256 and ctext.levenshtein(lname, n:lower(), max) or max + 1
+      if d <= max then near[#near + 1] = { n = n, d = d } end
+    end
+    table.sort(near, function(a, b) return a.d < b.d or (a.d == b.d and a.n < b.n) end)
+    local closest = {}
+    for i = 1, math.min(3, #near) do closest[i] = near[i].n end
+    error(rpc_error(INVALID_PARAMS, string.format("Unknown tool: %s.%s Tools of upstream servers are "
+      .. "called from execute_code (servers.<server>.<tool>{...}); search_tools finds them.",
+      clip(name), #closest > 0 and (" Did you mean " .. table.concat(closest, ", ") .. "?") or ""),
+      { available = mb.array(names), closest = mb.array(closest) }))
   end
   local args = params.arguments
   if args == nil or args == null then

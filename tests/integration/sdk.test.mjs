@@ -202,8 +202,12 @@ describe("moonbox via the SDK client", () => {
       (err) => {
         assert.ok(err instanceof McpError, `not an McpError: ${err}`);
         assert.equal(err.code, -32602);
+        assert.match(err.message, /Unknown tool: no_such_tool\. Tools of upstream servers are called from execute_code .*search_tools finds them/);
         return true;
       });
+    // a near miss names the tool meant
+    await assert.rejects(client.callTool({ name: "execute_cod", arguments: {} }),
+      (err) => /Unknown tool: execute_cod\. Did you mean execute_code\?/.test(err.message) && err.data.closest[0] === "execute_code");
   });
 
   it("mcp.progress reaches the onprogress handler in order", T, async () => {
