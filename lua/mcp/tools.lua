@@ -7,6 +7,7 @@
 local mb = mb
 local null = mb.null
 local cfg = mb.config
+local clip = require("mcp.catalog_text").clip
 
 -- stats_providers[name] = fn(tenant) -> table: each adds a section about that tenant to
 -- get_execution_stats; server_stats_providers[name] = fn() -> table: sections about the whole
@@ -125,7 +126,27 @@ local ERROR_TYPES = mb.array({ "syntax", "runtime", "timeout", "memory", "instru
                                "cancelled", "result", "busy" })
 
 local EXECUTE_ARGS = { code = true, context_vars = true, timeout_ms = true, memory_mb = true,
-                       instruction_limit = true }
+                       instruction_limit = true, timeout_seconds = true }
+
+-- timeout_seconds: the name other code-execution servers use, accepted as an alias of
+-- timeout_ms (a number of seconds, fractions allowed). Returns milliseconds, or nil (not given),
+-- or false and an error.
+local function timeout_seconds_arg(args)
+  local s = args.timeout_seconds
+  if s == nil or s == null then return nil end
+  if args.timeout_ms ~= nil and args.timeout_ms ~= null then
+    return false, "invalid arguments: give timeout_ms or timeout_seconds, not both"
+  end
+  if type(s) ~= "number" or s ~= s or s <= 0 or s == math.huge then
+    return false, "invalid arguments: timeout_seconds must be a positive number of seconds"
+  end
+  local ms = math.ceil(s * 1000)
+  if ms > cfg.max_timeout_ms then
+    return false, string.format("invalid arguments: timeout_seconds=%g exceeds the configured "
+      .. "maximum max_timeout_ms=%d (%g s)", s, cfg.max_timeout_ms, cfg.max_timeout_ms / 1000)
+  end
+  return math.tointeger(ms)
+end
 
 -- Execution counters, one set per tenant (tenants are the configured tokens' ones, so few):
 -- a tenant's get_execution_stats shows its own executions only.
@@ -192,6 +213,8 @@ register({
       context_vars = { type = "object", description = "Values that become global variables" },
       timeout_ms = { type = "integer", minimum = 1, maximum = cfg.max_timeout_ms,
                      description = "Wall-clock limit in milliseconds" },
+      timeout_seconds = { type = "number", exclusiveMinimum = 0, maximum = cfg.max_timeout_ms / 1000,
+                          description = "The same limit in seconds (instead of timeout_ms)" },
       memory_mb = { type = "integer", minimum = 1, maximum = cfg.max_memory_mb,
                     description = "Memory limit in MiB" },
       instruction_limit = { type = "integer", minimum = 1, maximum = cfg.max_instruction_limit,
@@ -222,7 +245,7 @@ register({
   for k in pairs(args) do
     if not EXECUTE_ARGS[k] then
       return tool_error(string.format("invalid arguments: unknown argument %q (expected code, "
-        .. "context_vars, timeout_ms, memory_mb, instruction_limit)", tostring(k)))
+        .. "context_vars, timeout_ms or timeout_seconds, memory_mb, instruction_limit)", clip(tostring(k))))
     end
   end
   local code = args.code
@@ -238,7 +261,10 @@ register({
     end
     context_json = mb.json_encode(context)
   end
-  local timeout_ms, e1 = int_arg(args, "timeout_ms", cfg.default_timeout_ms, cfg.max_timeout_ms)
+  local timeout_ms, e1 = timeout_seconds_arg(args)
+  if timeout_ms == nil then
+    timeout_ms, e1 = int_arg(args, "timeout_ms", cfg.default_timeout_ms, cfg.max_timeout_ms)
+  end
   if not timeout_ms then return tool_error(e1) end
   local memory_mb, e2 = int_arg(args, "memory_mb", cfg.default_memory_mb, cfg.max_memory_mb)
   if not memory_mb then return tool_error(e2) end

@@ -54,9 +54,30 @@ local function encoding_arg(args)
   return e
 end
 
+-- Argument names other code-execution servers use, accepted as documented aliases
+-- (docs/workspace.md): filename for path, subpath for dir. Renames them in args (the request's
+-- own table), or returns nil and an error when both names are given.
+local ALIASES = { filename = "path", subpath = "dir" }
+local function canonical(args, allowed)
+  for alias, name in pairs(ALIASES) do
+    if allowed[name] and args[alias] ~= nil then
+      if args[name] ~= nil then
+        return nil, string.format("invalid arguments: give %s or %s, not both", name, alias)
+      end
+      args[name], args[alias] = args[alias], nil
+    end
+  end
+  return args
+end
+
 function M.init(tools)
-  local check_args = tools.check_args
   local tool_error, structured = tools.tool_error, tools.structured_result
+  -- tools.check_args, after the aliases are renamed
+  local function check_args(args, allowed, tool)
+    local ok, err = canonical(args, allowed)
+    if not ok then return err end
+    return tools.check_args(args, allowed, tool)
+  end
 
   local function with_path(args)
     if type(args.path) ~= "string" then
@@ -75,6 +96,7 @@ function M.init(tools)
         cfg.workspace_max_file_bytes, cfg.workspace_max_bytes, cfg.workspace_max_files),
     inputSchema = obj({
       path = { type = "string", description = "Relative path, e.g. data/orders.json" },
+      filename = { type = "string", description = "Another name for path" },
       content = { type = "string", description = "The file content (UTF-8 text, or base64)" },
       encoding = { type = "string", enum = mb.array({ "utf8", "base64" }), default = "utf8" },
     }, { "path", "content" }),
@@ -106,6 +128,7 @@ function M.init(tools)
       .. "encoding=\"base64\" for binary files.",
     inputSchema = obj({
       path = { type = "string" },
+      filename = { type = "string", description = "Another name for path" },
       encoding = { type = "string", enum = mb.array({ "utf8", "base64" }), default = "utf8" },
     }, { "path" }),
     annotations = { title = "Read a workspace file", readOnlyHint = true, openWorldHint = false },
@@ -136,7 +159,8 @@ function M.init(tools)
     title = "List workspace files",
     description = "Files in your workspace (or under a sub-directory) with sizes and modification "
       .. "times, and the workspace's usage against its quotas.",
-    inputSchema = obj({ dir = { type = "string", description = "Sub-directory to list (default: all)" } }),
+    inputSchema = obj({ dir = { type = "string", description = "Sub-directory to list (default: all)" },
+                        subpath = { type = "string", description = "Another name for dir" } }),
     annotations = { title = "List workspace files", readOnlyHint = true, openWorldHint = false },
   }, function(args, request)
     local bad = check_args(args, { dir = true }, "list_workspace_files")
@@ -157,7 +181,8 @@ function M.init(tools)
     name = "delete_workspace_file",
     title = "Delete a workspace file",
     description = "Delete a file from your workspace.",
-    inputSchema = obj({ path = { type = "string" } }, { "path" }),
+    inputSchema = obj({ path = { type = "string" },
+                        filename = { type = "string", description = "Another name for path" } }, { "path" }),
     annotations = { title = "Delete a workspace file", readOnlyHint = false, destructiveHint = true,
                     idempotentHint = true, openWorldHint = false },
   }, function(args, request)

@@ -196,6 +196,16 @@ describe("moonbox via the SDK client", () => {
     });
   });
 
+  it("timeout_seconds is timeout_ms in seconds", T, async () => {
+    const sc = structured(await execute(client, { code: "while true do end", timeout_seconds: 0.25,
+      instruction_limit: MAX_INSTR }));
+    assert.deepEqual([sc.success, sc.error_type, sc.error], [false, "timeout", "timeout: execution exceeded timeout_ms=250"]);
+    assert.match(errorText(await execute(client, { code: "return 1", timeout_seconds: 1, timeout_ms: 5 })),
+      /give timeout_ms or timeout_seconds, not both/);
+    assert.match(errorText(await execute(client, { code: "return 1", timeout_seconds: 3600 })),
+      /timeout_seconds=3600 exceeds the configured maximum max_timeout_ms=60000/);
+  });
+
   it("unknown tool: McpError -32602", T, async () => {
     await assert.rejects(
       client.callTool({ name: "no_such_tool", arguments: {} }),

@@ -130,6 +130,18 @@ describe("workspace tools", () => {
     });
   });
 
+  it("filename and subpath are accepted for path and dir (names other servers use)", T, async () => {
+    await withServer({}, async (s) => {
+      assert.equal(ok(await call(s, "write_workspace_file", { filename: "d/a.txt", content: "hi" })).path, "d/a.txt");
+      assert.equal(ok(await call(s, "read_workspace_file", { filename: "d/a.txt" })).content, "hi");
+      assert.deepEqual(ok(await call(s, "list_workspace_files", { subpath: "d" })).files.map((f) => f.path), ["d/a.txt"]);
+      assert.equal(errText(await call(s, "read_workspace_file", { filename: "d/a.txt", path: "d/a.txt" })),
+        "invalid arguments: give path or filename, not both");
+      assert.match(errText(await call(s, "list_workspace_files", { filename: "d" })), /has no argument "filename"/);
+      assert.equal(ok(await call(s, "delete_workspace_file", { filename: "d/a.txt" })).deleted, true);
+    });
+  });
+
   it("sub-directories are created on write and listed by dir", T, async () => {
     await withServer({}, async (s) => {
       ok(await write(s, "top.txt", "t"));
