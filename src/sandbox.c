@@ -28,6 +28,7 @@
 #include "embedded.h"
 #include "log.h"
 #include "json.h"
+#include "lang_hint.h"
 #include "sandbox_int.h"
 #include "arena.h"
 
@@ -580,6 +581,22 @@ static void describe_error(lua_State *L, mb_sandbox_ctx *c, mb_exec_result *res,
 	set_error(res, type, msg);
 }
 
+/* A syntax error in code that looks like Python or JavaScript gets a hint (lang_hint.h). */
+static void add_lang_hint(mb_exec_result *res, const char *code, size_t len)
+{
+	const char *hint = res->error_type && strcmp(res->error_type, "syntax") == 0 && res->error
+				   ? mb_lang_hint(code, len) : NULL;
+	if (!hint)
+		return;
+	size_t n = strlen(res->error) + strlen(hint) + 16;
+	char *msg = malloc(n);
+	if (!msg)
+		return;
+	snprintf(msg, n, "%s (hint: %s)", res->error, hint);
+	set_error(res, "syntax", msg);
+	free(msg);
+}
+
 static void capture_result(lua_State *L, mb_sandbox_ctx *c, int base, mb_exec_result *res)
 {
 	int n = lua_gettop(L) - base;
@@ -771,6 +788,7 @@ int mb_sandbox_run_prepared(mb_sandbox *sb, const mb_exec_request *req, mb_budge
 	status = mb_sandbox_load_text(L, req->code, req->code_len, "=code");
 	if (status != LUA_OK) {
 		describe_error(L, c, res, status == LUA_ERRSYNTAX ? "syntax" : "runtime");
+		add_lang_hint(res, req->code, req->code_len);
 		goto finish;
 	}
 	status = lua_pcall(L, 0, LUA_MULTRET, sb->msgh);

@@ -196,6 +196,21 @@ describe("moonbox via the SDK client", () => {
     });
   });
 
+  it("Python or JavaScript sent as code: the syntax error says moonbox runs Lua, with the idiom", T, async () => {
+    for (const [code, want] of [
+      ["import json\nreturn json.loads(s)", /^code:1: syntax error near 'json' \(hint: moonbox runs Lua 5\.4; this looks like Python: there is no import/],
+      ["print(len([1,2,3]))", /\(hint: moonbox runs Lua 5\.4; this looks like Python: the length of a string or list is #x\)$/],
+      ["const x = [1, 2].map(v => v * 2)\nreturn x", /\(hint: moonbox runs Lua 5\.4; this looks like JavaScript: variables are `local x = \.\.\.`\)$/],
+    ]) {
+      const sc = structured(await execute(client, { code }));
+      assert.equal(sc.error_type, "syntax");
+      assert.match(sc.error, want);
+    }
+    // Lua with a syntax error gets Lua's message alone
+    const lua = structured(await execute(client, { code: "local t = {1, 2\nreturn t" }));
+    assert.equal(lua.error, "code:2: '}' expected (to close '{' at line 1) near 'return'");
+  });
+
   it("timeout_seconds is timeout_ms in seconds", T, async () => {
     const sc = structured(await execute(client, { code: "while true do end", timeout_seconds: 0.25,
       instruction_limit: MAX_INSTR }));
