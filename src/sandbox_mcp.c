@@ -6,6 +6,9 @@
  * Names may be written as Lua identifiers: the host maps servers.my_server.get_sum to "my-server"
  * and "get-sum" when no exact name matches.
  *
+ * `mcp.tools([server])` lists the servers, or one server's callable tools, and `pairs(servers)`
+ * walks the servers (host call "upstream_tools"), so code can see what it may call.
+ *
  * `mcp.parallel{...}` runs several calls at once. Items are call specs ({server, tool, args} or
  * {server=, tool=, args=}) or functions. Each function runs in a coroutine (made and resumed with
  * the sandbox's own coroutine functions, captured at open, so the budget hook and the deadline
@@ -277,6 +280,49 @@ static int servers_index(lua_State *L)
 	return 1;
 }
 
+/* mcp.tools([server]): without a server, the configured servers ({name, lua_name, state,
+ * tools}); with one, its callable tools ({name, lua_name, summary, read_only}), by name. */
+static int sb_tools(lua_State *L)
+{
+	lua_settop(L, 1);
+	if (!lua_isnil(L, 1))
+		luaL_checkstring(L, 1);
+	lua_createtable(L, 0, 1);
+	if (!lua_isnil(L, 1)) {
+		lua_pushvalue(L, 1);
+		lua_setfield(L, -2, "server");
+	}
+	mb_sandbox_host_call(L, "upstream_tools");
+	return 1;
+}
+
+/* pairs(servers): each configured server's name and its table (as servers.<name> gives it) */
+static int servers_pairs(lua_State *L)
+{
+	lua_settop(L, 1);
+	lua_pushcfunction(L, sb_tools);
+	lua_call(L, 0, 1); /* [2] the list of servers */
+	lua_newtable(L);   /* [3] name -> proxy */
+	lua_Integer n = (lua_Integer)luaL_len(L, 2);
+	for (lua_Integer i = 1; i <= n; i++) {
+		lua_rawgeti(L, 2, i);
+		if (lua_getfield(L, -1, "name") == LUA_TSTRING) {
+			lua_pushcfunction(L, servers_index);
+			lua_pushvalue(L, 1);
+			lua_pushvalue(L, -3);
+			lua_call(L, 2, 1);
+			lua_rawset(L, 3);
+		} else {
+			lua_pop(L, 1);
+		}
+		lua_pop(L, 1);
+	}
+	lua_pushvalue(L, lua_upvalueindex(1)); /* next, taken when the sandbox was opened */
+	lua_pushvalue(L, 3);
+	lua_pushnil(L);
+	return 3;
+}
+
 /* Normalizes a spec item ({server, tool, args} or named fields) at idx; pushes the spec. */
 static void item_spec(lua_State *L, int idx, lua_Integer i)
 {
@@ -462,12 +508,17 @@ int mb_sandbox_mcp_open(lua_State *L)
 		lua_remove(L, -3);
 		lua_pushcclosure(L, sb_parallel, 2);
 		lua_setfield(L, -2, "parallel");
+		lua_pushcfunction(L, sb_tools);
+		lua_setfield(L, -2, "tools");
 	}
 	lua_pop(L, 1);
 	lua_newtable(L);
-	lua_createtable(L, 0, 3);
+	lua_createtable(L, 0, 4);
 	lua_pushcfunction(L, servers_index);
 	lua_setfield(L, -2, "__index");
+	lua_getfield(L, -3, "next");
+	lua_pushcclosure(L, servers_pairs, 1);
+	lua_setfield(L, -2, "__pairs");
 	lua_pushcfunction(L, readonly);
 	lua_setfield(L, -2, "__newindex");
 	lua_pushboolean(L, 0);

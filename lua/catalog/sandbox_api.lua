@@ -379,6 +379,20 @@ return {
           example = 'local files = mcp.call("filesystem", "list_directory", { path = "/data" })\n'
             .. 'return #files',
         },
+        ["mcp.tools"] = {
+          signature = "mcp.tools([server])",
+          description = "What upstream servers code may call. Without a server: the servers "
+            .. "configured in mcpServers, each {name, lua_name, state, tools}. With one: its "
+            .. "callable tools, each {name, lua_name, summary, read_only}. pairs(servers) walks "
+            .. "the servers the same way. search_tools finds tools by what they do.",
+          parameters = {
+            P("server", "string", "a server name (or its Lua name)", true),
+          },
+          returns = "array of servers, or of one server's tools",
+          use_cases = { "list the tools of a server from code", "check which servers are ready" },
+          example = 'local out = {}\nfor _, t in ipairs(mcp.tools("github")) do\n'
+            .. '  if t.read_only then out[#out + 1] = t.name end\nend\nreturn out',
+        },
         ["mcp.parallel"] = {
           signature = "mcp.parallel(list)",
           description = "Run several upstream calls at once and return their results in order. "

@@ -272,6 +272,7 @@ function S:refresh_tools(gen)
     if by_ident[id] == nil then by_ident[id] = keep else by_ident[id] = false end -- false: ambiguous
     if not ucfg.refusal(self.spec, t) then
       local d = type(t.description) == "string" and t.description or ""
+      keep.summary = text.one_line(d)
       if #d > MAX_DESCRIPTION then
         d = d:sub(1, MAX_DESCRIPTION):gsub("[\128-\191]*$", ""):gsub("[\192-\255]$", "") .. " [cut]"
       end
@@ -850,6 +851,28 @@ function M.init(t)
     local server, tool, args = split_item(raw)
     if not server then return nil, "upstream_call: malformed request" end
     return M.call(request, server, tool, args)
+  end
+  -- mcp.tools([server]) and pairs(servers) in sandbox code: the servers (name, Lua name,
+  -- state, callable tools) or one server's callable tools (name, Lua name, summary, read_only)
+  tools.host_calls.upstream_tools = function(a)
+    local out = {}
+    if a.server == nil then
+      for _, s in ipairs(M.list) do
+        out[#out + 1] = { name = s.name, lua_name = s.ident, state = s.state, tools = s.callable }
+      end
+      return mb.array(out)
+    end
+    local s, err = resolve_server(a.server)
+    if not s then return nil, "mcp.tools: " .. err end
+    for _, t in ipairs(s.tools) do
+      if not ucfg.refusal(s.spec, t) then
+        local ann = is_object(t.annotations) and t.annotations or {}
+        out[#out + 1] = { name = t.name, lua_name = ucfg.ident(t.name), summary = t.summary or "",
+                          read_only = ann.readOnlyHint == true }
+      end
+    end
+    table.sort(out, function(x, y) return x.name < y.name end)
+    return mb.array(out)
   end
   tools.host_calls_raw.upstream_batch = function(raw, request)
     local calls, pos = {}, 1

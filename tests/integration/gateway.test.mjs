@@ -466,6 +466,34 @@ describe("gateway: discovery and calls over stdio (everything, filesystem, memor
     assert.deepEqual(await runOk(s, "return #mcp.parallel{}"), 0);
   }));
 
+  it("mcp.tools and pairs(servers) show code what it may call", T, withStderr(S, async () => {
+    const r = await runOk(s, `
+      local servers_seen = {}
+      for name, srv in pairs(servers) do servers_seen[#servers_seen + 1] = name .. ":" .. type(srv) end
+      table.sort(servers_seen)
+      local list = mcp.tools()
+      local ev = mcp.tools("everything")
+      local echo, names = nil, {}
+      for _, t in ipairs(ev) do
+        names[#names + 1] = t.name
+        if t.name == "echo" then echo = t end
+      end
+      local ok, err = pcall(mcp.tools, "nope")
+      return { seen = servers_seen, n = #list, first = list[1], count = #ev, echo = echo,
+               sorted = table.concat(names, ",") == (function() table.sort(names) return table.concat(names, ",") end)(),
+               via_pairs = servers.everything.echo{message = "p"}, err = err }`);
+    assert.deepEqual(r.seen, ["everything:table", "fs:table", "memory:table"]);
+    assert.equal(r.n, 3);
+    assert.deepEqual(Object.keys(r.first).sort(), ["lua_name", "name", "state", "tools"]);
+    assert.equal(r.count, 13);
+    assert.equal(r.echo.lua_name, "echo");
+    assert.equal(r.echo.read_only, true);
+    assert.match(r.echo.summary, /^Echoes back the input/);
+    assert.equal(r.sorted, true);
+    assert.equal(r.via_pairs, "Echo: p");
+    assert.match(r.err, /mcp\.tools: unknown upstream server "nope"; configured: everything, fs, memory/);
+  }));
+
   it("counts calls per upstream", T, withStderr(S, async () => {
     const b = (await upstreamStats(s.client)).everything;
     await runOk(s, 'for i = 1, 5 do servers.everything.echo{message = "c" .. i} end pcall(servers.everything.get_sum, {a = "x", b = 3}) return 1');
