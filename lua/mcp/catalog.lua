@@ -928,7 +928,8 @@ function M.init(tools)
       .. "are split into words). Ranked best first. detail_level: \"name\" (name and category), "
       .. "\"summary\" (plus a one-line description, default) or \"full\" (whole definitions with "
       .. "schemas and a Lua call example). Start with summary, then get_tool_definition for the "
-      .. "one you need.",
+      .. "one you need. To list every tool (what list_mcp_tools gives elsewhere), pass an empty "
+      .. "query with a category, or call mcp.tools(server) from execute_code.",
     inputSchema = {
       type = "object",
       properties = {
