@@ -15,7 +15,8 @@ PKGS      := $(LUA_PKG) libuv libpcre2-8 jansson sqlite3 libsodium
 CURL_PKG  := libcurl
 DEB_PKGS  := liblua5.4-dev libuv1-dev libpcre2-dev libjansson-dev libsqlite3-dev libsodium-dev lua-cjson-dev \
              libhttp-parser-dev libcurl4-openssl-dev pkg-config gcc make
-TEST_DEB_PKGS := valgrind clang libclang-rt-14-dev lua5.4 sqlite3 wrk openssl dpkg-dev systemd groff-base procps
+# man-db: systemd-analyze verify runs `man moonbox(1)` for the unit's Documentation= (tests/install)
+TEST_DEB_PKGS := valgrind clang libclang-rt-14-dev lua5.4 sqlite3 wrk openssl dpkg-dev systemd groff-base procps man-db
 
 CC        ?= gcc
 BUILD     ?= build
