@@ -36,7 +36,10 @@ UNIT_BIN  := $(patsubst tests/unit/%.c,$(BUILD)/tests/%,$(UNIT_SRC))
 .PHONY: all deps test-deps run test test-fresh test-unit test-tsan test-lua test-valgrind test-integration test-security \
         test-asan bench fuzz clean conformance
 
-all: $(BUILD)/moonbox
+# `make` alone installs missing build packages first, as `make run` does (deps is silent when
+# all are present); the build runs after it, never alongside it under -j.
+all: deps
+	@$(MAKE) --no-print-directory $(BUILD)/moonbox
 
 # ---- dependencies -------------------------------------------------------------------------
 # Installs any missing Debian package; silent and idempotent when all are present.

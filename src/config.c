@@ -116,6 +116,8 @@ static void usage(FILE *f)
 		for (char *p = flag + 2; *p; p++)
 			if (*p == '_')
 				*p = '-';
+		if (strcmp(o->name, "http_listen") == 0)
+			snprintf(flag, sizeof flag, "--http-listen, --http");
 		if (o->type == OPT_INT)
 			fprintf(f, "  %-28s %s (default %lld)\n", flag, o->help, (long long)o->def);
 		else
