@@ -447,12 +447,12 @@ return {
             .. 'local big = filter_by_field(orders, "total", 100, ">=")',
         },
         summarize_list = {
-          signature = "summarize_list(list [, opts])",
+          signature = "summarize_list(list [, opts or n])",
           description = "Describe a list compactly: item count, types, each field's count, types "
             .. "and numeric range, and a few trimmed samples. Good to look at unknown data.",
           parameters = {
             P("list", "array", "the items"),
-            P("opts", "table", "{samples = 3, max_fields = 50, max_string = 80}", true),
+            P("opts", "table|integer", "{samples = 3, max_fields = 50, max_string = 80}, or n samples", true),
           },
           returns = "{count, types, fields, samples}",
           use_cases = { "inspect the shape of data returned by a tool", "see which fields records have" },
@@ -461,7 +461,8 @@ return {
         aggregate_stats = {
           signature = "aggregate_stats(list [, field [, group_by]])",
           description = "Statistics of a numeric field: count, sum, mean, min, max, median, standard "
-            .. "deviation; optionally one set per group.",
+            .. "deviation; optionally one set per group. Records with no field: the statistics of "
+            .. "every numeric field, {field = stats}.",
           parameters = {
             P("list", "array", "the items"),
             P("field", "string|integer|function", FIELD, true),
@@ -473,12 +474,14 @@ return {
           example = 'aggregate_stats(orders, "total", "country")\n--> {NO = {count = 12, sum = 340, mean = 28.3, ...}, ...}',
         },
         format_output = {
-          signature = "format_output(data [, format])",
+          signature = "format_output(data [, format] [, max_chars])",
           description = "Render data as text: json (default), table (aligned plain text), csv, "
-            .. "markdown or summary.",
+            .. "markdown or summary, cut to max_chars characters when given "
+            .. "(format_output(data, 60) is JSON cut to 60).",
           parameters = {
             P("data", "any", "a list of records, a record, or any value for json"),
             P("format", "string", "json, table, csv, markdown or summary", true),
+            P("max_chars", "integer", "cut the text to this many characters, ... at the end", true),
           },
           returns = "string",
           use_cases = { "make a markdown table of results", "export rows as CSV", "pretty print records" },

@@ -24,7 +24,7 @@ local sfind, sformat, ssub, sbyte, sgsub, srep =
 	string.find, string.format, string.sub, string.byte, string.gsub, string.rep
 local concat = table.concat
 local mtype, sqrt, huge, tointeger = math.type, math.sqrt, math.huge, math.tointeger
-local ulen = utf8.len
+local ulen, uoffset = utf8.len, utf8.offset
 local json_encode = type(json) == "table" and json.encode or nil
 local NULL = type(json) == "table" and json.null or nil
 if NULL == nil then NULL = {} end -- a private sentinel: nothing in the data can equal it
@@ -355,9 +355,44 @@ local function add_value(acc, v)
 	end
 end
 
+-- aggregate_stats(records) with no field: the stats of every field that holds a number in some
+-- record (the call form other servers' helpers have), as { field = stats }.
+local function stats_per_field(list, n)
+	local accs, names, nf = {}, {}, 0
+	for i = 1, n do
+		local item = rawget(list, i)
+		if type(item) == "table" then
+			for k, v in next, item do
+				if type(v) == "number" and not accs[k] then
+					accs[k] = true
+					nf = nf + 1
+					names[nf] = k
+				end
+			end
+		end
+	end
+	local out = {}
+	for j = 1, nf do
+		local k, acc = names[j], new_acc()
+		for i = 1, n do
+			local item = rawget(list, i)
+			add_value(acc, type(item) == "table" and rawget(item, k) or nil)
+		end
+		out[k] = finish_stats(acc)
+	end
+	return out
+end
+
 function aggregate_stats(list, field, group_by_field)
 	local name = "aggregate_stats"
 	local n = check_list(name, list, 3)
+	if field == nil and group_by_field == nil then
+		for i = 1, n do -- records (tables) rather than plain numbers: every numeric field
+			local item = rawget(list, i)
+			if type(item) == "table" and not rawequal(item, NULL) then return stats_per_field(list, n) end
+			if not is_missing(item) then break end
+		end
+	end
 	local vals = values_of(name, list, n, field, 3)
 	if group_by_field == nil then
 		local acc = new_acc()
@@ -607,6 +642,10 @@ local function summarize(name, list, opts, lvl)
 end
 
 function summarize_list(list, opts)
+	-- summarize_list(list, n): n samples (the call form other servers' helpers have)
+	if mtype(opts) == "integer" or (mtype(opts) == "float" and tointeger(opts)) then
+		opts = { samples = opts }
+	end
 	local r = summarize("summarize_list", list, opts, 3)
 	return r
 end
@@ -822,7 +861,22 @@ end
 local RENDER = { table = render_table, csv = render_csv, markdown = render_markdown,
 	summary = render_summary }
 
-function format_output(data, format)
+-- At most max characters of s (UTF-8), "..." at the end when cut.
+local function cut_chars(s, max)
+	local n = ulen(s)
+	if (n or #s) <= max then return s end
+	local keep = max > 3 and max - 3 or max
+	local i = n and uoffset(s, keep + 1) or keep + 1
+	return ssub(s, 1, i - 1) .. (max > 3 and "..." or "")
+end
+
+function format_output(data, format, max_chars)
+	-- format_output(data, n): JSON cut to n characters (the call form other servers' helpers have)
+	if type(format) == "number" and max_chars == nil then format, max_chars = "json", format end
+	if max_chars ~= nil and not (mtype(max_chars) == "integer" or tointeger(max_chars)) or
+	   (max_chars ~= nil and max_chars < 1) then
+		error("format_output: max_chars must be a positive integer, got " .. show(max_chars), 2)
+	end
 	if format == nil then format = "json" end
 	if format ~= "json" and not (type(format) == "string" and RENDER[format]) then
 		error("format_output: unknown format " .. show(format) ..
@@ -834,5 +888,6 @@ function format_output(data, format)
 	end
 	local s
 	if format == "json" then s = encode(data, 3) else s = RENDER[format](data, 3) end
+	if max_chars then s = cut_chars(s, tointeger(max_chars)) end
 	return s
 end

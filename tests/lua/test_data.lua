@@ -272,6 +272,13 @@ check("stats grouped", A(people, "age", "city"), {
 check("stats grouped missing key", A({ { v = 1 }, { v = 2, g = NULL } }, "v", "g"), {
 	["(missing)"] = { count = 2, sum = 3, mean = 1.5, min = 1, max = 2, median = 1.5, stddev = 0.5, missing = 0, skipped = 0 },
 })
+-- records with no field: every field that holds a number somewhere (the form other servers use)
+check("stats per numeric field", A({ { a = 1, b = "x", c = 2.5 }, { a = 3, c = 0.5 }, { a = "no", b = "y" } }), {
+	a = { count = 2, sum = 4, mean = 2.0, min = 1, max = 3, median = 2.0, stddev = 1.0, missing = 0, skipped = 1 },
+	c = { count = 2, sum = 3.0, mean = 1.5, min = 0.5, max = 2.5, median = 1.5, stddev = 1.0, missing = 1, skipped = 0 },
+})
+check("stats per field after leading missing items", A({ NULL, { v = 2 } }).v.count, 1)
+check("stats of plain numbers unchanged", A({ 1, 2, 3 }).sum, 6)
 check_err('aggregate_stats(5)', "aggregate_stats: list must be a table, got number")
 check_err('aggregate_stats({}, {})', "aggregate_stats: field must be a string, number or function, got table")
 check_err('aggregate_stats({}, "a", true)', "aggregate_stats: group_by must be a string, number or function, got boolean")
@@ -380,6 +387,7 @@ check("summarize", SUM(people), {
 })
 check("summarize samples are copies", SUM(people).samples[1] ~= people[1], true)
 check("summarize samples option", #SUM(people, { samples = 1 }).samples, 1)
+check("summarize with a number of samples", #SUM(people, 2).samples, 2)
 check("summarize samples 0", SUM(people, { samples = 0 }).samples, {})
 check("summarize empty", SUM({}), { count = 0, types = {}, fields = {}, samples = {} })
 check("summarize scalars", SUM({ 1, "a", NULL }), { count = 3, types = { number = 1, string = 1, null = 1 },
@@ -474,7 +482,12 @@ end
 check("summary scalars", FO({ 1.5, "x" }, "summary"), 'count: 2\ntypes: number 1, string 1\nsamples:\n  1.5\n  "x"')
 
 check_err('format_output({}, "xml")', "format_output: unknown format 'xml' (expected json, table, csv, markdown or summary)")
-check_err('format_output({}, 5)', "format_output: unknown format 5 (expected json, table, csv, markdown or summary)")
+check("format_output(data, n): JSON cut to n characters", FO({ a = 1, b = "long text here" }, 12), '{"a":1,"b...')
+check("format_output(data, n) short enough: whole", FO({ 1, 2 }, 60), "[1,2]")
+check("format_output cut counts characters", FO("h\195\169llo w\195\182rld", 8), '"h\195\169ll...') -- 5 characters, the quote included
+check("format_output(data, fmt, n)", FO({ { a = 1 }, { a = 2 } }, "csv", 5), "a\r...")
+check_err('format_output({}, 0)', "format_output: max_chars must be a positive integer, got 0")
+check_err('format_output({}, 2.5)', "format_output: max_chars must be a positive integer, got 2.5")
 check_err('format_output({}, "JSON")', "format_output: unknown format 'JSON' (expected json, table, csv, markdown or summary)")
 check_err('format_output((function() local t = {a = {}} t.a.b = t return t end)())',
 	"format_output: data contains a cycle at data.a.b")
