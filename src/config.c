@@ -210,10 +210,14 @@ static int load_file(mb_config *cfg, const char *path, int required)
 		} else if (json_is_string(val)) {
 			rc |= set_value(cfg, o, json_string_value(val), source);
 		} else if (json_is_object(val) && o->type == OPT_STR) {
-			/* an option whose value is JSON text (pii_custom_patterns) may be given as JSON */
+			/* an option whose value is JSON text (pii_custom_patterns) may be given as JSON;
+			 * the text is jansson's to free (mb_json_global_init gives it another allocator) */
 			char *text = json_dumps(val, JSON_COMPACT);
 			rc |= text ? set_value(cfg, o, text, source) : -1;
-			free(text);
+			json_free_t jfree;
+			json_get_alloc_funcs(NULL, &jfree);
+			if (text)
+				jfree(text);
 		} else {
 			int json_valued = strcmp(o->name, "mcp_servers") == 0 ||
 					  strcmp(o->name, "pii_custom_patterns") == 0;

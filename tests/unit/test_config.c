@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include "config.h"
+#include "json.h"
 #include "unit.h"
 
 static char errbuf[4096];
@@ -112,6 +113,20 @@ TEST(refusals)
 	unsetenv("MOONBOX_MAX_MEMORY_MB");
 }
 
+/* An option given as a JSON object in the file (pii_custom_patterns) is stored as compact JSON
+ * text. jansson's output must go back to jansson's allocator, which mb_json_global_init routes
+ * through mb_budget_malloc: found by tests/fuzz/fuzz_config.c (free() of such a block, ASan
+ * bad-free), so load the file after the JSON setup as a test or an embedder may do. */
+TEST(json_valued_option_after_json_setup)
+{
+	mb_json_global_init();
+	write_file("/tmp/mb-cfg-obj.json", "{\"pii_custom_patterns\": {\"TICKET\": \"TCK-\\\\d+\"}}");
+	mb_config c;
+	char *argv[] = { "moonbox", "--config", "/tmp/mb-cfg-obj.json", NULL };
+	CHECK(load(&c, 3, argv) == 0);
+	CHECK_STR(c.pii_custom_patterns, "{\"TICKET\":\"TCK-\\\\d+\"}");
+}
+
 int main(void)
 {
 	unsetenv("MOONBOX_DATA_DIR");
@@ -120,5 +135,6 @@ int main(void)
 	RUN(layering);
 	RUN(data_dir_default);
 	RUN(refusals);
+	RUN(json_valued_option_after_json_setup);
 	return UNIT_END();
 }
