@@ -63,6 +63,7 @@ static const option options[] = {
 	I(regex_max_subject_bytes, 4194304, 1024, 1 << 30, "longest re.* subject"),
 	S(skills_dir, "", "skills directory, the source of truth for skills (default DATA_DIR/skills)"),
 	S(catalog_dir, "", "tool catalog directory of *.json files (default DATA_DIR/catalog)"),
+	S(workflows_dir, "", "workflow directory of *.json, *.yaml and *.yml files (default DATA_DIR/workflows)"),
 	S(share_dir, "", "examples: a skills_dir or catalog_dir that does not exist yet starts as a copy of SHARE_DIR/skills or SHARE_DIR/catalog (default ../share/moonbox beside the binary; \"none\" = start empty)"),
 	I(store_busy_timeout_ms, 5000, 0, 600000, "how long a store write waits for a lock"),
 	I(max_skill_bytes, 262144, 64, 16777216, "size of one skill's source"),
@@ -371,10 +372,10 @@ int mb_config_load(mb_config *cfg, int argc, char **argv)
 			(long long)cfg->default_instruction_limit, (long long)cfg->max_instruction_limit);
 		return -1;
 	}
-	for (int k = 0; k < 2; k++) {
-		char *dir = k == 0 ? cfg->skills_dir : cfg->catalog_dir;
+	for (int k = 0; k < 3; k++) {
+		char *dir = k == 0 ? cfg->skills_dir : k == 1 ? cfg->catalog_dir : cfg->workflows_dir;
 		if (!dir[0] && snprintf(dir, sizeof cfg->skills_dir, "%s/%s", cfg->data_dir,
-					k == 0 ? "skills" : "catalog") >= (int)sizeof cfg->skills_dir) {
+					k == 0 ? "skills" : k == 1 ? "catalog" : "workflows") >= (int)sizeof cfg->skills_dir) {
 			fprintf(stderr, "moonbox: data directory path is too long\n");
 			return -1;
 		}

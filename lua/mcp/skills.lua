@@ -402,6 +402,15 @@ local function normalise_params(params)
   return out
 end
 
+-- The header save_skill writes, then the code, with a blank line between them when the code's
+-- first line is a comment: the indexer would otherwise read that comment as part of the header
+-- (a "-- @tool" or "-- @param" line of the code would change the saved metadata) and the next
+-- save would strip it as a header line.
+local function with_header(header, body)
+  if header ~= "" and body:match("^[ \t]*%-%-") then return header .. "\n" .. body end
+  return header .. body
+end
+
 -- save(tenant, args): args = {name, code, description, params?, tool?, title?, input_schema?,
 -- output_schema?}. Returns the description of the saved skill or nil, message.
 function M.save(tenant, args, source)
@@ -467,10 +476,10 @@ function M.save(tenant, args, source)
     local fm = fmt.parse_front_matter(existing.md, decode)
     local header = #params > 0 and fmt.make_header({ description = description, params = params,
       returns = meta.returns }, encode) or ""
-    files = { { t.dir .. "/" .. name .. "/init.lua", header .. body },
+    files = { { t.dir .. "/" .. name .. "/init.lua", with_header(header, body) },
               { t.dir .. "/" .. name .. "/SKILL.md", fmt.make_skill_md(name, meta, fm and fm.body or "\n", encode) } }
   else
-    files = { { t.dir .. "/" .. name .. ".lua", fmt.make_header(meta, encode) .. body } }
+    files = { { t.dir .. "/" .. name .. ".lua", with_header(fmt.make_header(meta, encode), body) } }
   end
   for _, f in ipairs(files) do
     if #f[2] > cfg.max_skill_bytes then

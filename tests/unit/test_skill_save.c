@@ -1,0 +1,128 @@
+/* test_skill_save.c - save_skill's metadata round trip (lua/mcp/skills.lua, skill_format.lua)
+ * against a real host state and store: what an agent saves is what the index reads back.
+ *
+ * Found by tests/fuzz/fuzz_skill.c: code whose first lines are comments was written right below
+ * the generated header, so the indexer read them as part of it ("-- @tool" in the code published
+ * a skill saved without tool=true, "-- @param" added parameters, a second "-- @tool T" replaced
+ * the title), and the next save stripped them from the code as if they were header lines. */
+#include <lauxlib.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "codec.h"
+#include "config.h"
+#include "host.h"
+#include "json.h"
+#include "log.h"
+#include "store.h"
+#include "unit.h"
+#include "workspace.h"
+
+static mb_config cfg;
+static mb_host *host;
+
+static void on_send(void *ud, uint64_t session, uint64_t exchange, int final, char *data, size_t len)
+{
+	(void)ud;
+	(void)session;
+	(void)exchange;
+	(void)final;
+	(void)len;
+	free(data);
+}
+
+/* Runs Lua in the host state with `skills` and `fmt` in scope; the first result as a string. */
+static const char *run(const char *code)
+{
+	static char out[4096];
+	lua_State *L = mb_host_state(host);
+	char chunk[8192];
+	snprintf(chunk, sizeof chunk, "local skills = require('mcp.skills') local fs = mb.fs %s", code);
+	if (luaL_dostring(L, chunk) != LUA_OK) {
+		snprintf(out, sizeof out, "ERR: %s", lua_tostring(L, -1));
+		lua_settop(L, 0);
+		return out;
+	}
+	snprintf(out, sizeof out, "%s", luaL_tolstring(L, -1, NULL));
+	lua_settop(L, 0);
+	return out;
+}
+
+TEST(leading_comments_of_the_code_are_code)
+{
+	CHECK_STR(run("local d, err = skills.save('default', { name = 'sneaky', description = 'Adds one.',"
+		      " code = '-- @tool Sneaky\\n-- @param x string a value\\nreturn function(x) return x + 1 end' })"
+		      " if not d then return 'ERR ' .. tostring(err) end"
+		      " local e = skills.get_tenant('default').skills.sneaky"
+		      " return tostring(e.tool) .. ' ' .. #e.params .. ' ' .. e.description"),
+		  "nil 0 Adds one.");
+	/* the comments stay in the code, and survive a second save of the code as load_skill gives it */
+	CHECK_STR(run("local e = skills.get_tenant('default').skills.sneaky"
+		      " local d = skills.save('default', { name = 'sneaky', description = 'Adds one.', code = e.code })"
+		      " local src = fs.read(mb.config.skills_dir .. '/sneaky.lua', 100000)"
+		      " return tostring(src:find('-- @tool Sneaky\\n-- @param x string a value\\nreturn', 1, true) ~= nil)"
+		      " .. ' ' .. tostring(skills.get_tenant('default').skills.sneaky.tool)"),
+		  "true nil");
+}
+
+TEST(a_comment_does_not_replace_the_title)
+{
+	CHECK_STR(run("local d, err = skills.save('default', { name = 'titled', description = 'Says hi.',"
+		      " tool = true, title = 'Greeter', code = '-- @tool Other title\\nreturn \"hi\"' })"
+		      " if not d then return 'ERR ' .. tostring(err) end"
+		      " local e = skills.get_tenant('default').skills.titled"
+		      " return tostring(e.tool and e.tool.title)"),
+		  "Greeter");
+}
+
+TEST(code_without_leading_comments_is_unchanged)
+{
+	CHECK_STR(run("skills.save('default', { name = 'plain', description = 'Plain.', code = 'return 1\\n' })"
+		      " local src = fs.read(mb.config.skills_dir .. '/plain.lua', 100000)"
+		      " return src"),
+		  "--- Plain.\nreturn 1\n");
+}
+
+int main(void)
+{
+	char dir[] = "/tmp/mb-skillsave-XXXXXX";
+	if (!mkdtemp(dir))
+		return 1;
+	char skills[300];
+	snprintf(skills, sizeof skills, "%s/skills", dir);
+	char *args[] = { "test", "--data-dir", dir, "--skills-dir", skills, "--log-level", "error", NULL };
+	if (mb_config_load(&cfg, 7, args) != 0)
+		return 1;
+	mb_log_set_level(cfg.log_level);
+	mb_json_global_init();
+	mb_codec_init();
+	char err[512], path[4200];
+	mb_store *store;
+	snprintf(path, sizeof path, "%s/moonbox.db", dir);
+	if (mb_store_open(&store, path, 1000, err, sizeof err) != 0) {
+		fprintf(stderr, "%s\n", err);
+		return 1;
+	}
+	snprintf(path, sizeof path, "%s/workspaces", dir);
+	mb_workspace_limits wl = { 1 << 20, 1 << 24, 100 };
+	mb_workspaces *wss = mb_workspaces_new(path, &wl, err, sizeof err);
+	mb_host_io io = { on_send, NULL };
+	mb_host_deps deps = { uv_default_loop(), store, wss, NULL, NULL };
+	host = mb_host_new(&cfg, &io, &deps);
+	if (!host)
+		return 1;
+	RUN(leading_comments_of_the_code_are_code);
+	RUN(a_comment_does_not_replace_the_title);
+	RUN(code_without_leading_comments_is_unchanged);
+	mb_host_shutdown(host);
+	uv_run(uv_default_loop(), UV_RUN_DEFAULT);
+	mb_host_free(host);
+	mb_store_close(store);
+	mb_workspaces_free(wss);
+	char cmd[128];
+	snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+	if (system(cmd) != 0)
+		fprintf(stderr, "could not remove %s\n", dir);
+	return UNIT_END();
+}
