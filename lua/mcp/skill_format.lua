@@ -105,7 +105,7 @@ function M.parse_header(code, json_decode)
         meta.tool[tag] = v
       end
     elseif not tags_started then
-      desc[#desc + 1] = body
+      desc[#desc + 1] = body:gsub("^ @", "@") -- make_header's escape of a line starting with "@"
     end
     meta.header_lines = i
     i = i + 1
@@ -203,7 +203,11 @@ end
 function M.make_header(meta, json_encode)
   local out = {}
   local first = true
-  for line in ((meta.description or "") .. "\n"):gmatch("([^\n]*)\n") do
+  -- Lua ends a comment at "\r" as at "\n": every line break of the description starts a line
+  local desc = (meta.description or ""):gsub("\r\n?", "\n")
+  for line in (desc .. "\n"):gmatch("([^\n]*)\n") do
+    -- a line starting with "@" would read as a tag: one more space (parse_header removes it)
+    if line:sub(1, 1) == "@" then line = " " .. line end
     out[#out + 1] = (first and "--- " or "-- ") .. line
     first = false
   end

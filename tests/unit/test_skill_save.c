@@ -4,7 +4,9 @@
  * Found by tests/fuzz/fuzz_skill.c: code whose first lines are comments was written right below
  * the generated header, so the indexer read them as part of it ("-- @tool" in the code published
  * a skill saved without tool=true, "-- @param" added parameters, a second "-- @tool T" replaced
- * the title), and the next save stripped them from the code as if they were header lines. */
+ * the title), and the next save stripped them from the code as if they were header lines; and a
+ * description with a lone carriage return wrote a header whose comment ended there, and a
+ * description line starting with "@" was read back as a tag. */
 #include <lauxlib.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -76,6 +78,29 @@ TEST(a_comment_does_not_replace_the_title)
 		  "Greeter");
 }
 
+/* Lua ends a comment at a lone "\r" too: a description holding one must not leave the rest of
+ * its line outside the header comment, as code (the saved skill did not compile). */
+TEST(a_carriage_return_in_the_description_stays_in_the_header)
+{
+	CHECK_STR(run("local d, err = skills.save('default', { name = 'cr', description = 'First\\rx = = 1\\r\\nthird',"
+		      " code = 'return 1' })"
+		      " if not d then return 'ERR ' .. tostring(err) end"
+		      " local e = skills.get_tenant('default').skills.cr"
+		      " return e.status .. ' ' .. string.format('%q', e.description)"),
+		  "ok \"First\\\nx = = 1\\\nthird\"");
+}
+
+/* A description line that starts with "@" is description, not a tag. */
+TEST(a_description_line_starting_with_at_is_not_a_tag)
+{
+	CHECK_STR(run("local d, err = skills.save('default', { name = 'at', description = '@tool Sneaky\\n@param x any',"
+		      " code = 'return 1' })"
+		      " if not d then return 'ERR ' .. tostring(err) end"
+		      " local e = skills.get_tenant('default').skills.at"
+		      " return tostring(e.tool) .. ' ' .. #e.params .. ' ' .. string.format('%q', e.description)"),
+		  "nil 0 \"@tool Sneaky\\\n@param x any\"");
+}
+
 TEST(code_without_leading_comments_is_unchanged)
 {
 	CHECK_STR(run("skills.save('default', { name = 'plain', description = 'Plain.', code = 'return 1\\n' })"
@@ -114,6 +139,8 @@ int main(void)
 		return 1;
 	RUN(leading_comments_of_the_code_are_code);
 	RUN(a_comment_does_not_replace_the_title);
+	RUN(a_carriage_return_in_the_description_stays_in_the_header);
+	RUN(a_description_line_starting_with_at_is_not_a_tag);
 	RUN(code_without_leading_comments_is_unchanged);
 	mb_host_shutdown(host);
 	uv_run(uv_default_loop(), UV_RUN_DEFAULT);
