@@ -58,6 +58,7 @@ typedef struct mb_config {
 	/* store, skills, workspace, history */
 	char skills_dir[4096];          /* default DATA_DIR/skills */
 	char catalog_dir[4096];         /* default DATA_DIR/catalog */
+	char workflows_dir[4096];       /* default DATA_DIR/workflows */
 	char share_dir[4096];           /* examples copied into a new skills_dir/catalog_dir; "none" = off */
 	int64_t store_busy_timeout_ms;
 	int64_t max_skill_bytes;        /* one skill's source */

@@ -16,6 +16,7 @@
 #include <time.h>
 
 #include "embedded.h"
+#include "yaml.h"
 #include "arena.h"
 #include "codec.h"
 #include "host_fs.h"
@@ -384,6 +385,8 @@ static void push_config(lua_State *L, const mb_config *c)
 	lua_setfield(L, -2, "skills_dir");
 	lua_pushstring(L, c->catalog_dir);
 	lua_setfield(L, -2, "catalog_dir");
+	lua_pushstring(L, c->workflows_dir);
+	lua_setfield(L, -2, "workflows_dir");
 	lua_pushstring(L, c->log_level);
 	lua_setfield(L, -2, "log_level");
 	lua_pushstring(L, c->data_dir);
@@ -640,7 +643,7 @@ mb_host *mb_host_new(const mb_config *cfg, const mb_host_io *io, const mb_host_d
 		{ "now_ms", l_now_ms }, { "pool_stats", l_pool_stats }, { "host_reply", l_host_reply },
 		{ "wall_ms", l_wall_ms }, { "history_add", l_history_add },
 		{ "history_flush", l_history_flush }, { "pii_token", l_pii_token },
-		{ "exchange_pending", l_exchange_pending },
+		{ "exchange_pending", l_exchange_pending }, { "yaml_decode", mb_yaml_decode_lua },
 		{ NULL, NULL },
 	};
 	mb_host_fs_open(L);

@@ -393,6 +393,21 @@ return {
           example = 'local out = {}\nfor _, t in ipairs(mcp.tools("github")) do\n'
             .. '  if t.read_only then out[#out + 1] = t.name end\nend\nreturn out',
         },
+        run_workflow = {
+          signature = "run_workflow(def, inputs)",
+          description = "Run a declarative workflow definition (the table form of a workflow file: "
+            .. "inputs, steps of kind call, builtin, skill, lua or form, output) with these inputs; "
+            .. "errors name the step. Workflow files are listed by the list_workflows tool.",
+          parameters = {
+            P("def", "table", "{name, inputs, steps = {...}, output}"),
+            P("inputs", "table", "the named inputs", true),
+          },
+          returns = "the output (or the last step's value)",
+          use_cases = { "run a few tool calls and a check as data", "ask the user for a form and validate it" },
+          example = 'return run_workflow({ name = "demo", steps = {\n'
+            .. '  { id = "n", lua = "#inputs.items" },\n'
+            .. '} , output = { count = "${steps.n}" } }, { items = { 1, 2, 3 } })',
+        },
         ["mcp.parallel"] = {
           signature = "mcp.parallel(list)",
           description = "Run several upstream calls at once and return their results in order. "

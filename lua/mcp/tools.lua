@@ -388,6 +388,7 @@ require("mcp.skill_tools").init(M)
 require("mcp.workspace_tools").init(M)
 require("mcp.skill_publish").init(M)
 require("mcp.catalog").init(M)
+require("mcp.workflows").init(M)
 require("mcp.upstream").init(M)
 
 return M

@@ -1,0 +1,178 @@
+// Declarative workflows (docs/workflows.md) end to end with the official SDK client: the shipped
+// example workflows/customer_intake.yaml fills a form by elicitation (the client answers wrongly
+// first, is asked again with the problems, then answers well), looks the company up in the
+// official server-memory as "crm", and writes the record to the workspace; workflows published
+// as tools, run_workflow and list_workflows; errors that name the step; a declined form; limits;
+// YAML and JSON files; a file added, changed and broken while the server runs.
+
+import { describe, it, before, after } from "node:test";
+import assert from "node:assert/strict";
+import { copyFileSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import path from "node:path";
+import { setTimeout as sleep } from "node:timers/promises";
+import { ElicitRequestSchema, ToolListChangedNotificationSchema } from "@modelcontextprotocol/sdk/types.js";
+
+import { TESTS_DIR, UPSTREAM_JS, connectWithConfig, nodeServer, waitUpstream } from "../lib/moonbox.mjs";
+
+const T = { timeout: 60000 };
+const REPO = path.resolve(TESTS_DIR, "..");
+
+const HELLO_JSON = {
+  name: "hello", description: "Greets", tool: true,
+  inputs: { who: { type: "string", required: true }, times: { type: "integer", default: 1, minimum: 1 } },
+  steps: [
+    { id: "greet", lua: "('hello ' .. inputs.who .. '! '):rep(inputs.times)" },
+    { id: "loud", lua: "steps.greet:upper()", when: "inputs.times > 1" },
+  ],
+  output: { text: "${steps.greet}", loud: "${steps.loud}", summary: "said ${steps.greet}to ${inputs.who}" },
+};
+
+const BROKEN_YAML = `name: broken
+description: calls a server that is not configured
+steps:
+  - id: first
+    lua: "1 + 1"
+  - id: lookup
+    call: { server: nowhere, tool: find, args: { q: "\${steps.first}" } }
+`;
+
+const SPIN_YAML = `name: spin
+timeout_ms: 300
+instruction_limit: 10000000000
+steps:
+  - id: forever
+    lua: "while true do end"
+`;
+
+describe("workflows", () => {
+  let s, wdir, memFile;
+  const answers = [];
+  const asked = [];
+  const changed = [];
+
+  before(async () => {
+    wdir = mkdtempSync(path.join(tmpdir(), "moonbox-workflows-"));
+    copyFileSync(path.join(REPO, "workflows/customer_intake.yaml"), path.join(wdir, "customer_intake.yaml"));
+    writeFileSync(path.join(wdir, "hello.json"), JSON.stringify(HELLO_JSON));
+    writeFileSync(path.join(wdir, "broken.yaml"), BROKEN_YAML);
+    writeFileSync(path.join(wdir, "spin.yml"), SPIN_YAML);
+    writeFileSync(path.join(wdir, "bad.yaml"), "name: bad\nsteps:\n  - id: x\n    lua: 1\n    form: {}\n");
+    memFile = path.join(wdir, "..", `${path.basename(wdir)}-crm.jsonl`);
+    writeFileSync(memFile, JSON.stringify({ type: "entity", name: "Example Corp", entityType: "company",
+      observations: ["domain example.com", "customer since 2019"] }) + "\n");
+    s = await connectWithConfig({
+      mcpServers: { crm: nodeServer(UPSTREAM_JS.memory, [], { env: { MEMORY_FILE_PATH: memFile } }) },
+    }, { args: ["--workflows-dir", wdir], clientOptions: { capabilities: { elicitation: {} } } });
+    s.client.setRequestHandler(ElicitRequestSchema, async (req) => {
+      asked.push(req.params);
+      return answers.shift() ?? { action: "cancel" };
+    });
+    s.client.setNotificationHandler(ToolListChangedNotificationSchema, () => { changed.push(Date.now()); });
+    await waitUpstream(s.client, "crm");
+  });
+  after(async () => {
+    await s?.close();
+    rmSync(wdir, { recursive: true, force: true });
+    rmSync(memFile, { force: true });
+  });
+
+  const call = (name, args) => s.client.callTool({ name, arguments: args }, undefined, { timeout: 60000 });
+
+  it("the shipped customer_intake: a form asked twice, a CRM lookup, a record in the workspace", T, async () => {
+    asked.length = 0;
+    answers.push(
+      { action: "accept", content: { name: "A", email: "not-an-address", plan: "gold" } },
+      { action: "accept", content: { name: "Ann Lee", email: "ann@Example.com", plan: "team", seats: 5 } },
+    );
+    const r = await call("customer_intake", { account: "acme" });
+    assert.notEqual(r.isError, true, JSON.stringify(r).slice(0, 800));
+    assert.equal(asked.length, 2);
+    assert.equal(asked[0].message, "New customer for account acme");
+    assert.deepEqual(asked[0].requestedSchema.required, ["name", "email", "plan"]);
+    assert.equal(asked[1].message, "New customer for account acme\n\nPlease correct: email must be an " +
+      "e-mail address; name needs at least 2 characters; plan must be one of free, team, enterprise.");
+    // the PII policy applies as to any execution: the e-mail reaches the model as a token
+    const { email, ...rest } = r.structuredContent.customer;
+    assert.deepEqual(rest, { account: "acme", name: "Ann Lee", plan: "team", seats: 5, company: "Example Corp" });
+    assert.match(email, /^\[EMAIL_[0-9a-f]{8,16}\]$/);
+    assert.equal(r.structuredContent.saved, "customers/acme/example.com.json");
+    const back = await call("restore_pii", { text: email });
+    assert.equal(back.structuredContent.restored_text, "ann@Example.com");
+    const file = await call("read_workspace_file", { path: "customers/acme/example.com.json" });
+    assert.deepEqual(JSON.parse(file.structuredContent.content), r.structuredContent.customer);
+  });
+
+  it("a declined form ends the workflow with an error naming the form step", T, async () => {
+    answers.push({ action: "decline" });
+    const r = await call("customer_intake", { account: "acme" });
+    assert.equal(r.isError, true);
+    assert.equal(r.content[0].text,
+      'workflow customer_intake, step 1 "details" (form): the person did not fill in the form (decline)');
+  });
+
+  it("inputs are checked against their schema before any step", T, async () => {
+    const r = await call("customer_intake", { account: "Not Valid!" });
+    assert.equal(r.isError, true);
+    assert.equal(r.content[0].text, "workflow customer_intake: input account does not have the expected form");
+    assert.equal((await call("customer_intake", {})).content[0].text, "workflow customer_intake: input account is required");
+  });
+
+  it("run_workflow, defaults, when, and ${...} in the output (JSON file)", T, async () => {
+    let r = await call("run_workflow", { name: "hello", inputs: { who: "bo" } });
+    assert.deepEqual(r.structuredContent, { text: "hello bo! ", summary: "said hello bo! to bo" });
+    r = await call("hello", { who: "bo", times: 2 });
+    assert.deepEqual(r.structuredContent, { text: "hello bo! hello bo! ", loud: "HELLO BO! HELLO BO! ",
+      summary: "said hello bo! hello bo! to bo" });
+    r = await call("run_workflow", { name: "nope" });
+    assert.equal(r.isError, true);
+    assert.match(r.content[0].text, /^no workflow named nope \(there are: broken, customer_intake, hello, spin\)$/);
+  });
+
+  it("an error names the workflow, the step and its kind; limits apply as to any execution", T, async () => {
+    let r = await call("run_workflow", { name: "broken" });
+    assert.equal(r.isError, true);
+    assert.match(r.content[0].text,
+      /^workflow broken, step 2 "lookup" \(call\): unknown upstream server "nowhere"; configured: crm/);
+    const t0 = performance.now();
+    r = await call("run_workflow", { name: "spin" });
+    assert.equal(r.isError, true);
+    assert.equal(r.content[0].text, "timeout: execution exceeded timeout_ms=300");
+    assert.ok(performance.now() - t0 < 5000);
+  });
+
+  it("list_workflows shows the workflows, their steps and the files with problems", T, async () => {
+    const r = (await call("list_workflows", {})).structuredContent;
+    assert.deepEqual(r.workflows.map((w) => [w.name, w.file, w.tool]), [
+      ["broken", "broken.yaml", false], ["customer_intake", "customer_intake.yaml", true],
+      ["hello", "hello.json", true], ["spin", "spin.yml", false]]);
+    const ci = r.workflows.find((w) => w.name === "customer_intake");
+    assert.deepEqual(ci.steps.map((x) => `${x.id}:${x.kind}`),
+      ["details:form", "domain:lua", "lookup:call", "record:lua", "save:builtin"]);
+    assert.deepEqual(r.problems, [
+      "bad.yaml: step 1 \"x\" needs exactly one of call, builtin, skill, lua, form (has form, lua)"]);
+    const tools = (await s.client.listTools()).tools.map((t) => t.name);
+    assert.ok(tools.includes("customer_intake") && tools.includes("hello") && !tools.includes("broken"), tools.join());
+  });
+
+  it("files added, changed and broken while the server runs are picked up", T, async () => {
+    const before = changed.length;
+    writeFileSync(path.join(wdir, "later.yaml"), "name: later\ntool: true\nsteps:\n  - lua: \"'v1'\"\n");
+    const until = async (what, pred) => {
+      for (let i = 0; i < 200; i++) {
+        if (await pred()) return;
+        await sleep(25);
+      }
+      assert.fail(`timed out waiting for ${what}`);
+    };
+    await until("later to be listed", async () => (await s.client.listTools()).tools.some((t) => t.name === "later"));
+    assert.ok(changed.length > before, "tools/list_changed was sent");
+    assert.deepEqual((await call("later", {})).structuredContent, { result: "v1" });
+    writeFileSync(path.join(wdir, "later.yaml"), "name: later\ntool: true\nsteps:\n  - lua: \"'v2'\"\n");
+    await until("v2", async () => JSON.stringify((await call("later", {})).structuredContent) === '{"result":"v2"}');
+    writeFileSync(path.join(wdir, "later.yaml"), "name: later\nsteps: [ {lua: 1\n");
+    await until("the broken file to be reported", async () =>
+      (await call("list_workflows", {})).structuredContent.problems.some((p) => p.startsWith("later.yaml: line ")));
+    assert.ok(!(await s.client.listTools()).tools.some((t) => t.name === "later"));
+  });
+});
