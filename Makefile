@@ -117,14 +117,14 @@ PACKAGE_DEB_PKGS := dpkg-dev
 $(BUILD)/moonbox.1: $(BUILD)/moonbox
 	$(BUILD)/moonbox --print-man > $@.tmp && mv $@.tmp $@
 
-# The shipped examples: the tracked files of skills/ and catalog/ (not skills saved by `make run`).
-EXAMPLE_FILES = $(shell git ls-files -- skills catalog 2>/dev/null || find skills catalog -type f)
+# The shipped examples: the tracked files of skills/, catalog/ and workflows/ (not skills saved by `make run`).
+EXAMPLE_FILES = $(shell git ls-files -- skills catalog workflows 2>/dev/null || find skills catalog workflows -type f)
 
 install: deps all $(BUILD)/moonbox.1
 	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(SHAREDIR) $(DESTDIR)$(MANDIR)/man1 \
 	  $(DESTDIR)$(DOCDIR)/docs $(DESTDIR)$(UNITDIR) $(DESTDIR)$(SYSCONFDIR)/moonbox
 	install -m 0755 $(BUILD)/moonbox $(DESTDIR)$(PREFIX)/bin/moonbox
-	rm -rf $(DESTDIR)$(SHAREDIR)/skills $(DESTDIR)$(SHAREDIR)/catalog
+	rm -rf $(DESTDIR)$(SHAREDIR)/skills $(DESTDIR)$(SHAREDIR)/catalog $(DESTDIR)$(SHAREDIR)/workflows
 	for f in $(EXAMPLE_FILES); do install -D -m 0644 "$$f" "$(DESTDIR)$(SHAREDIR)/$$f" || exit 1; done
 	sed 's|@PREFIX@|$(PREFIX)|g' $(BUILD)/moonbox.1 | gzip -9n > $(DESTDIR)$(MANDIR)/man1/moonbox.1.gz
 	install -m 0644 README.md $(DESTDIR)$(DOCDIR)/README.md

@@ -1,8 +1,9 @@
 /* seed.c - the first run of an installed moonbox: copies of the shipped examples.
  *
- * `make install` puts the example skills and catalog files, read-only, in PREFIX/share/moonbox
- * (the option share_dir; by default found from the binary's own path). A skills_dir or
- * catalog_dir that does not exist yet starts as a copy of SHARE_DIR/skills or SHARE_DIR/catalog.
+ * `make install` puts the example skills, catalog and workflow files, read-only, in PREFIX/share/moonbox
+ * (the option share_dir; by default found from the binary's own path). A skills_dir,
+ * catalog_dir or workflows_dir that does not exist yet starts as a copy of SHARE_DIR/skills,
+ * SHARE_DIR/catalog or SHARE_DIR/workflows.
  * The copy then belongs to the user: it is edited, saved over by save_skill and deleted like any
  * skill, and never refreshed, so the one-directory model of skills (the directory is the source
  * of truth, docs/skills.md) holds unchanged. A directory that exists, even empty, is never
@@ -163,5 +164,6 @@ int mb_seed_examples(const mb_config *cfg)
 		return 0;
 	int a = seed_dir(cfg->share_dir, "skills", cfg->skills_dir);
 	int b = seed_dir(cfg->share_dir, "catalog", cfg->catalog_dir);
-	return (a > 0) + (b > 0);
+	int c = seed_dir(cfg->share_dir, "workflows", cfg->workflows_dir);
+	return (a > 0) + (b > 0) + (c > 0);
 }

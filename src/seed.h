@@ -8,11 +8,11 @@
 
 #include "config.h"
 
-/// Creates skills_dir and catalog_dir from SHARE_DIR/skills and SHARE_DIR/catalog when they do
+/// Creates skills_dir, catalog_dir and workflows_dir from SHARE_DIR/skills, /catalog and /workflows when they do
 /// not exist yet and the shipped directory does (share_dir "none" turns this off). Failures
 /// are logged as warnings and leave the directory absent.
 /// @param cfg  the loaded configuration
-/// @returns the number of directories created (0, 1 or 2)
+/// @returns the number of directories created (0 to 3)
 int mb_seed_examples(const mb_config *cfg);
 
 #endif

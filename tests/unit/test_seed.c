@@ -57,6 +57,7 @@ static void config(mb_config *c, const char *share)
 	snprintf(c->share_dir, sizeof c->share_dir, "%s", share);
 	snprintf(c->skills_dir, sizeof c->skills_dir, "%s/data/skills", root);
 	snprintf(c->catalog_dir, sizeof c->catalog_dir, "%s/data/catalog", root);
+	snprintf(c->workflows_dir, sizeof c->workflows_dir, "%s/data/workflows", root);
 }
 
 static void fresh(void)
@@ -98,6 +99,19 @@ TEST(copies_both_directories_on_first_run)
 	char tmp[600];
 	snprintf(tmp, sizeof tmp, "data/skills.seed-%ld", (long)getpid());
 	CHECK(!exists(tmp));
+}
+
+TEST(workflows_are_seeded_too)
+{
+	fresh();
+	dir("share/workflows");
+	put("share/workflows/intake.yaml", "name: intake\nsteps:\n  - lua: \"1\"\n");
+	char share[512];
+	snprintf(share, sizeof share, "%s/share", root);
+	mb_config c;
+	config(&c, share);
+	CHECK(mb_seed_examples(&c) == 3);
+	CHECK_STR(get("data/workflows/intake.yaml"), "name: intake\nsteps:\n  - lua: \"1\"\n");
 }
 
 TEST(never_again_once_the_directory_exists)
@@ -183,6 +197,7 @@ int main(void)
 {
 	snprintf(root, sizeof root, "/tmp/mb-test-seed-%ld", (long)getpid());
 	RUN(copies_both_directories_on_first_run);
+	RUN(workflows_are_seeded_too);
 	RUN(never_again_once_the_directory_exists);
 	RUN(an_existing_empty_directory_is_left_alone);
 	RUN(none_or_a_missing_share_dir_copies_nothing);
