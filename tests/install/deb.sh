@@ -55,8 +55,8 @@ deb=$(ls "$BUILD"/moonbox_*.deb)
 
 check "dpkg-deb: Depends has the runtime libraries (dpkg-shlibdeps)" sh -c "
 	dep=\$(dpkg-deb -f '$deb' Depends); echo \"Depends: \$dep\"
-	for lib in libc6 libuv1 liblua5.4-0 libsqlite3-0 libpcre2-8-0 libjansson4 libsodium23 libhttp-parser2.9; do
-		echo \"\$dep\" | grep -q \"\$lib \" || { echo \"missing \$lib\"; exit 1; }
+	for lib in libc6 libuv1 liblua5.4-0 libsqlite3-0 libpcre2-8-0 libjansson4 libsodium23 libhttp-parser2.9 libyaml-0-2; do
+		echo \"\$dep\" | grep -qE \"(^|, )\$lib( |,|\$)\" || { echo \"missing \$lib\"; exit 1; }
 	done"
 # A second derivation of the same thing: the package that owns each library ldd resolves.
 check "every library the binary loads belongs to a package in Depends (ldd + dpkg -S)" sh -c "
@@ -65,7 +65,7 @@ check "every library the binary loads belongs to a package in Depends (ldd + dpk
 		pkg=\$(dpkg -S \"\$lib\" 2>/dev/null || dpkg -S \"\$(readlink -f \"\$lib\")\" 2>/dev/null)
 		pkg=\${pkg%%:*}
 		[ -n \"\$pkg\" ] || { echo \"no package owns \$lib\"; exit 1; }
-		echo \"\$dep\" | grep -q \"\$pkg \" || { echo \"\$lib is in \$pkg, which Depends lacks\"; exit 1; }
+		echo \"\$dep\" | grep -qE \"(^|, )\$pkg( |,|\$)\" || { echo \"\$lib is in \$pkg, which Depends lacks\"; exit 1; }
 	done"
 check "dpkg-deb: Recommends libcurl4 (opened with dlopen)" sh -c "[ \"\$(dpkg-deb -f '$deb' Recommends)\" = libcurl4 ]"
 check "dpkg-deb: /etc/moonbox/moonbox.env is a conffile" sh -c "
