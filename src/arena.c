@@ -83,6 +83,9 @@ struct mb_arena {
 	size_t live;                      /* blocks handed out (small or large), not freed */
 	size_t fallbacks;
 	size_t resets;
+	void *retry_ptr;                  /* the last refused request, while retry_armed */
+	size_t retry_osize, retry_nsize;
+	int retry_armed;
 	void *free_list[NCLASS];
 	uint32_t class_size[NCLASS];
 	uint8_t class_of[MB_ARENA_MAX_SMALL / 16]; /* [(n - 1) >> 4] -> class of n bytes */
@@ -204,6 +207,7 @@ void mb_arena_trim(mb_arena *a)
 		return;
 	for (unsigned c = 0; c < NCLASS; c++)
 		a->free_list[c] = NULL;
+	a->retry_armed = 0;
 	if (a->base) {
 		size_t used = (size_t)(a->bump - a->base);
 		POISON(a->base, used);
@@ -381,20 +385,43 @@ static void *block_resize(mb_arena *a, void *p, size_t osize, size_t nsize)
 
 /* ---- lua_Alloc -------------------------------------------------------------------------- */
 
+/* A refused request is remembered until the next growth: Lua answers a refusal with an emergency
+ * collection and then asks again, and that second request is refused too. Lua before 5.4.8
+ * could otherwise resume an operation on an object the emergency collection had just freed: a
+ * table whose weak metatable held its __newindex table, filled by t[i] = v, crashed the server
+ * at any memory cap (upstream 983bc433, fixed there by anchoring that one table; refusing the
+ * retry closes the whole class). A refusal has tripped the memory limit, so the execution is
+ * over anyway; frees in between (the collection) leave it armed. */
+static void *refuse(mb_arena *a, void *ptr, size_t osize, size_t nsize)
+{
+	a->retry_ptr = ptr;
+	a->retry_osize = osize;
+	a->retry_nsize = nsize;
+	a->retry_armed = 1;
+	return NULL;
+}
+
 /* Every case, including the rare ones (large blocks, resizes, refusals, a full region). */
 static __attribute__((noinline)) void *alloc_any(mb_arena *a, mb_budget *b, void *ptr,
 						 size_t osize, size_t nsize)
 {
+	if (a->retry_armed && nsize > (ptr ? osize : 0)) {
+		int again = ptr == a->retry_ptr && osize == a->retry_osize && nsize == a->retry_nsize;
+		a->retry_armed = 0;
+		if (again)
+			return NULL;
+	}
 	if (ptr == NULL) {
 		if (nsize == 0)
 			return NULL;
 		if (mb_budget_charge(b, nsize) != 0)
-			return NULL;
+			return refuse(a, ptr, osize, nsize);
 		void *p = block_new(a, nsize);
 		if (p == NULL) {
 			mb_budget_credit(b, nsize);
 			if (b)
 				mb_budget_trip(b, MB_STOP_MEMORY);
+			return refuse(a, ptr, osize, nsize);
 		}
 		return p;
 	}
@@ -404,13 +431,13 @@ static __attribute__((noinline)) void *alloc_any(mb_arena *a, mb_budget *b, void
 		return NULL;
 	}
 	if (nsize > osize && mb_budget_charge(b, nsize - osize) != 0)
-		return NULL;
+		return refuse(a, ptr, osize, nsize);
 	void *p = block_resize(a, ptr, osize, nsize);
 	if (p == NULL) {
 		mb_budget_credit(b, nsize - osize);
 		if (b)
 			mb_budget_trip(b, MB_STOP_MEMORY);
-		return NULL;
+		return refuse(a, ptr, osize, nsize);
 	}
 	if (nsize < osize)
 		mb_budget_credit(b, osize - nsize);
@@ -425,7 +452,7 @@ void *mb_arena_lua_alloc(void *ud, void *ptr, size_t osize, size_t nsize)
 	mb_arena *a = u->a;
 	mb_budget *b = u->b;
 #if !MB_ARENA_DEBUG
-	if (ptr == NULL) {
+	if (ptr == NULL && LIKELY(!a->retry_armed)) {
 		if (LIKELY(nsize - 1 < MB_ARENA_MAX_SMALL && b != NULL)) {
 			size_t lim = b->mem_limit, used = b->mem_used;
 			if (LIKELY(!lim || (nsize <= lim && used <= lim - nsize))) {

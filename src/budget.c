@@ -40,6 +40,9 @@ void mb_budget_init(mb_budget *b, size_t mem_limit, uint64_t instruction_limit, 
 	b->mem_used = 0;
 	b->mem_peak = 0;
 	b->instructions = 0;
+	b->cstack_base = 0; /* set by the sandbox when the run starts */
+	b->cstack_limit = 0;
+	b->hook_calls = 0;
 	atomic_init(&b->stop, MB_STOP_NONE);
 	atomic_init(&b->cancel, 0);
 }

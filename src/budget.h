@@ -44,6 +44,8 @@ typedef struct mb_budget {
 	 * (the frame that started the run, on the worker thread); 0 = unchecked */
 	uintptr_t cstack_base;
 	size_t cstack_limit;
+	/* the sandbox's hook also takes call events (the __concat guard, sandbox.c) */
+	int hook_calls;
 	/* sticky stop state */
 	atomic_int stop;              /* mb_stop_reason */
 	atomic_int cancel;            /* set by the loop thread */

@@ -4,6 +4,9 @@
  * functions are opened, then every function that could escape, swallow a tripped limit or run
  * unbounded inside C is replaced:
  *   - pcall, xpcall, coroutine.resume/close/wrap re-raise a tripped limit after the protected call;
+ *   - guards for Lua bugs fixed after 5.4.4 (docs/security.md): coroutine.close refuses a coroutine
+ *     suspended inside xpcall, setmetatable keeps replaced metatables marked and turns on the
+ *     __concat guard (sandbox.c), utf8.codes is the fixed iterator;
  *   - load takes text only, from a string (no reader functions), with a size cap;
  *   - setmetatable refuses __gc (finalizers run with hooks off, also inside lua_close);
  *   - collectgarbage answers "count" only; print is captured; warn, dofile, loadfile are absent;
@@ -17,6 +20,7 @@
 #include <lualib.h>
 #include <ctype.h>
 #include <math.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -68,20 +72,71 @@ static int sb_xpcall_handler(lua_State *L)
 	return 1;
 }
 
+/* Lua before 5.4.8 keeps a coroutine's message handler (the position of xpcall's handler in its
+ * stack) when coroutine.close runs its pending __close handlers, whose locals overwrite that
+ * slot (upstream 3fe7be95). An error raised there then calls whatever value sits in the slot as
+ * the handler; raised by the count hook at a limit, it runs with hooks off: a function stored in
+ * that local looped forever and its worker thread never came back. So the sandbox counts, per
+ * coroutine, the xpcalls it is inside (a weak-keyed registry table), and coroutine.close refuses
+ * a coroutine suspended inside one. */
+#define CLOSE_GUARD (LUA_VERSION_RELEASE_NUM < 50408)
+static const char xpcall_depth_key = 0;
+static const char errerr_key = 0;
+
+/* Adds delta to the count of the thread at idx (delta 0: reads it). Needs 4 free slots. */
+static lua_Integer xpcall_depth_add(lua_State *L, int idx, lua_Integer delta)
+{
+	idx = lua_absindex(L, idx);
+	lua_rawgetp(L, LUA_REGISTRYINDEX, &xpcall_depth_key);
+	lua_pushvalue(L, idx);
+	lua_pushvalue(L, -1);
+	lua_rawget(L, -3);
+	lua_Integer n = lua_tointeger(L, -1) + delta;
+	lua_pop(L, 1);
+	if (delta == 0) {
+		lua_pop(L, 2);
+		return n;
+	}
+	if (n > 0)
+		lua_pushinteger(L, n);
+	else
+		lua_pushnil(L);
+	lua_rawset(L, -3);
+	lua_pop(L, 1);
+	return n;
+}
+
+static void xpcall_depth_self(lua_State *L, lua_Integer delta)
+{
+	if (!CLOSE_GUARD)
+		return;
+	luaL_checkstack(L, 5, "xpcall");
+	lua_pushthread(L);
+	xpcall_depth_add(L, -1, delta);
+	lua_pop(L, 1);
+}
+
+static int finish_xpcall(lua_State *L, int status, lua_KContext extra)
+{
+	xpcall_depth_self(L, -1);
+	return finish_pcall(L, status, extra);
+}
+
 static int sb_xpcall(lua_State *L)
 {
 	int n = lua_gettop(L);
 	luaL_checktype(L, 2, LUA_TFUNCTION);
 	mb_budget_poll(L);
 	mb_budget_cstack_check(L);
+	xpcall_depth_self(L, 1);
 	lua_pushvalue(L, 2);
 	lua_pushcclosure(L, sb_xpcall_handler, 1);
 	lua_replace(L, 2);
 	lua_pushboolean(L, 1);
 	lua_pushvalue(L, 1);
 	lua_rotate(L, 3, 2);
-	int status = lua_pcallk(L, n - 2, LUA_MULTRET, 2, 2, finish_pcall);
-	return finish_pcall(L, status, 2);
+	int status = lua_pcallk(L, n - 2, LUA_MULTRET, 2, 2, finish_xpcall);
+	return finish_xpcall(L, status, 2);
 }
 
 /* Calls the original function in upvalue 1 with all arguments, under lua_pcall so that the
@@ -91,12 +146,15 @@ static int call_original_on(lua_State *L, lua_State *co)
 	mb_budget_poll(L);
 	mb_budget_cstack_check(L);
 	lua_State *prev = mb_sandbox_running();
-	if (co)
+	if (co) {
+		mb_sandbox_sync_hook(co); /* a coroutine made before the __concat guard was on */
 		mb_sandbox_set_running(co);
+	}
 	lua_pushvalue(L, lua_upvalueindex(1));
 	lua_insert(L, 1);
 	int status = lua_pcall(L, lua_gettop(L) - 1, LUA_MULTRET, 0);
 	mb_sandbox_set_running(prev);
+	mb_sandbox_sync_hook(L); /* the coroutine may have turned it on */
 	mb_budget_poll(L);
 	if (status != LUA_OK)
 		return lua_error(L);
@@ -114,6 +172,10 @@ static int sb_close(lua_State *L)
 {
 	lua_State *co = lua_tothread(L, 1);
 	luaL_argexpected(L, co, 1, "coroutine");
+	if (CLOSE_GUARD && lua_status(co) == LUA_YIELD && xpcall_depth_add(L, 1, 0) > 0)
+		return luaL_error(L, "cannot close a coroutine suspended inside xpcall in this sandbox "
+				     "(Lua before 5.4.8 can run a stale message handler with hooks off: "
+				     "upstream 3fe7be95)");
 	/* its pending __close handlers run on co: the deadline signal must re-arm co's hook */
 	return call_original_on(L, co);
 }
@@ -189,6 +251,12 @@ static int sb_load(lua_State *L)
 	return 1;
 }
 
+/* Upvalue 2: a weak-keyed table, table -> the metatable given to it after it had one. Lua up to
+ * 5.4.8 visits an all-weak table (__mode "kv") once in a collection's propagate phase and never
+ * again, so a metatable set on it after that visit was not marked and was freed while in use
+ * (upstream 1b0f943d: getmetatable returned freed memory). Each table that has had a metatable
+ * keeps its next one in that table too, and the entry marks it for as long as the table lives.
+ * Tables getting their first metatable, the usual case, pay one lookup. */
 static int sb_setmetatable(lua_State *L)
 {
 	luaL_checktype(L, 1, LUA_TTABLE);
@@ -198,10 +266,28 @@ static int sb_setmetatable(lua_State *L)
 		if (lua_rawget(L, 2) != LUA_TNIL)
 			return luaL_error(L, "setmetatable: __gc metamethods are not allowed in the sandbox");
 		lua_pop(L, 1);
+		/* the only way sandbox code can define __concat: turn the guard on (sandbox.c) */
+		if (!(lua_gethookmask(L) & LUA_MASKCALL))
+			mb_sandbox_hook_calls(L);
 	}
+	lua_settop(L, 2);
+	int had = lua_getmetatable(L, 1);
+	if (had)
+		lua_pop(L, 1);
+	lua_pushvalue(L, 1);
+	if (had || lua_rawget(L, lua_upvalueindex(2)) != LUA_TNIL) {
+		lua_settop(L, 2);
+		lua_pushvalue(L, 1);
+		if (lua_isnil(L, 2))
+			lua_pushboolean(L, 1); /* had one: anchor whatever comes next */
+		else
+			lua_pushvalue(L, 2);
+		lua_rawset(L, lua_upvalueindex(2));
+	}
+	lua_settop(L, 2);
 	lua_pushvalue(L, lua_upvalueindex(1));
 	lua_insert(L, 1);
-	lua_call(L, lua_gettop(L) - 1, 1);
+	lua_call(L, 2, 1);
 	return 1;
 }
 
@@ -354,6 +440,79 @@ static int sb_utf8_len(lua_State *L)
 	lua_pushinteger(L, total);
 	return 1;
 }
+
+#if LUA_VERSION_RELEASE_NUM < 50405
+/* utf8.codes: Lua 5.4.4's skips continuation bytes that follow a character or start the
+ * string, so "in\x80valid" passed as valid UTF-8 (upstream a1089b41, 5.4.5). This is the fixed
+ * iterator: the string may not start with a continuation byte and none may follow a character.
+ * It costs what the stock one does: one C call per character. Lead bytes 0xFE and 0xFF are
+ * refused before decoding (a shift past 31 bits in Lua's decoder, upstream 10eb89d1). */
+#define UTF8_CONT(c) (((unsigned char)(c) & 0xC0) == 0x80)
+
+static const char *utf8_decode(const char *s, uint32_t *val, int strict)
+{
+	static const uint32_t limits[] = { ~(uint32_t)0, 0x80, 0x800, 0x10000u, 0x200000u, 0x4000000u };
+	unsigned int c = (unsigned char)s[0];
+	uint32_t res = 0;
+	if (c < 0x80) {
+		res = c;
+	} else if (c >= 0xFE) {
+		return NULL;
+	} else {
+		int count = 0;
+		for (; c & 0x40; c <<= 1) {
+			unsigned int cc = (unsigned char)s[++count];
+			if (!UTF8_CONT(cc))
+				return NULL;
+			res = (res << 6) | (cc & 0x3F);
+		}
+		res |= (uint32_t)(c & 0x7F) << (count * 5);
+		if (count > 5 || res > 0x7FFFFFFFu || res < limits[count])
+			return NULL;
+		s += count;
+	}
+	if (strict && (res > 0x10FFFFu || (res >= 0xD800u && res <= 0xDFFFu)))
+		return NULL;
+	*val = res;
+	return s + 1;
+}
+
+static int utf8_iter(lua_State *L, int strict)
+{
+	size_t len;
+	const char *s = luaL_checklstring(L, 1, &len);
+	lua_Unsigned n = (lua_Unsigned)lua_tointeger(L, 2);
+	if (n < len) {
+		while (UTF8_CONT(s[n])) { /* the rest of the last character (long only when called by hand) */
+			if ((++n & (CHUNK - 1)) == 0)
+				mb_budget_poll(L);
+		}
+	}
+	if (n >= len)
+		return 0;
+	uint32_t code;
+	const char *next = utf8_decode(s + n, &code, strict);
+	if (next == NULL || UTF8_CONT(*next))
+		return luaL_error(L, "invalid UTF-8 code");
+	lua_pushinteger(L, (lua_Integer)n + 1);
+	lua_pushinteger(L, (lua_Integer)code);
+	return 2;
+}
+
+static int utf8_iter_strict(lua_State *L) { return utf8_iter(L, 1); }
+static int utf8_iter_lax(lua_State *L) { return utf8_iter(L, 0); }
+
+static int sb_utf8_codes(lua_State *L)
+{
+	int lax = lua_toboolean(L, 2);
+	const char *s = luaL_checkstring(L, 1);
+	luaL_argcheck(L, !UTF8_CONT(*s), 1, "invalid UTF-8 code");
+	lua_pushcfunction(L, lax ? utf8_iter_lax : utf8_iter_strict);
+	lua_pushvalue(L, 1);
+	lua_pushinteger(L, 0);
+	return 3;
+}
+#endif
 
 /* string.format: "%q" escapes with one snprintf per control byte, ~100 ns a byte; bound the
  * bytes quoted by one call (all its %q arguments together: sixty 1 MiB arguments took 2.8 s). */
@@ -795,6 +954,20 @@ int mb_sandbox_env_open(lua_State *L)
 		lua_pop(L, 1);
 	}
 
+	/* coroutine -> xpcalls it is inside (sb_xpcall, sb_close): weak keys */
+	lua_newtable(L);
+	lua_createtable(L, 0, 1);
+	lua_pushliteral(L, "k");
+	lua_setfield(L, -2, "__mode");
+	lua_setmetatable(L, -2);
+	lua_rawsetp(L, LUA_REGISTRYINDEX, &xpcall_depth_key);
+	/* Lua before 5.4.8 makes the string "error in error handling" where no error may be raised,
+	 * when a coroutine dies or is closed with that status; made then under the memory cap it
+	 * raised a memory error with nothing to catch it (upstream 25da574f). Kept alive here, the
+	 * string is found interned and never allocated again. */
+	lua_pushliteral(L, "error in error handling");
+	lua_rawsetp(L, LUA_REGISTRYINDEX, &errerr_key);
+
 	/* os: only time, clock, date, difftime, in a fresh table (the full library is not kept). */
 	luaL_requiref(L, "mb.os", luaopen_os, 0);
 	lua_createtable(L, 0, 4);
@@ -822,7 +995,14 @@ int mb_sandbox_env_open(lua_State *L)
 	set_field(L, "xpcall", sb_xpcall);
 	set_field(L, "collectgarbage", sb_collectgarbage);
 	set_field(L, "print", sb_print);
-	wrap_field(L, "setmetatable", sb_setmetatable);
+	lua_getfield(L, -1, "setmetatable");
+	lua_newtable(L); /* metatable anchors: weak keys */
+	lua_createtable(L, 0, 1);
+	lua_pushliteral(L, "k");
+	lua_setfield(L, -2, "__mode");
+	lua_setmetatable(L, -2);
+	lua_pushcclosure(L, sb_setmetatable, 2);
+	lua_setfield(L, -2, "setmetatable");
 
 	/* coroutine */
 	lua_getfield(L, -1, LUA_COLIBNAME);
@@ -861,6 +1041,9 @@ int mb_sandbox_env_open(lua_State *L)
 
 	lua_getfield(L, -1, LUA_UTF8LIBNAME);
 	wrap_field(L, "len", sb_utf8_len);
+#if LUA_VERSION_RELEASE_NUM < 50405
+	set_field(L, "codes", sb_utf8_codes);
+#endif
 	lua_pop(L, 1);
 
 	/* table */

@@ -52,6 +52,13 @@ int mb_sandbox_load_text(lua_State *L, const char *s, size_t len, const char *na
 /// Installs the budget hook on L (the main state or a new coroutine).
 void mb_sandbox_sethook(lua_State *L);
 
+/// From now on every thread of L's execution also gets call events in its hook (the __concat
+/// guard, sandbox.c; a no-op when built against a Lua other than 5.4.4): called when sandbox code
+/// first sets a metatable. Threads made later inherit the hook; call mb_sandbox_sync_hook on a
+/// thread before it runs (coroutine resume and close) and on the resumer when it continues.
+void mb_sandbox_hook_calls(lua_State *L);
+void mb_sandbox_sync_hook(lua_State *L);
+
 /// Records which Lua thread is running on this OS thread (for the deadline signal).
 void mb_sandbox_set_running(lua_State *L);
 lua_State *mb_sandbox_running(void);
