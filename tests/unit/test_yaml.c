@@ -3,6 +3,7 @@
  * aliases, second documents, excessive nesting, duplicate keys and syntax errors are refused
  * with their line and column. */
 #include "unit.h"
+#include "budget.h"
 #include "json.h"
 #include "yaml.h"
 
@@ -72,6 +73,7 @@ int main(void)
 {
 	mb_json_global_init();
 	L = luaL_newstate();
+	*(mb_budget **)lua_getextraspace(L) = NULL; /* no budget: json.c reads it from here */
 	luaL_openlibs(L);
 	RUN(documents);
 	RUN(scalars);
