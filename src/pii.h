@@ -1,4 +1,4 @@
-/* pii.h - detection and tokenization of personal data and secrets (issue 5).
+/* pii.h - detection and tokenization of personal data and secrets.
  *
  * Three pieces, used in this order:
  *   1. A detector (mb_pii_detector_new) compiles the built-in rules and the configured custom

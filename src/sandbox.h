@@ -2,8 +2,9 @@
  *
  * The request and the result are plain data (strings and numbers), so the same execution can run
  * on a worker thread today and in a separate worker process later: this is the narrow,
- * serializable interface of DESIGN.md. The only channel back to the host while code runs is the
- * `notify` callback (mcp.log, mcp.progress), which carries a kind and a JSON payload.
+ * serializable interface docs/architecture.md describes. The only channel back to the host
+ * while code runs is the `notify` callback (mcp.log, mcp.progress), which carries a kind and a
+ * JSON payload.
  *
  * Thread rules: mb_sandbox_run runs entirely on the calling thread and touches no shared state
  * except the budget's atomics (cancel) and the notify callback, which must be thread-safe.

@@ -1,4 +1,4 @@
-// Long runs inside single C calls (lua-sandbox-security.md §2): the count hook cannot interrupt
+// Long runs inside single C calls (the threat list of docs/security.md): the count hook cannot interrupt
 // a C function, so every native builtin that can run long must poll the budget itself. Each
 // script runs with timeout_ms=300 and must be answered within 300 + ANSWER_SLACK_MS (300) ms with the exact
 // outcome, its worker thread must stop within 300 + 100 ms (an abandoned thread that keeps

@@ -1,4 +1,4 @@
-// Sandbox escapes (lua-sandbox-security.md §1.1, §7): bytecode, the load environment, the
+// Sandbox escapes (the threat list of docs/security.md): bytecode, the load environment, the
 // string metatable, global/library poisoning across executions, absent libraries, __gc, and
 // error objects with metamethods. Each test runs on a fresh server and ends by checking that the
 // server still runs `return 1`.

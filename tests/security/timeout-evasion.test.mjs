@@ -1,4 +1,4 @@
-// Timeout evasion (lua-sandbox-security.md §1.3): scripts that try to catch, swallow or replace
+// Timeout evasion (the threat list of docs/security.md): scripts that try to catch, swallow or replace
 // the limit error. Every one runs with timeout_ms=300 and must be answered as a timeout naming
 // timeout_ms=300 within 300 + ANSWER_SLACK_MS ms, its worker must really stop (no abandoned thread running
 // past 300 + 100 ms), and the server must run `return 1` afterwards.
