@@ -16,6 +16,7 @@
 #include <time.h>
 
 #include "embedded.h"
+#include "protocol.h"
 #include "yaml.h"
 #include "arena.h"
 #include "codec.h"
@@ -393,6 +394,22 @@ static void push_config(lua_State *L, const mb_config *c)
 	lua_setfield(L, -2, "data_dir");
 }
 
+/* mb.protocol = {served = {...}, upstream = {...}}: protocol.h's lists, newest first */
+static void push_protocol(lua_State *L)
+{
+	lua_createtable(L, 0, 2);
+	const char *const *lists[] = { mb_protocol_served, mb_protocol_upstream };
+	const char *names[] = { "served", "upstream" };
+	for (int k = 0; k < 2; k++) {
+		lua_newtable(L);
+		for (int i = 0; lists[k][i]; i++) {
+			lua_pushstring(L, lists[k][i]);
+			lua_rawseti(L, -2, i + 1);
+		}
+		lua_setfield(L, -2, names[k]);
+	}
+}
+
 /* Starts or resumes a request coroutine and reports a crash of our own Lua as a log line. */
 static void run_coroutine(mb_host *h, lua_State *co, int nargs)
 {
@@ -677,6 +694,8 @@ mb_host *mb_host_new(const mb_config *cfg, const mb_host_io *io, const mb_host_d
 	lua_setfield(L, -2, "config");
 	lua_pushstring(L, MB_VERSION);
 	lua_setfield(L, -2, "version");
+	push_protocol(L);
+	lua_setfield(L, -2, "protocol");
 	lua_setglobal(L, "mb");
 
 	lua_newtable(L);

@@ -45,6 +45,7 @@
 #include <unistd.h>
 
 #include "http_int.h"
+#include "protocol.h"
 #include "log.h"
 
 #define URL_MAX 2048
@@ -265,7 +266,6 @@ struct mb_http {
 	char rbuf[65536];
 };
 
-static const char *const versions[] = { "2025-11-25", "2025-06-18", "2025-03-26" };
 
 /* ---- small helpers --------------------------------------------------------------------------- */
 
@@ -972,12 +972,17 @@ static int on_headers_complete(http_parser *p)
 	}
 	if (c->hcount[H_PROTO]) {
 		int ok = 0;
-		for (size_t i = 0; i < sizeof versions / sizeof *versions; i++)
-			ok |= strcmp(hval(c, H_PROTO), versions[i]) == 0;
+		char list[160] = "";
+		for (const char *const *v = mb_protocol_served; *v; v++) {
+			ok |= strcmp(hval(c, H_PROTO), *v) == 0;
+			snprintf(list + strlen(list), sizeof list - strlen(list), "%s%s",
+				 v == mb_protocol_served ? "" : ", ", *v);
+		}
 		if (!ok) {
-			reject(c, 400, -32000, NULL,
-			       "Bad Request: unsupported MCP-Protocol-Version \"%s\" (supported: 2025-11-25, "
-			       "2025-06-18, 2025-03-26)", hval(c, H_PROTO));
+			char m[320];
+			snprintf(m, sizeof m, "Bad Request: unsupported MCP-Protocol-Version \"%%s\" (supported: %s)",
+				 list);
+			reject(c, 400, -32000, NULL, m, hval(c, H_PROTO));
 			goto checked;
 		}
 	}

@@ -1,4 +1,4 @@
--- mcp/server.lua - JSON-RPC dispatch and the MCP lifecycle (protocol 2025-11-25).
+-- mcp/server.lua - JSON-RPC dispatch and the MCP lifecycle (protocol revisions: src/protocol.h).
 --
 -- C calls three globals defined here: handle_line(line) for every incoming message (each in its
 -- own coroutine, so a handler may yield in mb.wait while an execution runs), handle_oversize(n)
@@ -16,8 +16,11 @@ local tools = require("mcp.tools")
 local ctext = require("mcp.catalog_text")
 local clip = ctext.clip
 
-local LATEST = "2025-11-25"
-local SUPPORTED = { ["2025-11-25"] = true, ["2025-06-18"] = true, ["2025-03-26"] = true }
+-- the revisions served (src/protocol.h, newest first): initialize answers the client's when it
+-- is one of them, else the newest
+local LATEST = mb.protocol.served[1]
+local SUPPORTED = {}
+for _, v in ipairs(mb.protocol.served) do SUPPORTED[v] = true end
 
 local LEVELS = { debug = 0, info = 1, notice = 2, warning = 3, error = 4, critical = 5,
                  alert = 6, emergency = 7 }

@@ -31,7 +31,7 @@ local M = { by_name = {}, by_ident = {}, list = {} }
 local tools, catalog, text -- set by init
 local arguments
 
-local PROTOCOL = "2025-11-25"
+local PROTOCOL = mb.protocol.served[1] -- what moonbox asks for (src/protocol.h)
 local MAX_TOOLS, MAX_PAGES = 10000, 1000
 local MAX_DESCRIPTION = 16384 -- bytes of a tool's description kept for the catalog
 
@@ -424,8 +424,8 @@ function S:start()
   end)()
 end
 
-local PROTOCOLS = { ["2025-11-25"] = true, ["2025-06-18"] = true, ["2025-03-26"] = true,
-                    ["2024-11-05"] = true }
+local PROTOCOLS = {} -- what an upstream may answer (src/protocol.h)
+for _, v in ipairs(mb.protocol.upstream) do PROTOCOLS[v] = true end
 
 -- initialize, initialized, tools/list; then ready (runs in the start coroutine).
 function S:handshake(gen, t)
@@ -441,8 +441,7 @@ function S:handshake(gen, t)
     end
     if not PROTOCOLS[r.protocolVersion] then -- MCP: a client that does not speak it disconnects
       return self:failed(sfmt("initialize: the server speaks protocol version %q, which moonbox "
-        .. "does not (it speaks 2025-11-25, 2025-06-18, 2025-03-26, 2024-11-05)",
-        r.protocolVersion:sub(1, 40)))
+        .. "does not (it speaks %s)", r.protocolVersion:sub(1, 40), table.concat(mb.protocol.upstream, ", ")))
     end
     self.protocol = r.protocolVersion
     t.protocol = r.protocolVersion
