@@ -1,10 +1,11 @@
 /* host.c - the trusted host Lua state: one coroutine per request, and the C<->Lua bridge.
  *
  * The host state runs the embedded lua/mcp modules with the full standard library (this
- * code is ours, not the agent's). Each incoming line starts a coroutine running the Lua function
- * `handle_line`; when a handler calls mb.wait(job) the coroutine yields and is parked in the
- * registry table `waiting[job]` until the pool reports the job done, then resumed with the result.
- * Notifications from a running job go to the Lua function `on_notify`. Messages leave through
+ * code is ours, not the agent's). lua/mcp/server.lua returns an entry table, the functions this
+ * file calls (docs/host-api.md lists them and every mb.* function). Each incoming line starts a
+ * coroutine running entry.handle_line; when a handler calls mb.wait(job) the coroutine yields and
+ * is parked in the registry table `waiting[job]` until the pool reports the job done, then
+ * resumed with the result. Notifications from a running job go to entry.on_notify. Messages leave through
  * mb.send, which encodes with the shared JSON codec and hands the line to the transport.
  */
 #include "host.h"
@@ -44,6 +45,7 @@ struct mb_host {
 	mb_host_deps deps;
 	mb_json_limits jl;
 	int ref_handle_line, ref_handle_oversize, ref_on_notify, ref_on_host_call, ref_waiting;
+	int ref_entry; /* the table lua/mcp/server.lua returns (docs/host-api.md) */
 	size_t inflight;
 	uint64_t start_ns;
 	/* the exchange being handled by mb_host_handle_message, and what happened on it */
@@ -427,6 +429,8 @@ static void run_coroutine(mb_host *h, lua_State *co, int nargs)
 	}
 }
 
+static int push_entry_fn(mb_host *h, const char *name);
+
 void mb_host_handle_line(mb_host *h, const char *line, size_t len)
 {
 	lua_State *co = lua_newthread(h->L);
@@ -457,11 +461,8 @@ int mb_host_handle_message(mb_host *h, uint64_t session, uint64_t exchange, cons
 void mb_host_end_session(mb_host *h, uint64_t session)
 {
 	lua_State *L = h->L;
-	lua_getglobal(L, "on_session_end");
-	if (!lua_isfunction(L, -1)) {
-		lua_pop(L, 1);
+	if (!push_entry_fn(h, "on_session_end"))
 		return;
-	}
 	lua_pushinteger(L, (lua_Integer)session);
 	if (lua_pcall(L, 1, 0, 0) != LUA_OK) {
 		mb_log(MB_LOG_ERROR, "host: on_session_end: %s", lua_tostring(L, -1));
@@ -606,15 +607,29 @@ void mb_host_set_history(mb_host *h, mb_history *history)
 	h->history = history;
 }
 
-static int ref_global(lua_State *L, const char *name)
+/* A registry reference to entry.name (the entry table is at the top of the stack). */
+static int ref_entry_fn(lua_State *L, const char *name)
 {
-	lua_getglobal(L, name);
-	if (!lua_isfunction(L, -1)) {
-		mb_log(MB_LOG_CRIT, "host: lua/mcp/server.lua does not define %s", name);
+	if (lua_getfield(L, -1, name) != LUA_TFUNCTION) {
+		mb_log(MB_LOG_CRIT, "host: lua/mcp/server.lua's entry table has no function %s", name);
 		lua_pop(L, 1);
 		return LUA_NOREF;
 	}
 	return luaL_ref(L, LUA_REGISTRYINDEX);
+}
+
+/* Pushes entry.name when it is a function (returns 1), else pushes nothing (returns 0). */
+static int push_entry_fn(mb_host *h, const char *name)
+{
+	lua_State *L = h->L;
+	int top = lua_gettop(L);
+	lua_rawgeti(L, LUA_REGISTRYINDEX, h->ref_entry);
+	if (!lua_istable(L, -1) || lua_getfield(L, -1, name) != LUA_TFUNCTION) {
+		lua_settop(L, top);
+		return 0;
+	}
+	lua_remove(L, -2);
+	return 1;
 }
 
 mb_host *mb_host_new(const mb_config *cfg, const mb_host_io *io, const mb_host_deps *deps)
@@ -703,14 +718,19 @@ mb_host *mb_host_new(const mb_config *cfg, const mb_host_io *io, const mb_host_d
 
 	lua_getglobal(L, "require");
 	lua_pushstring(L, "mcp.server");
-	if (lua_pcall(L, 1, 0, 0) != LUA_OK) {
+	if (lua_pcall(L, 1, 1, 0) != LUA_OK) {
 		mb_log(MB_LOG_CRIT, "host: loading lua/mcp/server.lua: %s", lua_tostring(L, -1));
 		goto fail;
 	}
-	h->ref_handle_line = ref_global(L, "handle_line");
-	h->ref_handle_oversize = ref_global(L, "handle_oversize");
-	h->ref_on_notify = ref_global(L, "on_notify");
-	h->ref_on_host_call = ref_global(L, "on_host_call");
+	if (!lua_istable(L, -1)) {
+		mb_log(MB_LOG_CRIT, "host: lua/mcp/server.lua must return its entry table");
+		goto fail;
+	}
+	h->ref_handle_line = ref_entry_fn(L, "handle_line");
+	h->ref_handle_oversize = ref_entry_fn(L, "handle_oversize");
+	h->ref_on_notify = ref_entry_fn(L, "on_notify");
+	h->ref_on_host_call = ref_entry_fn(L, "on_host_call");
+	h->ref_entry = luaL_ref(L, LUA_REGISTRYINDEX);
 	if (h->ref_handle_line == LUA_NOREF || h->ref_handle_oversize == LUA_NOREF ||
 	    h->ref_on_notify == LUA_NOREF || h->ref_on_host_call == LUA_NOREF)
 		goto fail;
@@ -741,13 +761,8 @@ static void http_wait_tick(uv_timer_t *t)
 void mb_host_shutdown(mb_host *h)
 {
 	lua_State *L = h->L;
-	lua_getglobal(L, "on_shutdown");
-	if (lua_isfunction(L, -1)) {
-		if (lua_pcall(L, 0, 0, 0) != LUA_OK) {
-			mb_log(MB_LOG_ERROR, "host: on_shutdown: %s", lua_tostring(L, -1));
-			lua_pop(L, 1);
-		}
-	} else {
+	if (push_entry_fn(h, "on_shutdown") && lua_pcall(L, 0, 0, 0) != LUA_OK) {
+		mb_log(MB_LOG_ERROR, "host: on_shutdown: %s", lua_tostring(L, -1));
 		lua_pop(L, 1);
 	}
 	/* on_shutdown closed the upstreams gracefully; this catches anything left */
@@ -772,11 +787,8 @@ void mb_host_shutdown(mb_host *h)
 char *mb_host_metrics(mb_host *h)
 {
 	lua_State *L = h->L;
-	lua_getglobal(L, "metrics_text");
-	if (!lua_isfunction(L, -1)) {
-		lua_pop(L, 1);
+	if (!push_entry_fn(h, "metrics_text"))
 		return NULL;
-	}
 	if (lua_pcall(L, 0, 1, 0) != LUA_OK) {
 		mb_log(MB_LOG_ERROR, "host: metrics_text: %s", lua_tostring(L, -1));
 		lua_pop(L, 1);

@@ -1,15 +1,19 @@
 -- mcp/server.lua - JSON-RPC dispatch and the MCP lifecycle (protocol revisions: src/protocol.h).
 --
--- C calls three globals defined here: handle_line(line) for every incoming message (each in its
--- own coroutine, so a handler may yield in mb.wait while an execution runs), handle_oversize(n)
--- for a discarded over-long line, and on_notify(job, kind, payload) for mcp.log / mcp.progress
--- from running sandbox code. Per-session state (log level, initialized, tenant, requests in
+-- The file returns its entry table, the functions C calls (src/host.c; docs/host-api.md lists
+-- them and every mb.* function): handle_line(line, session, exchange, tenant) for every incoming
+-- message (each in its own coroutine, so a handler may yield in mb.wait while an execution runs),
+-- handle_oversize(n) for a discarded over-long line, on_notify(job, kind, payload) for mcp.log /
+-- mcp.progress from running sandbox code, on_host_call(job, seq, name, args) for a host call
+-- (in its own coroutine), on_session_end(session), on_shutdown() and metrics_text(). No globals
+-- are set. Per-session state (log level, initialized, tenant, requests in
 -- flight) lives in `sessions`, keyed by the transport's session id; nothing else is kept per
 -- connection, so a stateless protocol revision can be served from the same tables later.
 -- Tools live in mcp/tools.lua; this file only knows the protocol.
 
 local mb = mb
 local null = mb.null
+local entry = {} -- returned at the end: what C calls
 mb.db.migrate(require("mcp.schema")) -- before anything reads the store
 require("mcp.upstream_config").load(mb.config.mcp_servers) -- a bad mcpServers stops the start here
 local tools = require("mcp.tools")
@@ -343,7 +347,7 @@ function request_mt:progress(progress, total, message)
 end
 
 -- kind is "progress" or a log level name; payload is JSON text made by the sandbox engine.
-function on_notify(job, kind, payload)
+function entry.on_notify(job, kind, payload)
   local entry = by_job[job]
   if not entry or entry.cancelled then return end
   if kind == "progress" then
@@ -369,7 +373,7 @@ local function run_host_call(name, handler, args, request)
 end
 
 -- A call from running sandbox code (skills, ...): runs in its own coroutine, always answers.
-function on_host_call(job, seq, name, args)
+function entry.on_host_call(job, seq, name, args)
   local entry = by_job[job]
   local handler = tools.host_calls[name]
   local ok, value
@@ -522,7 +526,7 @@ local function refused(ctx, line, err)
   end
 end
 
-function handle_line(line, sid, exchange, tenant)
+function entry.handle_line(line, sid, exchange, tenant)
   local t0 = mb.now_ms()
   local ctx = { session = sid or 1, exchange = exchange or 0, tenant = tenant or "default" }
   local msg, err = mb.json_decode(line, true)
@@ -535,7 +539,7 @@ function handle_line(line, sid, exchange, tenant)
 end
 
 -- The session ended (HTTP DELETE or expiry): stop its executions, forget it.
-function on_session_end(sid)
+function entry.on_session_end(sid)
   local s = sessions[sid]
   if not s then return end
   for _, entry in pairs(s.inflight) do
@@ -545,18 +549,20 @@ function on_session_end(sid)
   sessions[sid] = nil
 end
 
-function on_shutdown()
+function entry.on_shutdown()
   tools.upstream.shutdown() -- stdin closed, SIGTERM, SIGKILL after upstream_shutdown_grace_ms
   tools.history.flush()
 end
 
 -- Prometheus text the host adds to /metrics (upstream servers).
-function metrics_text()
+function entry.metrics_text()
   return tools.upstream.metrics_text()
 end
 
-function handle_oversize(bytes)
+function entry.handle_oversize(bytes)
   send_error({ session = 1, exchange = 0 }, nil, INVALID_REQUEST, string.format(
     "Invalid Request: message of %d bytes exceeds max_message_bytes=%d and was discarded",
     bytes, mb.config.max_message_bytes))
 end
+
+return entry
