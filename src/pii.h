@@ -216,6 +216,9 @@ void mb_pii_result_free(mb_pii_result *res);
 int mb_pii_token(const unsigned char key[MB_PII_KEY_BYTES], const char *type, const char *value,
 		 size_t len, int hexchars, char out[MB_PII_TOKEN_MAX]);
 
+/// Whether t (n bytes) is a valid type name: [A-Z][A-Z0-9_]*, at most MB_PII_NAME_MAX (pii_syntax.c).
+int mb_pii_type_name_valid(const char *t, size_t n);
+
 /// Checks the token syntax "[" NAME "_" hex "]" (NAME ^[A-Z][A-Z0-9_]{0,31}$, 8..16 lowercase
 /// hex digits) at the start of s.
 /// @param s    the text
