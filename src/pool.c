@@ -22,7 +22,7 @@
 
 #include "arena.h"
 #include "log.h"
-#include "sandbox_int.h"
+#include "sandbox.h"
 #include "wakeup.h"
 
 typedef enum { JOB_QUEUED, JOB_RUNNING, JOB_DONE, JOB_ABANDONED } job_state;

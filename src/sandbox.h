@@ -103,10 +103,6 @@ int mb_sandbox_run(const mb_exec_request *req, mb_budget *b, mb_exec_result *res
 /// Frees the strings of a result (not the struct).
 void mb_exec_result_free(mb_exec_result *res);
 
-/// Builds the restricted environment in the fresh state L (sandbox_env.c). Runs inside a
-/// protected call. Expects the state's budget already attached.
-int mb_sandbox_env_open(lua_State *L);
-
 /// Per-thread setup for the deadline signal; call once on each thread that runs executions.
 int mb_sandbox_thread_init(void);
 
@@ -119,5 +115,17 @@ void mb_exec_result_shape(mb_exec_result *res);
 
 /// Process-wide setup (signal handler); call once before starting worker threads.
 int mb_sandbox_global_init(void);
+
+/// Sets the process-wide PII detector and token key the sandboxes use (sandbox_pii.c): once,
+/// before any worker thread exists; NULL detector: PII functions off.
+struct mb_pii_detector;
+void mb_sandbox_pii_set(const struct mb_pii_detector *d, const unsigned char *key);
+
+/* The pool's side of the contract: a worker thread's stack is max_c_stack_kb plus this reserve
+ * (what Lua's own limit of 200 nested C calls can use after the last mb_budget_cstack_check, with
+ * room for error handling; measured in docs/security.md, "C stack"), and the pool sends a worker
+ * MB_SANDBOX_SIGNAL at its execution's deadline or on cancellation. */
+#define MB_SANDBOX_STACK_RESERVE ((size_t)6 << 20)
+#define MB_SANDBOX_SIGNAL (SIGRTMIN + 1)
 
 #endif

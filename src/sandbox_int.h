@@ -1,5 +1,6 @@
-/* sandbox_int.h - what sandbox.c and sandbox_env.c share about a running execution. Not for
- * other modules: they see only sandbox.h. */
+/* sandbox_int.h - what the files of the sandbox (sandbox*.c) share about a running execution.
+ * Not for other modules: they see only sandbox.h (tests/arch checks it). The files depend one
+ * way: sandbox_core.c at the bottom, the environment's files above it, sandbox.c on top. */
 #ifndef MB_SANDBOX_INT_H
 #define MB_SANDBOX_INT_H
 
@@ -8,14 +9,6 @@
 #include "json.h"
 #include "regex.h"
 #include "sandbox.h"
-
-/* Worker threads' stack beyond max_c_stack_kb: what Lua's own limit of 200 nested C calls can
- * use after the last mb_budget_cstack_check, with room for error handling (measured in
- * docs/security.md, "C stack"). */
-#define MB_SANDBOX_STACK_RESERVE ((size_t)6 << 20)
-
-/* Sent by the pool to a worker thread at its execution's deadline or on cancellation. */
-#define MB_SANDBOX_SIGNAL (SIGRTMIN + 1)
 
 typedef struct mb_sandbox_ctx {
 	const mb_exec_request *req; /* NULL while the state is only prepared */
@@ -38,11 +31,18 @@ typedef struct mb_sandbox_ctx {
 	void *pii_found;
 } mb_sandbox_ctx;
 
-/// The context of the execution that owns L (any thread of it).
+/// sandbox_core.c: installs the deadline signal's handler (mb_sandbox_global_init calls it).
+int mb_sandbox_core_init(void);
+
+/// Makes c the context of L's execution (kept in the registry), and reads it back from any
+/// thread of that execution.
+void mb_sandbox_ctx_bind(lua_State *L, mb_sandbox_ctx *c);
 mb_sandbox_ctx *mb_sandbox_ctx_of(lua_State *L);
 
-/// Appends to the captured output, keeping head and tail within the cap.
+/// Appends to the captured output, keeping head and tail within the cap; the whole captured
+/// text, with a marker where bytes were dropped (malloc'd, NUL-terminated; NULL out of memory).
 void mb_sandbox_output(mb_sandbox_ctx *c, const char *s, size_t n);
+char *mb_sandbox_output_join(mb_sandbox_ctx *c, size_t *len);
 
 /// Loads a text chunk (mode "t") as luaL_loadbufferx would, but feeds the parser in small pieces
 /// and polls the budget between them, so a slow parse stops at the deadline. Returns the
@@ -75,7 +75,6 @@ void mb_sandbox_host_call_raw(lua_State *L, const char *name, char *args, size_t
 /// worker starts), the globals pii.scan / tokenize_pii / detokenize_pii, the policy over the
 /// returned values (under lua_pcall with msgh; returns its status) and over the output and error
 /// texts, and freeing.
-void mb_sandbox_pii_set(const struct mb_pii_detector *d, const unsigned char *key);
 int mb_sandbox_pii_open(lua_State *L);
 int mb_sandbox_pii_values(lua_State *L, int base, int msgh);
 /* the policy over the value at the top of the stack (error objects, log payloads, print
@@ -84,6 +83,15 @@ void mb_sandbox_pii_top(lua_State *L);
 void mb_sandbox_pii_finish(mb_sandbox_ctx *c, mb_exec_result *res);
 void mb_sandbox_pii_free(mb_sandbox_ctx *c);
 void mb_sandbox_pii_thread_exit(void);
+
+/// Builds the restricted environment in the fresh state L (sandbox_env.c). Runs inside a
+/// protected call. Expects the state's budget already attached.
+int mb_sandbox_env_open(lua_State *L);
+
+/// Registers read_file, write_file, list_files, delete_file, file_exists and json.read_file,
+/// json.write_file in the sandbox state L (sandbox_ws.c). They act on the running execution's
+/// request->workspace, looked up at call time. Leaves the stack as it found it. Returns 0.
+int mb_sandbox_ws_open(lua_State *L);
 
 /// Adds require, skills, save_skill, load_skill and list_skills (host calls, sandbox_host.c) to
 /// the globals table at the top of the stack.

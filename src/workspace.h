@@ -191,12 +191,6 @@ void mb_workspace_usage(mb_workspace *ws, int64_t *files, int64_t *bytes);
 /// @returns a static string
 const char *mb_workspace_error_code(int rc);
 
-/// Registers read_file, write_file, list_files, delete_file, file_exists and json.read_file,
-/// json.write_file in the sandbox state L (sandbox_ws.c). They act on the running execution's
-/// request->workspace, looked up at call time. Leaves the stack as it found it.
-/// @param L the sandbox state being prepared (inside a protected call)
-/// @returns 0
-int mb_sandbox_ws_open(lua_State *L);
 
 /// Adds a `workspace` table (read, write, delete, list, stat, usage; each takes the tenant
 /// first) to the table on top of the stack, for the trusted host state (workspace_lua.c).
