@@ -868,7 +868,10 @@ describe("gateway security: a slow name lookup does not hold the loop", () => {
         await sleep(25);
       }
       const u = (await g.stats()).slow;
-      assert.match(u.last_error ?? "", /no answer to initialize within 500 ms/, JSON.stringify(u));
+      // moonbox's 500 ms initialize timer and libcurl's own 500 ms transfer timeout race: either
+      // may end the attempt (what matters here is that the loop answered pings meanwhile)
+      assert.match(u.last_error ?? "", /no answer to initialize within 500 ms|Resolving timed out after \d+ milliseconds/,
+        JSON.stringify(u));
       assert.ok(worst < 500, `a ping took ${worst} ms while the cancelled lookup ran (the loop was blocked)`);
     } finally {
       await g?.close();
