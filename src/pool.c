@@ -42,7 +42,7 @@ struct mb_job {
 	mb_worker *worker;     /* guarded by pool->mu */
 	uv_timer_t timer;      /* loop thread only */
 	int timer_stage;       /* 1 waiting for the deadline, 2 waiting for the grace period */
-	_Atomic uint64_t started_ns; /* the deadline, written by the worker when the code starts */
+	_Atomic uint64_t deadline_ns; /* written by the worker when the code starts (0 before) */
 	int answered;          /* on_done already called (abandoned) */
 	/* host calls: the worker waits on call_cv for the loop thread's reply (all under pool->mu) */
 	uv_cond_t call_cv;
@@ -302,7 +302,7 @@ static void worker_main(void *arg)
 
 		/* The limit clock starts when the code starts, not when it was queued. */
 		j->budget.deadline_ns = mb_now_ns() + j->budget.timeout_ms * 1000000ull;
-		atomic_store(&j->started_ns, j->budget.deadline_ns); /* read by the loop's timer */
+		atomic_store(&j->deadline_ns, j->budget.deadline_ns); /* read by the loop's timer */
 		if (atomic_load(&j->budget.cancel)) {
 			mb_budget_trip(&j->budget, MB_STOP_CANCELLED);
 			char msg[160];
@@ -384,7 +384,7 @@ static void on_timer(uv_timer_t *t)
 	mb_worker *w = j->worker;
 	if (running && j->timer_stage == 1) {
 		/* The timer was armed at submit; the deadline counts from the start of the code. */
-		uint64_t dl = atomic_load(&j->started_ns), now = mb_now_ns();
+		uint64_t dl = atomic_load(&j->deadline_ns), now = mb_now_ns();
 		if (dl == 0 || dl > now) { /* 0: picked up a moment ago, deadline not written yet */
 			uv_mutex_unlock(&p->mu);
 			uv_timer_start(t, on_timer, dl ? (dl - now + 999999) / 1000000 : j->budget.timeout_ms, 0);
