@@ -246,7 +246,7 @@ M.utf8_cut = utf8_cut
 -- what was wrong without sending a 16 MB argument back.
 function M.clip(s, n)
   n = n or 96
-  if #s <= n then return s end
+  if type(s) ~= "string" or #s <= n then return s end
   return string.format("%s...(%d bytes)", utf8_cut(s, n), #s)
 end
 
