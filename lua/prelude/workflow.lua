@@ -120,7 +120,7 @@ local function check_form(schema, content)
 	end
 	for name, p in next, props do
 		local v = content[name]
-		if not is_null(v) and type(p) == "table" then
+		if not is_null(v) and v ~= "" and type(p) == "table" then -- ("" counts as not given)
 			local why = check_value(name, v, p)
 			if why then problems[#problems + 1] = why end
 		end
