@@ -507,13 +507,22 @@ static void walk_table(lua_State *L, int t, int depth)
 }
 
 /* A number with 9 or more digits may be a card, an SSN or a phone number written as a number:
- * scanned in its decimal form, and replaced by the token string when it is one. */
+ * scanned in its decimal form, and replaced by the token string when it is one. Integers are
+ * scanned with their own digits (not through a float, which rounds above 2^53); a float only
+ * when it is integral and in the integer range (casting any other is undefined). */
 static void replace_number(lua_State *L, int idx)
 {
-	lua_Number v = lua_tonumber(L, idx);
-	if (!(v >= 1e8 || v <= -1e8) || (lua_isinteger(L, idx) == 0 && v != (lua_Number)(long long)v))
+	lua_Integer i;
+	if (lua_isinteger(L, idx)) {
+		i = lua_tointeger(L, idx);
+	} else {
+		lua_Number v = lua_tonumber(L, idx);
+		if (!lua_numbertointeger(v, &i) || (lua_Number)i != v)
+			return;
+	}
+	if (i < 100000000 && i > -100000000)
 		return;
-	lua_pushfstring(L, "%I", (LUAI_UACINT)(long long)v);
+	lua_pushfstring(L, "%I", (LUAI_UACINT)i);
 	int s = lua_gettop(L);
 	push_sanitized(L, s, 0, "pii policy");
 	if (!lua_rawequal(L, -1, s))

@@ -1,0 +1,76 @@
+/* test_sandbox_pii.c - the PII policy on numbers an execution returns (src/sandbox_pii.c,
+ * replace_number), in-process with the built-in detector.
+ *
+ * Found by tests/fuzz/fuzz_sandbox.c: the policy converted every number to a float and back to
+ * long long, which is undefined behaviour for floats beyond the integer range (UBSan: "1e+308 is
+ * outside the range of representable values of type 'long long'"; `return 1e308` with the policy
+ * on), and scanned integers above 2^53 through a float, so it read other digits than the ones
+ * returned (a 19-digit card number was not found). */
+#include <stdlib.h>
+#include <string.h>
+
+#include "budget.h"
+#include "config.h"
+#include "pii.h"
+#include "sandbox.h"
+#include "sandbox_int.h"
+#include "sandbox_setup.h"
+#include "unit.h"
+
+static mb_config cfg;
+
+/* The result JSON of code run with the PII policy on (static buffer), or "ERR: ...". */
+static const char *run(const char *code)
+{
+	static char out[512];
+	mb_budget b;
+	mb_budget_init(&b, 32u << 20, 10000000, 2000);
+	mb_exec_request req = { .code = code, .code_len = strlen(code), .timeout_ms = 2000,
+				.memory_bytes = 32u << 20, .instruction_limit = 10000000, .cfg = &cfg,
+				.pii_policy = 1 };
+	mb_exec_result r;
+	mb_sandbox_run(&req, &b, &r);
+	snprintf(out, sizeof out, "%s%s", r.success ? "" : "ERR: ", r.success ? r.result_json : r.error);
+	mb_exec_result_free(&r);
+	return out;
+}
+
+TEST(floats_beyond_the_integer_range_stay_numbers)
+{
+	CHECK_STR(run("return 1e308"), "1e308");
+	CHECK_STR(run("return -1e300"), "-1e300");
+	CHECK_STR(run("return 2^63"), "9.223372036854776e18");
+	CHECK_STR(run("return 1/0 == math.huge"), "true");
+}
+
+TEST(integers_are_scanned_with_their_own_digits)
+{
+	CHECK_STR(run("return math.maxinteger"), "9223372036854775807");
+	CHECK_STR(run("return math.mininteger"), "-9223372036854775808");
+	/* a 19-digit card number (Luhn) above 2^53: a float would read 4111111111111111168 */
+	const char *r = run("return 4111111111111111110");
+	CHECK(strncmp(r, "\"[CARD_", 7) == 0);
+	r = run("return 4111111111111111.0"); /* an integral float in range is scanned too */
+	CHECK(strncmp(r, "\"[CARD_", 7) == 0);
+	CHECK_STR(run("return 12345678"), "12345678"); /* under 9 digits: left alone */
+}
+
+int main(void)
+{
+	if (sandbox_setup(&cfg) != 0)
+		return 1;
+	char err[256];
+	static unsigned char key[MB_PII_KEY_BYTES] = "test key for the sandbox policy";
+	mb_pii_detector *d = mb_pii_detector_new(NULL, err, sizeof err);
+	if (!d) {
+		fprintf(stderr, "%s\n", err);
+		return 1;
+	}
+	mb_sandbox_pii_set(d, key);
+	RUN(floats_beyond_the_integer_range_stay_numbers);
+	RUN(integers_are_scanned_with_their_own_digits);
+	mb_sandbox_thread_exit();
+	mb_sandbox_pii_set(NULL, NULL);
+	mb_pii_detector_free(d);
+	return UNIT_END();
+}
