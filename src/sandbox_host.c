@@ -269,7 +269,7 @@ static int sb_load_skill(lua_State *L)
 	return 1;
 }
 
-static int sb_list_skills(lua_State *L)
+int mb_sandbox_host_call_opt(lua_State *L, const char *name, const char *key)
 {
 	lua_settop(L, 1);
 	if (!lua_isnil(L, 1))
@@ -277,10 +277,15 @@ static int sb_list_skills(lua_State *L)
 	lua_createtable(L, 0, 1);
 	if (!lua_isnil(L, 1)) {
 		lua_pushvalue(L, 1);
-		lua_setfield(L, -2, "query");
+		lua_setfield(L, -2, key);
 	}
-	mb_sandbox_host_call(L, "list_skills");
+	mb_sandbox_host_call(L, name);
 	return 1;
+}
+
+static int sb_list_skills(lua_State *L)
+{
+	return mb_sandbox_host_call_opt(L, "list_skills", "query");
 }
 
 /* mcp.sample(params) / mcp.elicit(params): a request to the client, answered before it returns */

@@ -71,6 +71,10 @@ void mb_sandbox_host_call(lua_State *L, const char *name);
 /// them raw, see tools.host_calls_raw). Takes ownership of args (malloc'd; freed even on error).
 void mb_sandbox_host_call_raw(lua_State *L, const char *name, char *args, size_t len);
 
+/// f([text]) as a host call: the one optional argument, a string, is sent as {key = text}; pushes
+/// the reply and returns 1 (for lua_CFunctions such as list_skills and mcp.tools).
+int mb_sandbox_host_call_opt(lua_State *L, const char *name, const char *key);
+
 /// PII in the sandbox (sandbox_pii.c): the process-wide detector and key (set once, before any
 /// worker starts), the globals pii.scan / tokenize_pii / detokenize_pii, the policy over the
 /// returned values (under lua_pcall with msgh; returns its status) and over the output and error

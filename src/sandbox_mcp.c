@@ -284,16 +284,7 @@ static int servers_index(lua_State *L)
  * tools}); with one, its callable tools ({name, lua_name, summary, read_only}), by name. */
 static int sb_tools(lua_State *L)
 {
-	lua_settop(L, 1);
-	if (!lua_isnil(L, 1))
-		luaL_checkstring(L, 1);
-	lua_createtable(L, 0, 1);
-	if (!lua_isnil(L, 1)) {
-		lua_pushvalue(L, 1);
-		lua_setfield(L, -2, "server");
-	}
-	mb_sandbox_host_call(L, "upstream_tools");
-	return 1;
+	return mb_sandbox_host_call_opt(L, "upstream_tools", "server");
 }
 
 /* pairs(servers): each configured server's name and its table (as servers.<name> gives it) */
