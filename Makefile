@@ -4,7 +4,7 @@
 #   make run      install missing Debian packages, build, serve MCP on stdio with ./data
 #   make test     install what tests need, build, run every test (unit, Lua, integration, security)
 #   make bench    benchmarks (figures, not pass/fail)
-#   make fuzz     build and briefly run the libFuzzer targets
+#   make fuzz     build and run the libFuzzer targets (FUZZ_SECONDS each, FUZZ_TARGETS to choose)
 #
 # Dependencies come from Debian packages found with pkg-config (see vendor/manifest.txt).
 # LUA_PKG selects the Lua 5.4 to link, e.g. `make LUA_PKG=lua54-custom`.
@@ -34,7 +34,7 @@ UNIT_SRC  := $(sort $(wildcard tests/unit/test_*.c))
 UNIT_BIN  := $(patsubst tests/unit/%.c,$(BUILD)/tests/%,$(UNIT_SRC))
 
 .PHONY: all deps test-deps run test test-fresh test-unit test-tsan test-lua test-valgrind test-integration test-security \
-        test-asan test-arch bench fuzz clean conformance
+        test-asan test-arch test-fuzz-smoke bench fuzz print-pkgs clean conformance
 
 # `make` alone installs missing build packages first, as `make run` does (deps is silent when
 # all are present); the build runs after it, never alongside it under -j.
@@ -186,7 +186,7 @@ test-install: test-deps all
 # security tests against the normal build, then the official MCP conformance suite over HTTP. Each suite prints "N passed, N failed".
 test: test-deps
 	@$(MAKE) --no-print-directory all
-	@$(MAKE) --no-print-directory test-asan test-tsan
+	@$(MAKE) --no-print-directory test-asan test-tsan test-fuzz-smoke
 	@$(MAKE) --no-print-directory test-arch test-lua test-valgrind test-integration test-security conformance test-install
 
 test-unit: $(UNIT_BIN)
@@ -242,8 +242,23 @@ test-fresh:
 bench: test-deps all
 	@tests/bench/run.sh
 
+# Every fuzz target (tests/fuzz/fuzz_*.c, clang ASan+UBSan, objects built once into build-fuzz/):
+# `make fuzz FUZZ_SECONDS=120 FUZZ_TARGETS="fuzz_http fuzz_pii"` runs those for 120 s each,
+# growing the corpus in build-fuzz/<target>.corpus/ (tests/fuzz/run.sh says more).
+FUZZ_SECONDS ?= 30
+FUZZ_TARGETS ?=
 fuzz: deps
-	@tests/fuzz/run.sh
+	@FUZZ_SECONDS=$(FUZZ_SECONDS) FUZZ_TARGETS="$(FUZZ_TARGETS)" tests/fuzz/run.sh
+
+# Part of `make test`: every target for FUZZ_SMOKE_SECONDS from its seeds only (a fresh corpus),
+# so each builds, its invariants hold on the seeds and a few thousand mutations of them.
+FUZZ_SMOKE_SECONDS ?= 4
+test-fuzz-smoke:
+	@FUZZ_SMOKE=1 FUZZ_SECONDS=$(FUZZ_SMOKE_SECONDS) FUZZ_TARGETS="$(FUZZ_TARGETS)" tests/fuzz/run.sh
+
+# The pkg-config packages the sources need (tests/fuzz/run.sh builds with them).
+print-pkgs:
+	@echo $(PKGS) $(CURL_PKG)
 
 clean:
 	rm -rf build build-asan build-fuzz

@@ -3,7 +3,10 @@
  * argument checks, response encoding). There is no execution pool, so tools/call execute_code
  * stops at submit with a clean error; the store and workspaces are real (under /tmp/moonbox-fuzz),
  * so skill and workspace tools run for real. Every response must be one line of valid JSON.
- * Build and run: tests/fuzz/run.sh fuzz_protocol */
+ * Build and run: tests/fuzz/run.sh fuzz_protocol
+ * FUZZ_OPTIONS: -detect_leaks=0
+ * (the host keeps its state between inputs, so LeakSanitizer's per-input check only costs time;
+ * ASan still checks every access) */
 #include <jansson.h>
 #include <stdio.h>
 #include <sys/stat.h>
