@@ -80,6 +80,11 @@ if [ -n "$tolink" ]; then
     'clang '"$flags"' -fsanitize=fuzzer tests/fuzz/{}.c '"$objs $libs"' -o '"$out"'/{}'
 fi
 
+# Data directories of targets that crashed (a clean exit removes its own): /dev/shm/moonbox-fuzz-*-PID
+for d in /dev/shm/moonbox-fuzz-*; do
+  [ -d "$d" ] && ! kill -0 "${d##*-}" 2>/dev/null && rm -rf "$d"
+done
+
 fail=0
 passed=0
 failed=0
