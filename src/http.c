@@ -301,9 +301,18 @@ static void hb_u64(hb *b, uint64_t v, int hex)
 
 /* JSON string escaping of our own messages (which may quote header values); non-ASCII bytes
  * become '?' so the body stays valid UTF-8. */
+/* A JSON string's content: at most MSG_MAX bytes of s (each becomes at most 2), so an error body
+ * of ERR_BODY bytes always holds the whole envelope; what is cut is marked "...". */
+#define MSG_MAX 400
+#define ERR_BODY 1024
 static void hb_json_str(hb *b, const char *s)
 {
-	for (; *s; s++) {
+	size_t n = 0;
+	for (; *s; s++, n++) {
+		if (n == MSG_MAX) {
+			hb_put(b, "...", 3);
+			break;
+		}
 		unsigned char ch = (unsigned char)*s;
 		if (ch == '"' || ch == '\\') {
 			char e[2] = { '\\', (char)ch };
@@ -569,7 +578,7 @@ static void respond(conn *c, int status, const char *ctype, const char *extra, c
 
 static void respond_error(conn *c, int status, int rpc, const char *msg, const char *extra)
 {
-	char body[512];
+	char body[ERR_BODY];
 	hb b = { body, 0, sizeof body };
 	hb_str(&b, "{\"jsonrpc\":\"2.0\",\"error\":{\"code\":");
 	if (rpc < 0) {
@@ -588,6 +597,10 @@ static void respond_error(conn *c, int status, int rpc, const char *msg, const c
 static void request_done(conn *c)
 {
 	mb_http *h = c->h;
+	/* the next request's method is unknown until its line is parsed: a parse failure before
+	 * that must not be answered as if it were this one (a HEAD answer has no body) */
+	c->method = M_OTHER;
+	c->have_method = 0;
 	if (c->state == C_CLOSED)
 		return;
 	if (!c->keep_alive || h->closing) {

@@ -285,14 +285,11 @@ static void request_methods(check_state *c, const char *sent, size_t n)
 			off += k;
 			if (HTTP_PARSER_ERRNO(&p) != HPE_OK) {
 				if (!c->in_req) {
-					/* KNOWN (reported, not fixed here: src/http.c is another engineer's): a
-					 * request malformed before http-parser begins a message (a bad first
-					 * byte of the method) is answered with the method of the previous
-					 * request on the connection, since only on_message_begin resets it;
-					 * after a HEAD the 400 then comes without its body. Model it until
-					 * http.c resets the method. */
+					/* a request malformed before http-parser begins a message (a bad first
+					 * byte of the method) has no method: its 400 has a body (http.c resets
+					 * the method after each answer; it once kept a HEAD's, found here) */
 					if (c->nreq < 256)
-						c->methods[c->nreq] = c->nreq > 0 && c->nreq <= 256 ? c->methods[c->nreq - 1] : -1;
+						c->methods[c->nreq] = -1;
 					c->nreq++;
 				}
 				return;
@@ -383,14 +380,6 @@ static int rs_complete(http_parser *p)
 		if (strncmp(c->ctype, "application/json", 16) != 0)
 			FAIL("error response %d with Content-Type \"%s\"", c->status, c->ctype);
 		json_t *j = json_loadb(c->body ? c->body : "", c->blen, 0, NULL);
-		/* KNOWN (reported, not fixed here: src/http.c is another engineer's): respond_error
-		 * builds the body in 512 bytes, and a message quoting a header full of '"' or '\'
-		 * (an Origin or Host of up to 255 bytes, each doubled by the escaping) is cut there,
-		 * leaving invalid JSON. Accept exactly that case until http.c sizes the body. */
-		if (!j && c->blen == 512) {
-			c->in_msg = 0;
-			return 0;
-		}
 		json_t *e = json_is_object(j) ? json_object_get(j, "error") : NULL;
 		if (!json_is_object(e) || !json_is_integer(json_object_get(e, "code")) ||
 		    !json_is_string(json_object_get(e, "message")) || !json_is_null(json_object_get(j, "id")))

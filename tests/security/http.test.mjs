@@ -192,6 +192,25 @@ describe("HTTP endpoint rules", () => {
     await stillServes();
   });
 
+  it("error answers stay well-formed: after a HEAD, and quoting a header full of quotes (found by fuzz_http)", T, async () => {
+    // a malformed request after a HEAD on the same connection was answered as a HEAD (no body)
+    const r1 = await rawPieces([`HEAD /healthz HTTP/1.1\r\nHost: 127.0.0.1:${srv.port}\r\n\r\n` +
+      `(GET /healthz HTTP/1.1\r\nHost: 127.0.0.1:${srv.port}\r\n\r\n`]);
+    const second = r1.slice(r1.indexOf("HTTP/1.1", 8));
+    assert.match(second, /^HTTP\/1\.1 400 /, r1);
+    const len = Number(second.match(/Content-Length: (\d+)/)[1]);
+    const body = second.slice(second.indexOf("\r\n\r\n") + 4);
+    assert.equal(Buffer.byteLength(body), len, r1);
+    assert.equal(JSON.parse(body).error.code, -32000);
+    // a 403 quoting an Origin of 250 '"' was cut at 512 bytes: invalid JSON
+    const r2 = await rawPieces([`OPTIONS /mcp HTTP/1.1\r\nHost: 127.0.0.1:${srv.port}\r\nOrigin: ${'"'.repeat(250)}\r\n\r\n`]);
+    assert.match(r2, /^HTTP\/1\.1 403 /, r2.slice(0, 200));
+    const e = JSON.parse(r2.slice(r2.indexOf("\r\n\r\n") + 4));
+    assert.equal(e.error.code, -32000);
+    assert.ok(e.error.message.length > 0);
+    await stillServes();
+  });
+
   it("a JSON key repeated in a request is refused: 400 before a session, -32600 in one", T, async () => {
     const dupInit = INIT.replace('"method":"initialize"', '"method":"initialize","method":"ping"');
     const r = await post(dupInit);
