@@ -209,7 +209,7 @@ test-lua:
 	@tests/run-lua.sh
 
 test-valgrind: $(BUILD)/moonbox $(BUILD)/tests/test_config $(BUILD)/tests/test_lua_sandbox \
-               $(BUILD)/tests/test_store $(BUILD)/tests/test_host_uv $(BUILD)/tests/test_host_http \
+               $(BUILD)/tests/test_store $(BUILD)/tests/test_host_uv $(BUILD)/tests/test_host_http_client \
                $(BUILD)/tests/test_host_proc
 	@BUILD=$(BUILD) tests/run-valgrind.sh
 

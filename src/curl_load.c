@@ -1,5 +1,5 @@
 /* curl_load.c - opens libcurl at the first HTTP request (see curl_load.h for why not at link
- * time): dlopen, one dlsym per function host_http.c uses, then curl_global_init; the outcome of
+ * time): dlopen, one dlsym per function host_http_client.c uses, then curl_global_init; the outcome of
  * the first attempt is kept, so a missing library gives the same message to every request.
  */
 #define MB_CURL_LOAD_IMPL

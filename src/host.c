@@ -25,7 +25,7 @@
 #include "history.h"
 #include "host_uv.h"
 #include "host_proc.h"
-#include "host_http.h"
+#include "host_http_client.h"
 #include "store.h"
 #include "workspace.h"
 #include "json.h"

@@ -43,7 +43,7 @@ void mb_host_uv_open(lua_State *L, uv_loop_t *loop);
 /// @param L the host state given to mb_host_uv_open (nothing happens if it never was)
 void mb_host_uv_close_all(lua_State *L);
 
-/// Message handler for lua_pcall in host callbacks (also used by host_proc.c and host_http.c):
+/// Message handler for lua_pcall in host callbacks (also used by host_proc.c and host_http_client.c):
 /// the error message (or a description of a non-string error object) with a traceback.
 int mb_host_traceback(lua_State *L);
 

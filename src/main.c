@@ -17,7 +17,7 @@
 #include "config_doc.h"
 #include "json.h"
 #include "log.h"
-#include "loop.h"
+#include "server.h"
 #include "sandbox.h"
 #include "seed.h"
 

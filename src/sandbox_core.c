@@ -3,7 +3,7 @@
  * execution's context in the registry, output capture, and loading text under the budget.
  *
  * sandbox.c (prepare, run, result) and the environment (sandbox_env.c and the host-call files
- * sandbox_host.c, sandbox_mcp.c, sandbox_pii.c, sandbox_ws.c) all build on this file, and it
+ * sandbox_skills.c, sandbox_upstream.c, sandbox_pii.c, sandbox_workspace.c) all build on this file, and it
  * calls none of them, so the sandbox's files depend one way (docs/architecture.md).
  *
  * The deadline is enforced three ways: the count hook reads the clock every HOOK_COUNT

@@ -63,7 +63,7 @@ void mb_sandbox_sync_hook(lua_State *L);
 void mb_sandbox_set_running(lua_State *L);
 lua_State *mb_sandbox_running(void);
 
-/// Calls the host (sandbox_host.c): the table at the top of the stack is the argument (popped);
+/// Calls the host (sandbox_skills.c): the table at the top of the stack is the argument (popped);
 /// pushes the decoded reply. Raises the host's error message or the sticky budget error.
 void mb_sandbox_host_call(lua_State *L, const char *name);
 
@@ -93,15 +93,15 @@ void mb_sandbox_pii_thread_exit(void);
 int mb_sandbox_env_open(lua_State *L);
 
 /// Registers read_file, write_file, list_files, delete_file, file_exists and json.read_file,
-/// json.write_file in the sandbox state L (sandbox_ws.c). They act on the running execution's
+/// json.write_file in the sandbox state L (sandbox_workspace.c). They act on the running execution's
 /// request->workspace, looked up at call time. Leaves the stack as it found it. Returns 0.
 int mb_sandbox_ws_open(lua_State *L);
 
-/// Adds require, skills, save_skill, load_skill and list_skills (host calls, sandbox_host.c) to
+/// Adds require, skills, save_skill, load_skill and list_skills (host calls, sandbox_skills.c) to
 /// the globals table at the top of the stack.
 int mb_sandbox_host_open(lua_State *L);
 
-/// Adds servers (upstream MCP tools), mcp.call and mcp.parallel (sandbox_mcp.c) to the globals
+/// Adds servers (upstream MCP tools), mcp.call and mcp.parallel (sandbox_upstream.c) to the globals
 /// table at the top of the stack; after the coroutine library and the mcp table are in place.
 int mb_sandbox_mcp_open(lua_State *L);
 

@@ -1,7 +1,7 @@
 /* workspace_push.h - turning workspace results (malloc'd C memory) into Lua values without
  * leaking them: each push runs under lua_pcall (mb_ws_pcall1), so a memory error in the Lua
  * state returns to the caller, which frees its buffer and then re-raises. Shared by the host
- * (workspace_lua.c) and sandbox (sandbox_ws.c) bindings. */
+ * (workspace_lua.c) and sandbox (sandbox_workspace.c) bindings. */
 #ifndef MB_WORKSPACE_PUSH_H
 #define MB_WORKSPACE_PUSH_H
 

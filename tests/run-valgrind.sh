@@ -20,7 +20,7 @@ run test_config "$B/tests/test_config"
 run test_lua_sandbox "$B/tests/test_lua_sandbox"
 run test_store "$B/tests/test_store"
 run test_host_uv "$B/tests/test_host_uv"
-run test_host_http "$B/tests/test_host_http"
+run test_host_http_client "$B/tests/test_host_http_client"
 run test_host_proc "$B/tests/test_host_proc"
 d=$(mktemp -d)
 run "server session" sh -c "exec $B/moonbox --data-dir $d --log-level error < tests/valgrind/session.jsonl"

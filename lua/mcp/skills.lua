@@ -8,7 +8,7 @@
 -- save_skill writes the file atomically and indexes it at once, so the acknowledgement comes
 -- after both the file and the version row are on disk.
 --
--- Sandbox code reaches skills through host calls (src/sandbox_host.c): skill_source (for
+-- Sandbox code reaches skills through host calls (src/sandbox_skills.c): skill_source (for
 -- require), save_skill, load_skill, list_skills. Skills marked as tools (@tool) are published in
 -- tools/list and run in a sandbox by tools/call; every change of that set sends
 -- notifications/tools/list_changed.

@@ -610,7 +610,7 @@ arguments = function(request, args)
   return args
 end
 
--- "server\0tool\0args" (src/sandbox_mcp.c), args being JSON text or empty.
+-- "server\0tool\0args" (src/sandbox_upstream.c), args being JSON text or empty.
 local function split_item(item)
   local a = item:find("\0", 1, true)
   local b = a and item:find("\0", a + 1, true)

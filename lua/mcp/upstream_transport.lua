@@ -1,6 +1,6 @@
 -- mcp/upstream_transport.lua - how moonbox talks to one upstream MCP server: a child process
 -- speaking newline-delimited JSON-RPC on stdio (mb.spawn, src/host_proc.c), or a Streamable HTTP
--- endpoint (mb.http_request, src/host_http.c: libcurl on the loop).
+-- endpoint (mb.http_request, src/host_http_client.c: libcurl on the loop).
 --
 -- Both give the client (mcp/upstream.lua) the same object: t:send(msg) -> true | nil, err;
 -- t:close(grace_ms); t.pid (stdio). Incoming traffic goes to the handlers given to open:

@@ -980,7 +980,7 @@ describe("gateway security: policy bypass attempts from sandbox code", () => {
     assert.deepEqual(await g.ok("return servers.good.echo({})"), { args: {} });
   }));
 
-  // Regression: sandbox_mcp.c tool_fn -> do_call checked the args at stack index 3 (after server
+  // Regression: sandbox_upstream.c tool_fn -> do_call checked the args at stack index 3 (after server
   // and tool were inserted), so the message named argument #3 of a call that took one argument.
   it("a non-table argument to servers.x.y names the argument the code passed (#1)", T, withLog(get, async () => {
     assert.match(await g.err('return servers.good.echo("s")'), /bad argument #1 to 'echo' \(table expected, got string\)/);

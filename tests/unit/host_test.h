@@ -1,5 +1,5 @@
 /* host_test.h - helpers shared by the unit tests of the host's libuv modules (test_host_uv,
- * test_host_proc, test_host_http).
+ * test_host_proc, test_host_http_client).
  *
  * unit_log_start / unit_log_text: read back what the code under test logged (mb_log writes
  * stderr): stderr goes into a temporary file until unit_log_text restores it and returns what

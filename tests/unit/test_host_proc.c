@@ -696,7 +696,7 @@ TEST(shutdown_loop_closes_cleanly)
 
 int main(void)
 {
-	signal(SIGPIPE, SIG_IGN); /* as the server does (loop.c) */
+	signal(SIGPIPE, SIG_IGN); /* as the server does (server.c) */
 	strcpy(tmpdir, "/tmp/mb-proc-XXXXXX");
 	if (!mkdtemp(tmpdir)) {
 		perror("mkdtemp");

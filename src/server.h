@@ -1,4 +1,4 @@
-/* loop.h - the server: one struct that owns the libuv loop, the transport, the host Lua state
+/* server.h - the server: one struct that owns the libuv loop, the transport, the host Lua state
  * and the execution pool, and wires their callbacks together. */
 #ifndef MB_LOOP_H
 #define MB_LOOP_H

@@ -1,4 +1,4 @@
-/* host_http.h - an asynchronous HTTP client for the trusted host Lua state (libcurl multi_socket
+/* host_http_client.h - an asynchronous HTTP client for the trusted host Lua state (libcurl multi_socket
  * driven by the server's libuv loop). It carries MCP Streamable HTTP traffic to upstream MCP
  * servers: POST of JSON-RPC answered by JSON or by an SSE stream, GET of a long-lived SSE
  * stream, DELETE of a session.

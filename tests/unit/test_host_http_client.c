@@ -1,4 +1,4 @@
-/* test_host_http.c - mb.http_request against a real HTTP/1.1 server that runs in this process
+/* test_host_http_client.c - mb.http_request against a real HTTP/1.1 server that runs in this process
  * (a thread per connection on 127.0.0.1, blocking sockets, keep-alive): JSON with
  * Content-Length, status and lower-cased/joined headers, 1xx and redirects not followed,
  * chunked SSE written slowly (several on_data calls in order), bodiless 202/404, the request
@@ -25,7 +25,7 @@
 #include <unistd.h>
 
 #include "budget.h"
-#include "host_http.h"
+#include "host_http_client.h"
 #include "log.h"
 #include "host_test.h"
 #include "unit.h"

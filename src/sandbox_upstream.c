@@ -1,4 +1,4 @@
-/* sandbox_mcp.c - tools of upstream MCP servers, called from sandbox code.
+/* sandbox_upstream.c - tools of upstream MCP servers, called from sandbox code.
  *
  * `servers.<server>.<tool>(args)` and `mcp.call(server, tool, args)` are host calls
  * ("upstream_call") answered by lua/mcp/upstream.lua on the loop thread, which sends the

@@ -1,4 +1,4 @@
-/* sandbox_ws.c - the tenant's workspace as sandbox code sees it.
+/* sandbox_workspace.c - the tenant's workspace as sandbox code sees it.
  *
  * Adds read_file, write_file, list_files, delete_file and file_exists to the sandbox globals, and
  * read_file / write_file to the `json` table. Each function looks up the running execution's

@@ -1,4 +1,4 @@
-/* host_http.c - mb.http_request: asynchronous HTTP for the host Lua state, libcurl multi_socket
+/* host_http_client.c - mb.http_request: asynchronous HTTP for the host Lua state, libcurl multi_socket
  * driven by the server's libuv loop.
  *
  * Four kinds of object cooperate. The holder (a full userdata in the registry under the address
@@ -32,7 +32,7 @@
  * last uv_closes the timer, whose close callback frees the context. Poll and timer close
  * callbacks only free memory, so they are safe after lua_close.
  */
-#include "host_http.h"
+#include "host_http_client.h"
 
 #include <lauxlib.h>
 #include <pthread.h>

@@ -1,4 +1,4 @@
-/* stdio.c - newline-delimited JSON-RPC framing on stdin/stdout.
+/* stdio_transport.c - newline-delimited JSON-RPC framing on stdin/stdout.
  *
  * stdin may be a pipe, a terminal or a regular file; stdout a pipe, a terminal, or anything else
  * (then written with blocking write(2)). Incoming bytes accumulate in one growing buffer; lines
@@ -7,7 +7,7 @@
  * which on_oversize reports how many bytes were dropped. Outgoing messages try uv_try_write first
  * and queue the rest, so a slow reader never stalls the loop.
  */
-#include "stdio.h"
+#include "stdio_transport.h"
 
 #include <errno.h>
 #include <stdlib.h>

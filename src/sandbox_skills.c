@@ -1,4 +1,4 @@
-/* sandbox_host.c - what sandbox code reaches through host calls: skills.
+/* sandbox_skills.c - what sandbox code reaches through host calls: skills.
  *
  * Sandbox code never touches the store or the skills directory. `require("skills.x")`,
  * `skills.x`, `save_skill`, `load_skill` and `list_skills` become host calls (a name plus JSON

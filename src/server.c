@@ -1,11 +1,11 @@
-/* loop.c - the server struct and the libuv loop that owns it.
+/* server.c - the server struct and the libuv loop that owns it.
  *
  * Wiring: stdio lines -> host (Lua dispatch) -> pool (worker threads) -> host (resume the
  * request coroutine) -> stdio writes. On stdin EOF the server stops reading, lets every in-flight
  * execution finish and its response be written, then closes the pool, the host and the transport
  * and returns 0. All of this runs on the loop thread; only the pool's workers run elsewhere.
  */
-#include "loop.h"
+#include "server.h"
 
 #include <signal.h>
 #include <stdlib.h>
@@ -18,7 +18,7 @@
 #include "pii_config.h"
 #include "pool.h"
 #include "sandbox.h"
-#include "stdio.h"
+#include "stdio_transport.h"
 #include "store.h"
 #include "workspace.h"
 
