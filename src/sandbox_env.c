@@ -47,15 +47,77 @@ static int finish_pcall(lua_State *L, int status, lua_KContext extra)
 	return lua_gettop(L) - (int)extra;
 }
 
+/* Inside a coroutine pcall does not nest C calls (Lua runs it as a continuation, and an error
+ * unwinds to lua_resume, which resumes the pcall's caller from there), so neither Lua's limit of
+ * 200 C calls nor max_c_stack_kb bounds how deep protected calls go: `f = function() pcall(f)
+ * pcall(f) end` in a coroutine went hundreds of thousands of levels deep, and unwinding them at
+ * a limit cost Lua a walk of the whole call chain per level (luaD_shrinkstack, findpcall): the
+ * worker ran on for seconds after its deadline (found by fuzz_sandbox; security/cstack.test.mjs). So a
+ * coroutine counts its pcalls and xpcalls in flight (a weak-keyed registry table; the main
+ * thread is bounded by the C limits) and refuses more than MAX_PCALL_DEPTH, as deep as the main
+ * thread can go. */
+#define MAX_PCALL_DEPTH 200
+static const char pcall_depth_key = 0;
+
+/* Adds delta to the count of L's own thread when it is a coroutine; returns the new count (0 on
+ * the main thread). Needs 4 free slots. */
+static lua_Integer pcall_depth_add(lua_State *L, lua_Integer delta)
+{
+	if (lua_pushthread(L)) { /* the main thread */
+		lua_pop(L, 1);
+		return 0;
+	}
+	if (lua_rawgetp(L, LUA_REGISTRYINDEX, &pcall_depth_key) != LUA_TTABLE) {
+		lua_pop(L, 1);
+		lua_newtable(L);
+		lua_createtable(L, 0, 1);
+		lua_pushliteral(L, "k");
+		lua_setfield(L, -2, "__mode");
+		lua_setmetatable(L, -2);
+		lua_pushvalue(L, -1);
+		lua_rawsetp(L, LUA_REGISTRYINDEX, &pcall_depth_key);
+	}
+	lua_pushvalue(L, -2);
+	lua_rawget(L, -2);
+	lua_Integer n = lua_tointeger(L, -1) + delta;
+	lua_pop(L, 1);
+	lua_pushvalue(L, -2);
+	if (n > 0)
+		lua_pushinteger(L, n);
+	else
+		lua_pushnil(L);
+	lua_rawset(L, -3);
+	lua_pop(L, 2);
+	return n;
+}
+
+static void pcall_enter(lua_State *L)
+{
+	luaL_checkstack(L, 5, "pcall");
+	if (pcall_depth_add(L, 1) > MAX_PCALL_DEPTH) {
+		pcall_depth_add(L, -1);
+		luaL_error(L, "pcall/xpcall nested more than %d deep in a coroutine in this sandbox",
+			   MAX_PCALL_DEPTH);
+	}
+}
+
+static int finish_pcall_counted(lua_State *L, int status, lua_KContext extra)
+{
+	luaL_checkstack(L, 5, "pcall");
+	pcall_depth_add(L, -1);
+	return finish_pcall(L, status, extra);
+}
+
 static int sb_pcall(lua_State *L)
 {
 	luaL_checkany(L, 1);
 	mb_budget_cstack_check(L);
 	mb_budget_poll(L);
+	pcall_enter(L);
 	lua_pushboolean(L, 1);
 	lua_insert(L, 1);
-	int status = lua_pcallk(L, lua_gettop(L) - 2, LUA_MULTRET, 0, 0, finish_pcall);
-	return finish_pcall(L, status, 0);
+	int status = lua_pcallk(L, lua_gettop(L) - 2, LUA_MULTRET, 0, 0, finish_pcall_counted);
+	return finish_pcall_counted(L, status, 0);
 }
 
 /* The user's message handler, called only while no limit has tripped. An error raised by the
@@ -119,7 +181,7 @@ static void xpcall_depth_self(lua_State *L, lua_Integer delta)
 static int finish_xpcall(lua_State *L, int status, lua_KContext extra)
 {
 	xpcall_depth_self(L, -1);
-	return finish_pcall(L, status, extra);
+	return finish_pcall_counted(L, status, extra);
 }
 
 static int sb_xpcall(lua_State *L)
@@ -128,6 +190,7 @@ static int sb_xpcall(lua_State *L)
 	luaL_checktype(L, 2, LUA_TFUNCTION);
 	mb_budget_poll(L);
 	mb_budget_cstack_check(L);
+	pcall_enter(L);
 	xpcall_depth_self(L, 1);
 	lua_pushvalue(L, 2);
 	lua_pushcclosure(L, sb_xpcall_handler, 1);

@@ -112,6 +112,41 @@ return select(2, pcall(f, 100000))`));
 end
 return select(2, pcall(f, 100000))`));
 
+  // Inside a coroutine a caught error unwinds the C stack to lua_resume, which then continues the
+  // pcall's caller from there, so after the first "C stack overflow" the next calls nest deeper
+  // in Lua without nesting in C: only the sandbox's own count stops them.
+  test("pcall and xpcall nested in a coroutine stop at 200 levels (C does not bound them there)", () =>
+    run(`local found, f
+local function note(ok, e) if not ok and tostring(e):find("nested more than") then found = e end end
+f = function()
+  if found then return end
+  note(pcall(f))
+  if found then return end
+  note(xpcall(f, function(m) return m end))
+end
+coroutine.resume(coroutine.create(function() pcall(f) end))
+return found or "no limit was hit"`,
+    { expect: caught(/pcall\/xpcall nested more than 200 deep in a coroutine in this sandbox/) }));
+
+  // Found by fuzz_sandbox (this very program): unbounded pcall nesting in a
+  // coroutine, then the deadline: Lua unwound level by level, walking the whole call chain each
+  // time, and the worker ran on for seconds after the answer (2.2 s in-process at memory_mb=8,
+  // 15 s at 64). hostile() requires the worker to be free within the overrun allowance.
+  test("a pcall tree in a coroutine growing a string is stopped at the deadline, worker included", () =>
+    hostile({
+      code: `local s, f = '', nil
+f = function()
+  pcall(f)
+  pcall(f)
+  s = s .. 'xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx'
+end
+local co = coroutine.create(function() pcall(f) end)
+return coroutine.resume(co)`,
+      memory_mb: 64, instruction_limit: 10000000000,
+      expect: { check: (sc) => (sc.success === false && ["timeout", "memory"].includes(sc.error_type)) ||
+        (sc.success === true) ? [] : [`unexpected ${JSON.stringify(sc).slice(0, 300)}`] },
+    }));
+
   test("an error handler that fails while handling a C stack overflow (CVE-2022-33099's path)", () =>
     hostile({
       code: `local function loop() assert(pcall(loop)) end
