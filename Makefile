@@ -198,12 +198,15 @@ test-asan:
 	  test-unit
 
 # ThreadSanitizer on the unit tests whose subject is threads: the pool (workers, deadline,
-# watchdog, abandoned threads, host-call replies) and the loop wake-up. Any report fails them.
+# watchdog, abandoned threads, host-call replies) and the loop wake-up; then on one real server
+# session (tests/run-tsan-session.sh). Any report fails them.
 TSAN_TESTS := test_pool test_wakeup
 test-tsan:
 	@$(MAKE) --no-print-directory BUILD=build-tsan CC=clang OPTFLAGS="-O1 -g -fsanitize=thread" \
 	  $(patsubst %,build-tsan/tests/%,$(TSAN_TESTS))
 	@TSAN_OPTIONS="halt_on_error=1 exitcode=66" tests/run-unit.sh $(patsubst %,build-tsan/tests/%,$(TSAN_TESTS))
+	@$(MAKE) --no-print-directory BUILD=build-tsan CC=clang OPTFLAGS="-O1 -g -fsanitize=thread" build-tsan/moonbox
+	@tests/run-tsan-session.sh build-tsan/moonbox
 
 test-lua:
 	@tests/run-lua.sh
