@@ -13,7 +13,7 @@
 
 local mb = mb
 local null = mb.null
-local entry = {} -- returned at the end: what C calls
+local host_api = {} -- returned at the end: what C calls (docs/host-api.md)
 mb.db.migrate(require("mcp.schema")) -- before anything reads the store
 require("mcp.upstream_config").load(mb.config.mcp_servers) -- a bad mcpServers stops the start here
 local tools = require("mcp.tools")
@@ -347,7 +347,7 @@ function request_mt:progress(progress, total, message)
 end
 
 -- kind is "progress" or a log level name; payload is JSON text made by the sandbox engine.
-function entry.on_notify(job, kind, payload)
+function host_api.on_notify(job, kind, payload)
   local entry = by_job[job]
   if not entry or entry.cancelled then return end
   if kind == "progress" then
@@ -373,7 +373,7 @@ local function run_host_call(name, handler, args, request)
 end
 
 -- A call from running sandbox code (skills, ...): runs in its own coroutine, always answers.
-function entry.on_host_call(job, seq, name, args)
+function host_api.on_host_call(job, seq, name, args)
   local entry = by_job[job]
   local handler = tools.host_calls[name]
   local ok, value
@@ -486,8 +486,6 @@ local function dispatch(msg, t0, ctx)
   return send_error(request, id, INTERNAL_ERROR, "Internal error: " .. tostring(result))
 end
 
--- session: the session id (1 on stdio); exchange: the HTTP POST this message came on (0 on
--- stdio); tenant: the tenant of the session (HTTP tokens), "default" on stdio.
 -- The id of a message that is valid JSON but cannot be served as sent (a repeated key, a key
 -- holding NUL), read from a lenient decode so the error can still answer the client's id; nil
 -- when there is none or it is ambiguous.
@@ -526,7 +524,9 @@ local function refused(ctx, line, err)
   end
 end
 
-function entry.handle_line(line, sid, exchange, tenant)
+-- session: the session id (1 on stdio); exchange: the HTTP POST this message came on (0 on
+-- stdio); tenant: the tenant of the session (HTTP tokens), "default" on stdio.
+function host_api.handle_line(line, sid, exchange, tenant)
   local t0 = mb.now_ms()
   local ctx = { session = sid or 1, exchange = exchange or 0, tenant = tenant or "default" }
   local msg, err = mb.json_decode(line, true)
@@ -539,7 +539,7 @@ function entry.handle_line(line, sid, exchange, tenant)
 end
 
 -- The session ended (HTTP DELETE or expiry): stop its executions, forget it.
-function entry.on_session_end(sid)
+function host_api.on_session_end(sid)
   local s = sessions[sid]
   if not s then return end
   for _, entry in pairs(s.inflight) do
@@ -549,20 +549,20 @@ function entry.on_session_end(sid)
   sessions[sid] = nil
 end
 
-function entry.on_shutdown()
+function host_api.on_shutdown()
   tools.upstream.shutdown() -- stdin closed, SIGTERM, SIGKILL after upstream_shutdown_grace_ms
   tools.history.flush()
 end
 
 -- Prometheus text the host adds to /metrics (upstream servers).
-function entry.metrics_text()
+function host_api.metrics_text()
   return tools.upstream.metrics_text()
 end
 
-function entry.handle_oversize(bytes)
+function host_api.handle_oversize(bytes)
   send_error({ session = 1, exchange = 0 }, nil, INVALID_REQUEST, string.format(
     "Invalid Request: message of %d bytes exceeds max_message_bytes=%d and was discarded",
     bytes, mb.config.max_message_bytes))
 end
 
-return entry
+return host_api

@@ -162,7 +162,6 @@ local function stats_of(tenant)
   end
   return stats
 end
-M.stats_of = stats_of
 
 -- Time inside the server for one tools/call: from the line being read to the response being
 -- handed to the transport (the last 1000 calls of the tenant).

@@ -13,6 +13,7 @@ local mb = mb
 local null = mb.null
 local cfg = mb.config
 local sfmt = string.format
+local clip = require("mcp.catalog_text").clip
 
 local M = { by_name = {}, problems = {} }
 local MAX_BYTES = 1048576
@@ -117,7 +118,11 @@ local function scan()
       local def
       if text then def, err = parse(n, text) end
       if def == nil then
-        problems[#problems + 1] = sfmt("%s: %s", n, tostring(err))
+        -- (the file's name only: the server's paths are not for the clients to see)
+        err = tostring(err)
+        local at = err:find(path, 1, true)
+        if at then err = err:sub(1, at - 1) .. n .. err:sub(at + #path) end
+        problems[#problems + 1] = sfmt("%s: %s", n, err)
       else
         if is_object(def) and def.name == nil then def.name = n:match("^(.-)%.[^.]+$") end
         local p = check(def, n)
@@ -243,7 +248,7 @@ function M.init(tools)
       .. "tool; and the files that have problems. run_workflow runs one.",
     inputSchema = { type = "object", additionalProperties = false },
     annotations = { title = "List workflows", readOnlyHint = true, openWorldHint = false },
-  }, function(args)
+  }, function(args, request)
     local bad = tools.check_args(args, {}, "list_workflows")
     if bad then return tools.tool_error(bad) end
     local list = {}
@@ -259,7 +264,9 @@ function M.init(tools)
     end
     table.sort(list, function(a, b) return a.name < b.name end)
     return tools.structured_result({ workflows = mb.array(list), count = #list,
-      problems = mb.array(M.problems), directory = M.dir })
+      problems = mb.array(M.problems),
+      -- the server's path, for its own user only (stdio, HTTP without tokens), as in get_execution_stats
+      directory = (request.tenant or "default") == "default" and M.dir or nil })
   end)
 
   tools.register({
@@ -282,7 +289,7 @@ function M.init(tools)
       local names = {}
       for n in pairs(M.by_name) do names[#names + 1] = n end
       table.sort(names)
-      return tools.tool_error(sfmt("no workflow named %s (there are: %s)", require("mcp.catalog_text").clip(args.name),
+      return tools.tool_error(sfmt("no workflow named %s (there are: %s)", clip(args.name),
         #names > 0 and table.concat(names, ", ") or "none; see list_workflows for files with problems"))
     end
     local inputs = args.inputs

@@ -220,6 +220,8 @@ describe("bearer tokens and tenants", () => {
         assert.ok(!/a_only|one\.txt|two\.txt/.test(text), `${what} shows alpha's: ${text.slice(0, 400)}`);
       }
       assert.match(await bt("list_workspace_files"), /b\.txt/);
+      // the server's paths are the operator's: a token's tenant is not told where workflows live
+      assert.equal("directory" in (await b.client.callTool({ name: "list_workflows", arguments: {} })).structuredContent, false);
       // asked by name, alpha's skill does not exist for beta (the answer only echoes the name)
       assert.match(await bt("load_skill", { name: "a_only" }), /"isError":true/);
       assert.match(await bt("load_skill", { name: "a_only" }), /no skill named/);

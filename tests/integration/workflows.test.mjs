@@ -37,6 +37,8 @@ steps:
     call: { server: nowhere, tool: find, args: { q: "\${steps.first}" } }
 `;
 
+const HUGE = "# " + "x".repeat(1 << 20) + "\nname: huge\nsteps:\n  - lua: \"1\"\n";
+
 const SPIN_YAML = `name: spin
 timeout_ms: 300
 instruction_limit: 10000000000
@@ -58,6 +60,8 @@ describe("workflows", () => {
     writeFileSync(path.join(wdir, "broken.yaml"), BROKEN_YAML);
     writeFileSync(path.join(wdir, "spin.yml"), SPIN_YAML);
     writeFileSync(path.join(wdir, "bad.yaml"), "name: bad\nsteps:\n  - id: x\n    lua: 1\n    form: {}\n");
+    // above the 1 MiB a workflow file may have: reported, not read
+    writeFileSync(path.join(wdir, "huge.yaml"), HUGE);
     memFile = path.join(wdir, "..", `${path.basename(wdir)}-crm.jsonl`);
     writeFileSync(memFile, JSON.stringify({ type: "entity", name: "Example Corp", entityType: "company",
       observations: ["domain example.com", "customer since 2019"] }) + "\n");
@@ -150,7 +154,9 @@ describe("workflows", () => {
     assert.deepEqual(ci.steps.map((x) => `${x.id}:${x.kind}`),
       ["details:form", "domain:lua", "lookup:call", "record:lua", "save:builtin"]);
     assert.deepEqual(r.problems, [
-      "bad.yaml: step 1 \"x\" needs exactly one of call, builtin, skill, lua, form (has form, lua)"]);
+      "bad.yaml: step 1 \"x\" needs exactly one of call, builtin, skill, lua, form (has form, lua)",
+      `huge.yaml: read huge.yaml: ${HUGE.length} bytes is above the limit of 1048576`]);
+    assert.equal(r.directory, wdir); // stdio: the default tenant sees where the files are
     const tools = (await s.client.listTools()).tools.map((t) => t.name);
     assert.ok(tools.includes("customer_intake") && tools.includes("hello") && !tools.includes("broken"), tools.join());
   });
