@@ -151,8 +151,9 @@ static int l_json_encode(lua_State *L)
 	return 1;
 }
 
-/* mb.json_decode(text [, unique_keys]) -> value | nil, err (unique_keys: a repeated key in any
- * object is an error, for client requests) */
+/* mb.json_decode(text [, unique_keys [, raw_path]]) -> value | nil, err (unique_keys: a repeated
+ * key in any object is an error, for client requests; raw_path: an array of up to 8 keys from the
+ * root to an object handed on as a raw value of its text, see mb_json_limits) */
 static int l_json_decode(lua_State *L)
 {
 	mb_host *h = host_of(L);
@@ -161,6 +162,17 @@ static int l_json_decode(lua_State *L)
 	char err[300];
 	mb_json_limits jl = h->jl;
 	jl.unique_keys = lua_toboolean(L, 2);
+	const char *path[9] = {NULL};
+	if (lua_istable(L, 3)) { /* keys to an object kept as its text: strings held by the table */
+		for (int i = 0; i < 8; i++) {
+			int t = lua_rawgeti(L, 3, i + 1);
+			path[i] = t == LUA_TSTRING ? lua_tostring(L, -1) : NULL;
+			lua_pop(L, 1);
+			if (!path[i])
+				break;
+		}
+		jl.raw_path = path;
+	}
 	if (mb_json_decode(L, s, len, &jl, err, sizeof err) != 0) {
 		lua_pushnil(L);
 		lua_pushstring(L, err);
@@ -177,7 +189,28 @@ static uint64_t get_u64(lua_State *L, int t, const char *k, uint64_t def)
 	return v;
 }
 
-/* mb.submit{code=, context_json=, timeout_ms=, memory_bytes=, instruction_limit=} -> id | nil, err */
+/* Answers a refused submit: nil, err and the execute_code result of that refusal (error_type
+ * "busy") as structured_json, structured_quoted raw values, shaped by the result's one owner. */
+static int push_refusal(lua_State *L, const char *err)
+{
+	mb_exec_result r;
+	memset(&r, 0, sizeof r);
+	r.error = (char *)err;
+	r.error_type = "busy";
+	mb_exec_result_shape(&r);
+	lua_pushnil(L);
+	lua_pushstring(L, err);
+	if (!r.structured_json)
+		return 2;
+	mb_json_push_raw(L, r.structured_json, r.structured_json_len);
+	mb_json_push_raw(L, r.structured_quoted, r.structured_quoted_len);
+	free(r.structured_json);
+	free(r.structured_quoted);
+	return 4;
+}
+
+/* mb.submit{code=, context_json=, timeout_ms=, memory_bytes=, instruction_limit=}
+ * -> id | nil, err, structured_json, structured_quoted */
 static int l_submit(lua_State *L)
 {
 	mb_host *h = host_of(L);
@@ -205,16 +238,10 @@ static int l_submit(lua_State *L)
 		if (!req.workspace)
 			mb_log(MB_LOG_WARNING, "workspace of tenant %s: %s", tenant, err);
 	}
-	if (!h->pool) {
-		lua_pushnil(L);
-		lua_pushliteral(L, "no execution pool");
-		return 2;
-	}
-	if (mb_pool_submit(h->pool, &req, &id, err, sizeof err) != 0) {
-		lua_pushnil(L);
-		lua_pushstring(L, err);
-		return 2;
-	}
+	if (!h->pool)
+		return push_refusal(L, "no execution pool");
+	if (mb_pool_submit(h->pool, &req, &id, err, sizeof err) != 0)
+		return push_refusal(L, err);
 	lua_pushinteger(L, (lua_Integer)id);
 	return 1;
 }
@@ -540,28 +567,14 @@ static void push_result(lua_State *L, const mb_exec_result *r)
 	lua_setfield(L, -2, "instructions");
 	lua_pushinteger(L, (lua_Integer)r->memory_peak_bytes);
 	lua_setfield(L, -2, "memory_peak_bytes");
-	if (r->sc_json && r->sc_text) {
-		/* Already serialized by the worker: hand them over as raw JSON, one copy each, so a
-		 * big result costs the loop thread little more than a memcpy. */
-		mb_json_push_raw(L, r->sc_json, r->sc_json_len);
-		lua_setfield(L, -2, "sc_json");
-		mb_json_push_raw(L, r->sc_text, r->sc_text_len);
-		lua_setfield(L, -2, "sc_text");
-		return;
-	}
-	if (r->result_json) {
-		lua_pushlstring(L, r->result_json, r->result_len);
-		lua_setfield(L, -2, "result_json");
-	}
-	lua_pushlstring(L, r->output ? r->output : "", r->output ? r->output_len : 0);
-	lua_setfield(L, -2, "output");
-	if (r->error) {
-		lua_pushstring(L, r->error);
-		lua_setfield(L, -2, "error");
-	}
-	if (r->traceback) {
-		lua_pushstring(L, r->traceback);
-		lua_setfield(L, -2, "traceback");
+	if (r->structured_json && r->structured_quoted) {
+		/* Shaped by mb_exec_result_shape on the worker: handed over as raw JSON, one copy
+		 * each, so a big result costs the loop thread little more than a memcpy. Absent only
+		 * when memory ran out shaping it. */
+		mb_json_push_raw(L, r->structured_json, r->structured_json_len);
+		lua_setfield(L, -2, "structured_json");
+		mb_json_push_raw(L, r->structured_quoted, r->structured_quoted_len);
+		lua_setfield(L, -2, "structured_quoted");
 	}
 }
 

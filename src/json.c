@@ -41,6 +41,7 @@
 #include <lauxlib.h>
 #include <limits.h>
 #include <math.h>
+#include <setjmp.h>
 #include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -203,6 +204,7 @@ typedef struct {
 	int failed;       /* err holds the message; the Lua error on the stack is ours */
 	char *err;
 	size_t errlen;
+	jmp_buf *jb;      /* documents built from C (mb_json_object): failures jump here, no L */
 } enc;
 
 static size_t path_append(char *dst, size_t cap, size_t at, const char *s, size_t n)
@@ -279,6 +281,8 @@ static size_t path_write(const seg *s, char *dst, size_t cap, size_t at)
 static _Noreturn void enc_throw(enc *e)
 {
 	e->failed = 1;
+	if (e->jb)
+		longjmp(*e->jb, 1);
 	lua_pushlightuserdata(e->L, e);
 	lua_error(e->L);
 	__builtin_unreachable();
@@ -1156,6 +1160,54 @@ char *mb_json_encode(lua_State *L, int idx, const mb_json_limits *lim, int flags
 	return e.buf;
 }
 
+/* ---- documents built from C ------------------------------------------------------------------ */
+
+/* The encoder's writers without a Lua state: a failure (only out of memory here - nothing is
+ * charged, nothing is limited, strings are lenient) jumps back to the setjmp, which frees. */
+static char *c_doc(const mb_json_field *f, size_t nf, const char *quote, size_t qlen, size_t *len)
+{
+	static const mb_json_limits lim = {.root_name = "value"};
+	char err[8];
+	jmp_buf jb;
+	enc e = {.lim = &lim, .lenient = 1, .max = SIZE_MAX / 8, .err = err, .errlen = sizeof err,
+		 .jb = &jb};
+	*len = 0;
+	if (setjmp(jb)) {
+		free(e.buf);
+		return NULL;
+	}
+	if (quote) {
+		put_string(&e, 0, quote, qlen, NULL, 0);
+	} else {
+		out_byte(&e, '{');
+		for (size_t i = 0; i < nf; i++) {
+			put_string(&e, i ? ',' : 0, f[i].key, strlen(f[i].key), NULL, 1);
+			switch (f[i].type) {
+			case MB_JF_STRING: put_string(&e, 0, f[i].s, f[i].n, NULL, 0); break;
+			case MB_JF_RAW: put_raw(&e, f[i].s, f[i].n); break;
+			case MB_JF_INT: put_int(&e, f[i].i); break;
+			case MB_JF_REAL: put_real(&e, f[i].d, NULL); break;
+			case MB_JF_BOOL: out_mem(&e, f[i].i ? "true" : "false", f[i].i ? 4 : 5); break;
+			default: out_mem(&e, "null", 4); break;
+			}
+		}
+		out_byte(&e, '}');
+	}
+	*out_reserve(&e, 1) = '\0';
+	*len = e.len;
+	return e.buf;
+}
+
+char *mb_json_object(const mb_json_field *f, size_t nf, size_t *len)
+{
+	return c_doc(f, nf, NULL, 0, len);
+}
+
+char *mb_json_quote(const char *s, size_t n, size_t *len)
+{
+	return c_doc(NULL, 0, s ? s : "", s ? n : 0, len);
+}
+
 /* ---- raw values ---- */
 
 static void push_raw_mt(lua_State *L)
@@ -1415,6 +1467,7 @@ typedef struct {
 	int max_depth, unique_keys;
 	mb_budget *b;
 	int ok;
+	const char *const *raw_path;
 } fast;
 
 /* lua_pcall'd: [1] = fast*; pushes the value (f->ok = 1) or declines (f->ok = 0). */
@@ -1422,7 +1475,9 @@ static int fast_protected(lua_State *L)
 {
 	fast *f = lua_touserdata(L, 1);
 	push_array_mt(L); /* index 2 */
-	f->ok = mb_json_dec_fast(L, f->buf, f->len, f->max_depth, f->unique_keys, f->b, 2);
+	mb_json_raw_at raw = {f->raw_path, mb_json_push_raw};
+	f->ok = mb_json_dec_fast(L, f->buf, f->len, f->max_depth, f->unique_keys, f->b, 2,
+				 f->raw_path ? &raw : NULL);
 	return 1;
 }
 
@@ -1453,7 +1508,7 @@ int mb_json_decode(lua_State *L, const char *buf, size_t len, const mb_json_limi
 		goto done;
 	}
 	/* the fast path (json_dec.h); jansson below only when it declines */
-	fast f = {buf, len, l.max_depth, l.unique_keys, b, 0};
+	fast f = {buf, len, l.max_depth, l.unique_keys, b, 0, l.raw_path};
 	lua_pushcfunction(L, fast_protected);
 	lua_pushlightuserdata(L, &f);
 	if (lua_pcall(L, 1, 1, 0) == LUA_OK && f.ok) {

@@ -38,6 +38,12 @@ typedef struct {
 	                                * NULL = "max_output_bytes" */
 	int unique_keys;               /* decode: a key repeated in one object is an error
 	                                * ("duplicate object key near '"k"'"), not last-wins */
+	const char *const *raw_path;   /* decode: keys from the root (NULL-terminated) of an object
+	                                * to hand on as its text, a raw value (mb_json_push_raw),
+	                                * instead of a table (read and checked like the rest, its
+	                                * table dropped). Only the fast path does it (json_dec.h),
+	                                * which declines valid JSON only when out of memory; then
+	                                * the value is a table. NULL: none */
 } mb_json_limits;
 
 enum {
@@ -94,6 +100,25 @@ int mb_json_mark_array(lua_State *L, int idx);
 /// @returns the text, or NULL on failure
 char *mb_json_encode(lua_State *L, int idx, const mb_json_limits *lim, int flags, size_t *len,
 		     char *err, size_t errlen);
+
+/// One member of an object built from C by mb_json_object.
+typedef struct {
+	const char *key; /* NUL-terminated */
+	enum { MB_JF_NULL, MB_JF_STRING, MB_JF_RAW, MB_JF_INT, MB_JF_REAL, MB_JF_BOOL } type;
+	const char *s;   /* STRING: bytes (invalid UTF-8 becomes U+FFFD); RAW: one valid JSON value */
+	size_t n;        /* length of s */
+	long long i;     /* INT, BOOL (0 false) */
+	double d;        /* REAL (NaN and infinities become null) */
+} mb_json_field;
+
+/// Writes {"key":value,...} from C, with the encoder's own string escaping and number formats,
+/// no Lua state and no budget (for the host's fixed shapes, e.g. an execution's result).
+/// @returns a malloc'd NUL-terminated text (its length in *len), or NULL when out of memory
+char *mb_json_object(const mb_json_field *f, size_t nf, size_t *len);
+
+/// The JSON string literal of the n bytes at s (quotes included; invalid UTF-8 becomes U+FFFD).
+/// @returns a malloc'd NUL-terminated text (its length in *len), or NULL when out of memory
+char *mb_json_quote(const char *s, size_t n, size_t *len);
 
 /// Decodes buf (any JSON value, at most lim->max_input_bytes) and pushes the Lua value. Objects
 /// become tables with string keys, arrays tables marked as arrays, null json.null. Integers

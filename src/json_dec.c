@@ -29,9 +29,10 @@ typedef struct {
 	int max_depth, mt, unique_keys;
 	mb_budget *b;
 	unsigned values;
+	const mb_json_raw_at *raw; /* or NULL */
 } rd;
 
-static int read_value(rd *r, int depth);
+static int read_value(rd *r, int depth, int lvl);
 
 static inline void skip_ws(rd *r)
 {
@@ -271,7 +272,7 @@ static int read_array(rd *r, int depth)
 		r->p++;
 	} else {
 		for (;;) {
-			if (!read_value(r, depth + 1))
+			if (!read_value(r, depth + 1, -1))
 				return 0;
 			if (++n == CHUNK) {
 				flush_array(L, base, n, &next);
@@ -318,7 +319,20 @@ static int flush_object(lua_State *L, int base, int n, int unique_keys)
 	return 1;
 }
 
-static int read_object(rd *r, int depth)
+/* The path level of the value under the key just read (at the top of the stack) in an object at
+ * level lvl: lvl + 1 when the key is the next one of r->raw's path, else -1. */
+static int child_level(rd *r, int lvl)
+{
+	if (lvl < 0)
+		return -1;
+	const char *want = r->raw->path[lvl];
+	size_t n;
+	const char *k = lua_tolstring(r->L, -1, &n);
+	return strlen(want) == n && memcmp(want, k, n) == 0 ? lvl + 1 : -1;
+}
+
+/* lvl: how many keys of r->raw's path lead to this object (-1: off the path). */
+static int read_object(rd *r, int depth, int lvl)
 {
 	lua_State *L = r->L;
 	int base = lua_gettop(L), n = 0;
@@ -338,8 +352,21 @@ static int read_object(rd *r, int depth)
 		if (r->p >= r->end || *r->p != ':')
 			return 0;
 		r->p++;
-		if (!read_value(r, depth + 1))
+		int child = child_level(r, lvl);
+		if (child >= 0 && !r->raw->path[child]) {
+			/* the value at the end of the path: read (and checked) as any other, then
+			 * replaced by a stand-in holding its text, when it is an object */
+			skip_ws(r);
+			const unsigned char *start = r->p;
+			if (!read_value(r, depth + 1, -1))
+				return 0;
+			if (*start == '{') {
+				lua_pop(r->L, 1);
+				r->raw->push(r->L, (const char *)start, (size_t)(r->p - start));
+			}
+		} else if (!read_value(r, depth + 1, child)) {
 			return 0;
+		}
 		if (++n == CHUNK) {
 			if (!flush_object(L, base, n, r->unique_keys))
 				return 0;
@@ -359,7 +386,7 @@ static int read_object(rd *r, int depth)
 	}
 }
 
-static int read_value(rd *r, int depth)
+static int read_value(rd *r, int depth, int lvl)
 {
 	if ((++r->values & POLL_MASK) == 0 && r->b && mb_budget_check(r->b) != MB_STOP_NONE)
 		return 0;
@@ -371,7 +398,7 @@ static int read_value(rd *r, int depth)
 	case '[':
 		if (depth >= r->max_depth || !lua_checkstack(r->L, 2 * CHUNK + 8))
 			return 0;
-		return *r->p++ == '{' ? read_object(r, depth) : read_array(r, depth);
+		return *r->p++ == '{' ? read_object(r, depth, lvl) : read_array(r, depth);
 	case '"':
 		r->p++;
 		return read_string(r, 0);
@@ -396,14 +423,14 @@ static int read_value(rd *r, int depth)
 }
 
 int mb_json_dec_fast(lua_State *L, const char *buf, size_t len, int max_depth, int unique_keys,
-		     mb_budget *b, int mt)
+		     mb_budget *b, int mt, const mb_json_raw_at *raw)
 {
 	int top = lua_gettop(L);
 	if (!lua_checkstack(L, 6))
 		return 0;
 	rd r = {L, (const unsigned char *)buf, (const unsigned char *)buf + len, max_depth,
-		lua_absindex(L, mt), unique_keys != 0, b, 0};
-	if (read_value(&r, 0)) {
+		lua_absindex(L, mt), unique_keys != 0, b, 0, raw};
+	if (read_value(&r, 0, raw && raw->path && raw->path[0] ? 0 : -1)) {
 		skip_ws(&r);
 		if (r.p == r.end)
 			return 1;

@@ -22,6 +22,15 @@
 
 #include "budget.h"
 
+/// A value the decoder keeps as text: the object at the end of path (keys from the root, e.g.
+/// params, arguments, context_vars; NULL-terminated) is read and checked like any value, then
+/// replaced by what push makes of its exact text (json.c: a raw value). A value there that is
+/// not an object is left as decoded.
+typedef struct {
+	const char *const *path;
+	void (*push)(lua_State *L, const char *text, size_t len);
+} mb_json_raw_at;
+
 /// Decodes buf into a Lua value. Must run inside a protected call: Lua memory errors propagate.
 /// @param L         the state to push on
 /// @param buf       the JSON text (need not be NUL-terminated)
@@ -31,8 +40,9 @@
 ///                  JSON_REJECT_DUPLICATES then words the error); zero: the last one wins
 /// @param b         budget polled every 2048 values, or NULL
 /// @param mt        stack index of the array metatable (set on every decoded array)
+/// @param raw       a value to keep as text, or NULL
 /// @returns 1 with the value pushed, or 0 with the stack as it was (declined)
 int mb_json_dec_fast(lua_State *L, const char *buf, size_t len, int max_depth, int unique_keys,
-		     mb_budget *b, int mt);
+		     mb_budget *b, int mt, const mb_json_raw_at *raw);
 
 #endif

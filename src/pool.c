@@ -310,6 +310,7 @@ static void worker_main(void *arg)
 			j->res.error = strdup(mb_budget_message(&j->budget, msg, sizeof msg));
 			j->res.error_type = "cancelled";
 			j->res.output = strdup("");
+			mb_exec_result_shape(&j->res);
 		} else {
 			mb_sandbox_run_prepared(next ? next : mb_sandbox_prepare(p->cfg), &j->req,
 						&j->budget, &j->res);
@@ -428,7 +429,10 @@ static void on_timer(uv_timer_t *t)
 		r.error_type = mb_stop_name(why);
 		r.output = (char *)"";
 		r.execution_time_ms = (double)j->budget.timeout_ms + (double)p->cfg->timeout_grace_ms;
+		mb_exec_result_shape(&r);
 		answer(p, j, &r);
+		free(r.structured_json);
+		free(r.structured_quoted);
 		if (replace && spawn_worker(p) != 0)
 			mb_log(MB_LOG_ERROR, "pool: could not start a replacement worker");
 		return;

@@ -501,6 +501,7 @@ int mb_sandbox_run_prepared(mb_sandbox *sb, const mb_exec_request *req, mb_budge
 	if (!sb) {
 		set_error(res, "memory", "sandbox: out of host memory");
 		res->output = xstrdup("");
+		mb_exec_result_shape(res);
 		return -1;
 	}
 	lua_State *L = sb->L;
@@ -593,82 +594,57 @@ int mb_sandbox_run(const mb_exec_request *req, mb_budget *b, mb_exec_result *res
 
 /* ---- the structuredContent of a result, built off the loop thread -------------------------- */
 
-/* A plain trusted state per worker thread, used only to serialize results with the shared JSON
- * encoder (the sandbox state is closed by then). */
-static _Thread_local lua_State *scratch;
-
 void mb_sandbox_thread_exit(void)
 {
-	if (scratch)
-		lua_close(scratch);
-	scratch = NULL;
 	mb_sandbox_pii_thread_exit();
 }
 
-static void set_str(lua_State *S, const char *k, const char *v, size_t n)
-{
-	lua_pushlstring(S, v, n);
-	lua_setfield(S, -2, k);
-}
-
-static int shape_protected(lua_State *S)
-{
-	mb_exec_result *res = lua_touserdata(S, 1);
-	lua_createtable(S, 0, 9);
-	lua_pushboolean(S, res->success);
-	lua_setfield(S, -2, "success");
-	if (res->success && res->result_json)
-		mb_json_push_raw(S, res->result_json, res->result_len);
-	else
-		mb_json_push_null(S);
-	lua_setfield(S, -2, "result");
-	set_str(S, "output", res->output ? res->output : "", res->output ? res->output_len : 0);
-	if (!res->success) {
-		set_str(S, "error", res->error ? res->error : "error", res->error ? strlen(res->error) : 5);
-		set_str(S, "error_type", res->error_type ? res->error_type : "runtime",
-			strlen(res->error_type ? res->error_type : "runtime"));
-		if (res->traceback)
-			set_str(S, "traceback", res->traceback, strlen(res->traceback));
-	}
-	lua_pushnumber(S, res->execution_time_ms);
-	lua_setfield(S, -2, "execution_time_ms");
-	lua_pushinteger(S, (lua_Integer)res->instructions);
-	lua_setfield(S, -2, "instructions");
-	lua_pushinteger(S, (lua_Integer)res->memory_peak_bytes);
-	lua_setfield(S, -2, "memory_peak_bytes");
-	char err[200];
-	res->sc_json = mb_json_encode(S, -1, NULL, MB_JSON_LENIENT, &res->sc_json_len, err, sizeof err);
-	if (!res->sc_json)
-		return 0;
-	lua_pushlstring(S, res->sc_json, res->sc_json_len);
-	res->sc_text = mb_json_encode(S, -1, NULL, MB_JSON_LENIENT, &res->sc_text_len, err, sizeof err);
-	return 0;
-}
+#define FIELD_STR(k, v, len) {.key = k, .type = MB_JF_STRING, .s = (v), .n = (len)}
 
 void mb_exec_result_shape(mb_exec_result *res)
 {
-	if (!scratch) {
-		scratch = luaL_newstate();
-		if (!scratch)
-			return;
-		*(mb_budget **)lua_getextraspace(scratch) = NULL;
+	free(res->structured_json);
+	free(res->structured_quoted);
+	res->structured_json = res->structured_quoted = NULL;
+	const char *err = res->error ? res->error : "error";
+	const char *type = res->error_type ? res->error_type : "runtime";
+	mb_json_field f[9];
+	size_t n = 0;
+	f[n++] = (mb_json_field){.key = "success", .type = MB_JF_BOOL, .i = res->success};
+	if (res->success && res->result_json)
+		f[n++] = (mb_json_field){.key = "result", .type = MB_JF_RAW, .s = res->result_json,
+					  .n = res->result_len};
+	else
+		f[n++] = (mb_json_field){.key = "result", .type = MB_JF_NULL};
+	f[n++] = (mb_json_field)FIELD_STR("output", res->output ? res->output : "",
+					  res->output ? res->output_len : 0);
+	if (!res->success) {
+		f[n++] = (mb_json_field)FIELD_STR("error", err, strlen(err));
+		f[n++] = (mb_json_field)FIELD_STR("error_type", type, strlen(type));
+		if (res->traceback)
+			f[n++] = (mb_json_field)FIELD_STR("traceback", res->traceback,
+							  strlen(res->traceback));
 	}
-	lua_pushcfunction(scratch, shape_protected);
-	lua_pushlightuserdata(scratch, res);
-	if (lua_pcall(scratch, 1, 0, 0) != LUA_OK)
-		lua_pop(scratch, 1);
-	if (!res->sc_text) {
-		free(res->sc_json);
-		res->sc_json = NULL;
+	f[n++] = (mb_json_field){.key = "execution_time_ms", .type = MB_JF_REAL,
+				  .d = res->execution_time_ms};
+	f[n++] = (mb_json_field){.key = "instructions", .type = MB_JF_INT,
+				  .i = (long long)res->instructions};
+	f[n++] = (mb_json_field){.key = "memory_peak_bytes", .type = MB_JF_INT,
+				  .i = (long long)res->memory_peak_bytes};
+	res->structured_json = mb_json_object(f, n, &res->structured_json_len);
+	if (res->structured_json)
+		res->structured_quoted = mb_json_quote(res->structured_json, res->structured_json_len,
+							 &res->structured_quoted_len);
+	if (!res->structured_quoted) {
+		free(res->structured_json);
+		res->structured_json = NULL;
 	}
-	lua_settop(scratch, 0);
-	lua_gc(scratch, LUA_GCSTEP, 0);
 }
 
 void mb_exec_result_free(mb_exec_result *res)
 {
-	free(res->sc_json);
-	free(res->sc_text);
+	free(res->structured_json);
+	free(res->structured_quoted);
 	free(res->result_json);
 	free(res->output);
 	free(res->error);

@@ -65,11 +65,11 @@ typedef struct mb_exec_result {
 	uint64_t instructions;
 	size_t memory_peak_bytes;
 	/* The whole structuredContent object of execute_code as JSON text, and the same text as a
-	 * JSON string literal (for the text content block): built on the worker thread so the loop
-	 * thread only splices them. NULL when they could not be built (the host then shapes the
-	 * result itself from the fields above). */
-	char *sc_json, *sc_text;
-	size_t sc_json_len, sc_text_len;
+	 * JSON string literal (for the text content block), built by mb_exec_result_shape - the one
+	 * owner of that shape - on the thread that made the result, so the loop thread only splices
+	 * them. NULL only when memory ran out. */
+	char *structured_json, *structured_quoted;
+	size_t structured_json_len, structured_quoted_len;
 	/* values this execution replaced by tokens (policy and tokenize_pii), for the vault */
 	mb_pii_found *pii_found;
 	size_t pii_nfound;
@@ -106,11 +106,13 @@ void mb_exec_result_free(mb_exec_result *res);
 /// Per-thread setup for the deadline signal; call once on each thread that runs executions.
 int mb_sandbox_thread_init(void);
 
-/// Frees what a thread kept for executions (its scratch state); call before the thread exits.
+/// Frees what a thread kept for executions; call before the thread exits.
 void mb_sandbox_thread_exit(void);
 
-/// Builds res->sc_json and res->sc_text from the other fields (done by mb_sandbox_run*; the
-/// pool calls it for results it makes itself). Leaves them NULL when out of memory.
+/// Builds res->structured_json and res->structured_quoted from the other fields: the one owner
+/// of execute_code's result shape (mb_sandbox_run* call it; so do the pool and the host for the
+/// results they make themselves: cancelled, timed out while stuck, busy). Any thread; no Lua
+/// state. Leaves both NULL when out of memory.
 void mb_exec_result_shape(mb_exec_result *res);
 
 /// Process-wide setup (signal handler); call once before starting worker threads.

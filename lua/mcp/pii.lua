@@ -116,11 +116,8 @@ function M.after_execution(tenant, res)
   local remap = M.persist(tenant, res.pii_found)
   res.pii_found = nil
   if not remap then return end
-  for _, k in ipairs({ "sc_json", "sc_text" }) do
+  for _, k in ipairs({ "structured_json", "structured_quoted" }) do
     if res[k] then res[k] = mb.json_raw(M.rewrite(mb.json_raw_text(res[k]), remap)) end
-  end
-  for _, k in ipairs({ "output", "error", "traceback", "result_json" }) do
-    if type(res[k]) == "string" then res[k] = M.rewrite(res[k], remap) end
   end
 end
 

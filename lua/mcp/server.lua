@@ -282,13 +282,17 @@ end
 local request_mt = {}
 request_mt.__index = request_mt
 
--- Starts an execution and waits for it; returns the result table, or nil when cancelled.
+-- Starts an execution and waits for it; returns the result table, or nil when cancelled, or
+-- nil, err, refusal when it could not start (refusal: the shaped result of that, error_type busy).
 function request_mt:execute(spec)
   if self.entry.cancelled then return nil end
   local started = mb.wall_ms()
   spec.tenant = self.tenant
-  local job, err = mb.submit(spec)
-  if not job then return nil, err end
+  local job, err, sj, sq = mb.submit(spec)
+  if not job then
+    return nil, err, sj and { success = false, error_type = "busy", structured_json = sj,
+                              structured_quoted = sq }
+  end
   self.entry.job = job
   self.entry.tool = spec.tool -- the logger name of its log messages
   by_job[job] = self.entry
@@ -443,6 +447,13 @@ local function dispatch(msg, t0, ctx)
     if not has_id then return end
     return send_error(ctx, id, INVALID_PARAMS, "Invalid params: params must be an object")
   end
+  -- context_vars came as its own text (RAW_CONTEXT), passed to the worker as is; any other
+  -- method or tool gets the table
+  local args = params.arguments
+  if type(args) == "table" and getmetatable(args.context_vars) == "json.raw"
+      and not (method == "tools/call" and params.name == "execute_code") then
+    args.context_vars = mb.json_decode(mb.json_raw_text(args.context_vars))
+  end
 
   local sess = session(ctx.session, ctx.tenant)
   if not has_id then
@@ -526,10 +537,14 @@ end
 
 -- session: the session id (1 on stdio); exchange: the HTTP POST this message came on (0 on
 -- stdio); tenant: the tenant of the session (HTTP tokens), "default" on stdio.
+-- execute_code's context_vars is decoded on the worker, not here: the request decoder hands it
+-- on as a raw value of its text (checked like the rest of the message)
+local RAW_CONTEXT = { "params", "arguments", "context_vars" }
+
 function host_api.handle_line(line, sid, exchange, tenant)
   local t0 = mb.now_ms()
   local ctx = { session = sid or 1, exchange = exchange or 0, tenant = tenant or "default" }
-  local msg, err = mb.json_decode(line, true)
+  local msg, err = mb.json_decode(line, true, RAW_CONTEXT)
   if msg == nil then
     err = tostring(err)
     if refused(ctx, line, err) then return end

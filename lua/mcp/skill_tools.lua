@@ -297,13 +297,7 @@ return f(__args)
     return M.CANCELLED
   end
   tools.record(res, request.tenant)
-  local sc
-  if res.sc_json then
-    sc = mb.json_decode(mb.json_raw_text(res.sc_json))
-  else
-    sc = { success = res.success, error = res.error, output = res.output,
-           result = res.result_json and mb.json_decode(res.result_json) }
-  end
+  local sc = res.structured_json and mb.json_decode(mb.json_raw_text(res.structured_json))
   if not sc then return nil, "the skill's result could not be read" end
   if not sc.success then
     local msg = tostring(sc.error or "error")

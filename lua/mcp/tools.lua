@@ -79,6 +79,20 @@ end
 M.tool_error = tool_error
 M.structured_result = structured_result
 
+-- The answer to an execution: the worker shaped its structuredContent (mb_exec_result_shape in
+-- src/sandbox.c, the one owner of that shape) and its text form: splice both. Without them
+-- (memory ran out shaping it) a plain error.
+function M.shaped_result(res, err)
+  if not (res and res.structured_json) then
+    return tool_error(err or "out of memory: the execution's result could not be built")
+  end
+  return {
+    content = { { type = "text", text = res.structured_quoted } },
+    structuredContent = res.structured_json,
+    isError = not res.success,
+  }
+end
+
 -- An argument the tool does not take: the message the model gets, or nil when all are known.
 function M.check_args(args, allowed, tool)
   for k in pairs(args) do
@@ -254,11 +268,13 @@ register({
   end
   local context = args.context_vars
   local context_json
-  if context ~= nil and context ~= null then
+  if getmetatable(context) == "json.raw" then
+    context_json = mb.json_raw_text(context) -- the client's own text (server.lua RAW_CONTEXT)
+  elseif context ~= nil and context ~= null then
     if not is_object(context) then
       return tool_error("invalid arguments: context_vars must be an object")
     end
-    context_json = mb.json_encode(context)
+    context_json = mb.json_encode(context) -- a message the fast decoder declined
   end
   local timeout_ms, e1 = timeout_seconds_arg(args)
   if timeout_ms == nil then
@@ -271,44 +287,14 @@ register({
     cfg.max_instruction_limit)
   if not instruction_limit then return tool_error(e3) end
 
-  local res, err = request:execute({
+  local res, err, refusal = request:execute({
     code = code, context_json = context_json, timeout_ms = timeout_ms,
     memory_bytes = memory_mb * 1048576, instruction_limit = instruction_limit,
   })
-  if not res then
-    if err then
-      record({ success = false, error_type = "busy" }, request.tenant)
-      return tool_error(err, { success = false, result = null, output = "", error = err,
-        error_type = "busy", execution_time_ms = 0, instructions = 0, memory_peak_bytes = 0 })
-    end
-    return nil -- cancelled: no response
-  end
-  record(res, request.tenant)
-  if res.sc_json then
-    -- the worker already serialized structuredContent and its text form: splice them
-    return {
-      content = { { type = "text", text = res.sc_text } },
-      structuredContent = res.sc_json,
-      isError = not res.success,
-    }
-  end
-  local sc = {
-    success = res.success,
-    result = null,
-    output = res.output or "",
-    execution_time_ms = res.execution_time_ms,
-    instructions = res.instructions,
-    memory_peak_bytes = res.memory_peak_bytes,
-  }
-  if res.success then
-    -- the sandbox engine already produced the result as JSON: splice it, do not decode it
-    sc.result = mb.json_raw(res.result_json or "null")
-  else
-    sc.error = res.error or "error"
-    sc.error_type = res.error_type or "runtime"
-    sc.traceback = res.traceback
-  end
-  return structured_result(sc, not sc.success)
+  if not res and not err then return nil end -- cancelled: no response
+  res = res or refusal
+  record(res or { success = false, error_type = "busy" }, request.tenant)
+  return M.shaped_result(res, err)
 end)
 
 ---------------------------------------------------------------------------------------------

@@ -179,12 +179,7 @@ function M.run(request, def, inputs)
     return M.CANCELLED
   end
   M.tools.record(res, request.tenant)
-  local sc
-  if res.sc_json then
-    sc = mb.json_decode(mb.json_raw_text(res.sc_json))
-  else
-    sc = { success = res.success, error = res.error, result = res.result_json and mb.json_decode(res.result_json) }
-  end
+  local sc = res.structured_json and mb.json_decode(mb.json_raw_text(res.structured_json))
   if not sc then return nil, "the workflow's result could not be read" end
   if not sc.success then return nil, tostring(sc.error or "error") end
   return sc.result

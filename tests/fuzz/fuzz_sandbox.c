@@ -407,9 +407,12 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 			FAIL("limit %s tripped but the error type is %s: %s\n%s", mb_stop_name(stop), res.error_type,
 			     res.error, code);
 	}
-	if (res.sc_json && !valid_json(res.sc_json, res.sc_json_len, 1))
-		FAIL("structuredContent is not a JSON object: %.*s", (int)(res.sc_json_len > 500 ? 500 : res.sc_json_len),
-		     res.sc_json);
+	if (!res.structured_json || !valid_json(res.structured_json, res.structured_json_len, 1))
+		FAIL("structuredContent is not a JSON object: %.*s",
+		     (int)(res.structured_json_len > 500 ? 500 : res.structured_json_len),
+		     res.structured_json ? res.structured_json : "(none)");
+	if (!res.structured_quoted || !valid_json(res.structured_quoted, res.structured_quoted_len, 0))
+		FAIL("the text form of structuredContent is not a JSON value");
 	if (res.memory_peak_bytes > mem)
 		FAIL("peak memory %zu above the cap %llu", res.memory_peak_bytes, (unsigned long long)mem);
 	/* after the limit trips, each pending __close handler still costs the one instruction whose

@@ -215,6 +215,34 @@ describe("JSON-RPC error codes", () => {
   });
 });
 
+describe("context_vars travel as the client wrote them", () => {
+  it("the sandbox gets the values of the client's own text; other tools and shapes are still checked", T, async () => {
+    const p = peer();
+    await p.initialize();
+    let m = p.mark();
+    // number texts, spacing and escapes the encoder would write otherwise
+    await p.sendRaw('{"jsonrpc":"2.0","id":60,"method":"tools/call","params":{"arguments":{"context_vars": ' +
+      '{ "x" : 1E2, "y":[0.10,"\\u00e9\\n"], "z":{"a":null}, "big": 99999999999999999999 },' +
+      '"code":"return {x, math.type(x), y[1], y[2], z.a == json.null, math.type(big)}"},' +
+      '"name":"execute_code"}}\n');
+    const a = await p.response(60, { from: m, timeout: 10000 });
+    assert.deepEqual(a.result.structuredContent.result, [100, "float", 0.1, "\u00e9\n", true, "float"],
+      JSON.stringify(a).slice(0, 500));
+    // the same argument on another tool is that tool's unknown argument, not a crash
+    const b = await p.request(61, "tools/call", { name: "search_tools", arguments: { query: "x", context_vars: { q: 1 } } });
+    assert.equal(b.result.isError, true);
+    assert.match(b.result.content[0].text, /unknown argument "context_vars"/);
+    // not an object; a key repeated inside
+    const c = await p.request(62, "tools/call", { name: "execute_code", arguments: { code: "return 1", context_vars: [1] } });
+    assert.match(c.result.content[0].text, /context_vars must be an object/);
+    m = p.mark();
+    await p.sendRaw('{"jsonrpc":"2.0","id":63,"method":"tools/call","params":{"name":"execute_code",' +
+      '"arguments":{"code":"return x","context_vars":{"x":1,"x":2}}}}\n');
+    expectError(await p.response(63, { from: m, timeout: 10000 }), -32600);
+    await finish(p);
+  });
+});
+
 describe("errors echo at most a clip of what was sent", () => {
   it("a 6000-byte name, path, uri, method or level comes back cut, with its size", T, async () => {
     const p = peer();

@@ -173,7 +173,7 @@ static int json_ref_fast(lua_State *L)
 	char err[64];
 	if (mb_json_decode(L, "[]", 2, NULL, err, sizeof err) != 0 || !lua_getmetatable(L, -1))
 		return luaL_error(L, "no array metatable");
-	c->ok = mb_json_dec_fast(L, c->buf, c->len, MB_JSON_DEFAULT_DEPTH, 0, NULL, -1);
+	c->ok = mb_json_dec_fast(L, c->buf, c->len, MB_JSON_DEFAULT_DEPTH, 0, NULL, -1, NULL);
 	return 1;
 }
 

@@ -762,6 +762,95 @@ TEST(timeout_in_long_string)
 	lua_close(L);
 }
 
+/* Objects and strings built from C (mb_json_object, mb_json_quote): the encoder's escaping,
+ * lenient UTF-8 and number texts, raw values spliced with CR/LF turned to spaces. */
+TEST(c_documents)
+{
+	mb_json_field f[] = {
+		{.key = "s", .type = MB_JF_STRING, .s = "a\"b\\\n\x01\xff\xc3\xa9", .n = 9},
+		{.key = "r", .type = MB_JF_RAW, .s = "[1,\n2]", .n = 6},
+		{.key = "e", .type = MB_JF_RAW, .s = "", .n = 0},
+		{.key = "i", .type = MB_JF_INT, .i = -9007199254740993LL},
+		{.key = "d", .type = MB_JF_REAL, .d = 0.1},
+		{.key = "w", .type = MB_JF_REAL, .d = 5.0},
+		{.key = "inf", .type = MB_JF_REAL, .d = 1.0 / 0.0},
+		{.key = "t", .type = MB_JF_BOOL, .i = 1},
+		{.key = "f", .type = MB_JF_BOOL, .i = 0},
+		{.key = "n\"k", .type = MB_JF_NULL},
+	};
+	size_t len = 0;
+	char *j = mb_json_object(f, sizeof f / sizeof *f, &len);
+	CHECK(j != NULL);
+	CHECK_STR(j, "{\"s\":\"a\\\"b\\\\\\n\\u0001\xef\xbf\xbd\xc3\xa9\",\"r\":[1, 2],\"e\":null,"
+		     "\"i\":-9007199254740993,\"d\":0.1,\"w\":5.0,\"inf\":null,\"t\":true,"
+		     "\"f\":false,\"n\\\"k\":null}");
+	CHECK(len == strlen(j));
+	size_t qlen = 0;
+	char *q = mb_json_quote(j, len, &qlen);
+	CHECK(q != NULL && qlen == strlen(q));
+	/* the quoted text decodes back to the object text exactly */
+	lua_State *L = new_state(NULL, NULL);
+	CHECK(mb_json_decode(L, q, qlen, NULL, result_buf, sizeof result_buf) == 0);
+	CHECK(lua_type(L, -1) == LUA_TSTRING && strcmp(lua_tostring(L, -1), j) == 0);
+	lua_close(L);
+	free(q);
+	free(j);
+	char *empty = mb_json_object(NULL, 0, &len);
+	CHECK_STR(empty, "{}");
+	free(empty);
+	q = mb_json_quote(NULL, 0, &qlen);
+	CHECK_STR(q, "\"\"");
+	free(q);
+}
+
+/* raw_path: the object at the path is handed on as a raw value of its exact text, checked like
+ * the rest; anything else decodes as usual. */
+static const char *decode_kept(lua_State *L, const char *text, const char *check)
+{
+	static const char *const path[] = {"params", "arguments", "context_vars", NULL};
+	mb_json_limits lim = {.unique_keys = 1, .raw_path = path};
+	char err[256];
+	if (mb_json_decode(L, text, strlen(text), &lim, err, sizeof err) != 0) {
+		snprintf(result_buf, sizeof result_buf, "ERR: %s", err);
+		return result_buf;
+	}
+	lua_setglobal(L, "m");
+	return run(L, check);
+}
+
+TEST(raw_path)
+{
+	lua_State *L = new_host_state(NULL, NULL);
+	const char *kind = "local v = m.params.arguments.context_vars "
+			   "return type(v) .. ' ' .. tostring(getmetatable(v)) .. ' ' .. json.encode(v)";
+	/* kept as sent: spacing, number texts, escapes */
+	CHECK_STR(decode_kept(L, "{\"params\":{\"arguments\":{\"context_vars\": {\"x\" : 1E2, "
+				 "\"y\":[0.10,\"\\u00e9\"]} ,\"code\":\"c\"}}}", kind),
+		  "userdata json.raw {\"x\" : 1E2, \"y\":[0.10,\"\\u00e9\"]}");
+	CHECK_STR(run(L, "return m.params.arguments.code"), "c");
+	/* not an object there: decoded as usual */
+	CHECK_STR(decode_kept(L, "{\"params\":{\"arguments\":{\"context_vars\":[1]}}}", kind),
+		  "table json.array [1]");
+	/* the same key elsewhere is not the path */
+	CHECK_STR(decode_kept(L, "{\"params\":{\"context_vars\":{\"a\":1}}}",
+			      "return type(m.params.context_vars)"), "table");
+	CHECK_STR(decode_kept(L, "{\"arguments\":{\"context_vars\":{\"a\":1}}}",
+			      "return type(m.arguments.context_vars)"), "table");
+	CHECK_STR(decode_kept(L, "[{\"params\":{\"arguments\":{\"context_vars\":{}}}}]",
+			      "return type(m[1].params.arguments.context_vars)"), "table");
+	/* checked like the rest: a repeated key inside, bad UTF-8 inside, a syntax error inside */
+	CHECK(starts_with(decode_kept(L, "{\"params\":{\"arguments\":{\"context_vars\":{\"a\":1,\"a\":2}}}}",
+				      "return 1"), "ERR: duplicate object key"));
+	CHECK(starts_with(decode_kept(L, "{\"params\":{\"arguments\":{\"context_vars\":{\"a\":\"\xff\"}}}}",
+				      "return 1"), "ERR: "));
+	CHECK(starts_with(decode_kept(L, "{\"params\":{\"arguments\":{\"context_vars\":{\"a\":}}}}",
+				      "return 1"), "ERR: "));
+	/* an integer beyond int64 (read as a real by both decoders) is kept as sent */
+	CHECK_STR(decode_kept(L, "{\"params\":{\"arguments\":{\"context_vars\":{\"a\":99999999999999999999}}}}",
+			      kind), "userdata json.raw {\"a\":99999999999999999999}");
+	lua_close(L);
+}
+
 int main(void)
 {
 	mb_json_global_init();
@@ -786,5 +875,7 @@ int main(void)
 	RUN(arrays_and_mixed_tables);
 	RUN(float_text);
 	RUN(timeout_in_long_string);
+	RUN(c_documents);
+	RUN(raw_path);
 	return UNIT_END();
 }

@@ -112,11 +112,13 @@ TEST(collision_gets_a_longer_token_and_the_answer_is_rewritten)
 	CHECK_STR(run(code), "eve@example.org bob@example.org");
 	/* a worker-minted result with the taken token is rewritten before it leaves */
 	snprintf(code, sizeof code,
-		 "local res = { output = 'hi %s', sc_json = mb.json_raw('{\"r\":\"%s\"}'),"
+		 "local res = { structured_quoted = mb.json_raw('\"hi %s\"'),"
+		 " structured_json = mb.json_raw('{\"r\":\"%s\"}'),"
 		 " pii_found = { { token = '%s', type = 'EMAIL', value = 'bob@example.org' } } }"
 		 " pii.after_execution('c', res)"
-		 " return res.output .. ' ' .. mb.json_raw_text(res.sc_json)", t8, t8, t8);
-	snprintf(want, sizeof want, "hi %s {\"r\":\"%s\"}", t12, t12);
+		 " return mb.json_raw_text(res.structured_quoted) .. ' ' .. mb.json_raw_text(res.structured_json)",
+		 t8, t8, t8);
+	snprintf(want, sizeof want, "\"hi %s\" {\"r\":\"%s\"}", t12, t12);
 	CHECK_STR(run(code), want);
 	free((void *)t8);
 	free((void *)t12);
