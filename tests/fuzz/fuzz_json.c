@@ -1,4 +1,4 @@
-/* fuzz_json.c - libFuzzer target for src/json.c.
+/* fuzz_json.c - libFuzzer target for the JSON codec (src/json.c, src/json_enc.c).
  *
  * Each input is decoded under a fresh budget (16 MB, 2 s). When it decodes, the value must
  * re-encode strictly, the text must decode again to a structurally equal value (same types,
@@ -14,7 +14,7 @@
  * back after each call. Any violation aborts.
  *
  * Build: clang -g -O1 -fsanitize=fuzzer,address,undefined -iquote src $(pkg-config --cflags
- *        lua5.4 jansson) tests/fuzz/fuzz_json.c src/json.c src/budget.c $(pkg-config --libs
+ *        lua5.4 jansson) tests/fuzz/fuzz_json.c src/json*.c src/budget.c $(pkg-config --libs
  *        lua5.4 jansson) -lm -o build/fuzz_json
  */
 #include "budget.h"
