@@ -142,8 +142,10 @@ local function scan()
   M.by_name, M.problems = by_name, problems
   local changed = false
   for name, w in pairs(by_name) do
-    if w.def.tool and before[name] ~= mb.json_encode(w.def) then changed = true end
-    before[name] = nil
+    if w.def.tool then -- (a tool that is no longer one stays in before: a change)
+      if before[name] ~= mb.json_encode(w.def) then changed = true end
+      before[name] = nil
+    end
   end
   if changed or next(before) ~= nil then M.tools.list_changed() end
 end
