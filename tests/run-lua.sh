@@ -1,5 +1,6 @@
 #!/bin/sh
-# Runs the Lua module tests (tests/lua/test_*.lua) with the lua5.4 interpreter from the repo root.
+# Runs the Lua module tests (tests/lua/test_*.lua; tests/lua/harness.lua is what the policy tests
+# share, not a test) with the lua5.4 interpreter from the repo root.
 # Each prints "N passed, N failed"; this prints the total.
 cd "$(dirname "$0")/.." || exit 1
 pass=0; fail=0

@@ -117,15 +117,15 @@ local function int_arg(args, name, default, max, unit)
   if type(v) ~= "number" or v ~= v or v ~= math.floor(v) then
     return nil, string.format("invalid arguments: %s must be an integer%s", name, unit or "")
   end
+  if v < 1 then -- (before the 64-bit check: -1e300 is below 1, not above the maximum)
+    return nil, string.format("invalid arguments: %s must be at least 1", name)
+  end
   local iv = math.tointeger(v)
   if not iv then -- integral but beyond 64 bits
     return nil, string.format("invalid arguments: %s=%g exceeds the configured maximum %s=%d",
       name, v, "max_" .. name, max)
   end
   v = iv
-  if v < 1 then
-    return nil, string.format("invalid arguments: %s must be at least 1", name)
-  end
   if v > max then
     return nil, string.format("invalid arguments: %s=%d exceeds the configured maximum %s=%d",
       name, v, "max_" .. name, max)

@@ -30,7 +30,7 @@ local function valid_name(n) return type(n) == "string" and #n <= 64 and n:match
 local function check(def, file)
   local p = {}
   local function bad(fmt, ...) p[#p + 1] = sfmt(fmt, ...) end
-  if not is_object(def) then return { "the file must hold an object (name, steps, ...)" } end
+  if not is_object(def) then return { file .. ": the file must hold an object (name, steps, ...)" } end
   if not valid_name(def.name) then bad("name must match ^[A-Za-z_][A-Za-z0-9_]*$ (at most 64), got %s", tostring(def.name)) end
   if def.description ~= nil and type(def.description) ~= "string" then bad("description must be text") end
   if def.tool ~= nil and type(def.tool) ~= "boolean" then bad("tool must be true or false") end
@@ -142,8 +142,10 @@ local function scan()
   M.by_name, M.problems = by_name, problems
   local changed = false
   for name, w in pairs(by_name) do
-    if w.def.tool and before[name] ~= mb.json_encode(w.def) then changed = true end
-    before[name] = nil
+    if w.def.tool then -- (a tool that is no longer one stays in before: a change)
+      if before[name] ~= mb.json_encode(w.def) then changed = true end
+      before[name] = nil
+    end
   end
   if changed or next(before) ~= nil then M.tools.list_changed() end
 end

@@ -170,6 +170,33 @@ do
 end
 
 ---------------------------------------------------------------------------------------------
+-- clip and utf8_cut: what error messages echo of a client's string
+
+check("clip non-strings pass", { text.clip(nil), text.clip(5), text.clip(false) }, { nil, 5, false })
+check("clip short", text.clip("tools/lis"), "tools/lis")
+check("clip exactly 96 bytes", text.clip(string.rep("x", 96)), string.rep("x", 96))
+check("clip 97 bytes", text.clip(string.rep("x", 97)), string.rep("x", 96) .. "...(97 bytes)")
+check("clip 16 MB keeps 96 bytes", #text.clip(string.rep("x", 16777216)), 96 + #"...(16777216 bytes)")
+check("clip with a size", text.clip("abcdef", 3), "abc...(6 bytes)")
+check("clip never cuts a character", text.clip(string.rep("a", 95) .. "é" .. "b"), string.rep("a", 95) .. "...(98 bytes)")
+check("clip keeps a character that fits", text.clip(string.rep("a", 94) .. "é" .. "bc"), string.rep("a", 94) .. "é...(98 bytes)")
+do
+  local emoji = "\xf0\x9f\x98\x80" -- 4 bytes
+  for cut = 1, 3 do
+    local s = string.rep("a", 96 - cut) .. emoji .. "z"
+    check("clip before a 4-byte character cut at byte " .. cut, text.clip(s), string.rep("a", 96 - cut) .. "..." .. "(" .. #s .. " bytes)")
+  end
+end
+check("utf8_cut at 0", text.utf8_cut("abc", 0), "")
+check("utf8_cut longer than the text", text.utf8_cut("abc", 10), "abc")
+check("utf8_cut of continuation bytes only", text.utf8_cut(string.rep("\x80", 10), 5), "")
+check("utf8_cut result is valid UTF-8", (function()
+  local s = string.rep("日本語", 40)
+  for n = 0, #s do if not utf8.len(text.utf8_cut(s, n)) then return n end end
+  return true
+end)(), true)
+
+---------------------------------------------------------------------------------------------
 -- normalize: MCP form
 
 do
