@@ -403,15 +403,38 @@ function H.load_tools(opts)
   return require("mcp.tools")
 end
 
+-- A worker's result as mb.wait gives it: the fields the host reads plus structured_json and
+-- structured_quoted, shaped here the way mb_exec_result_shape (src/sandbox.c, the one owner of
+-- that shape; tests/unit/test_sandbox.c checks it) shapes them from result_json, output, error,
+-- error_type and traceback. A result that has structured_json already (false: none) is left as
+-- it is.
+function H.shaped(res)
+  if type(res) ~= "table" or res.structured_json ~= nil then return res end
+  local sc = { success = res.success, result = raw(res.success and res.result_json or "null"),
+    output = res.output or "", execution_time_ms = res.execution_time_ms or 0,
+    instructions = res.instructions or 0, memory_peak_bytes = res.memory_peak_bytes or 0 }
+  if not res.success then
+    sc.error, sc.error_type, sc.traceback = res.error or "error", res.error_type or "runtime", res.traceback
+  end
+  local out = {}
+  for k, v in pairs(res) do
+    if k ~= "result_json" and k ~= "output" and k ~= "error" and k ~= "traceback" then out[k] = v end
+  end
+  local text = H.json_encode(sc)
+  out.structured_json, out.structured_quoted = raw(text), raw(H.json_encode(text))
+  return out
+end
+
 -- A request as server.lua hands handlers: execute(spec) records the spec and answers with
--- results[1], results[2] (default: a success whose result is `null`).
+-- results[1] (shaped by H.shaped), results[2], results[3] (default: a success whose result is
+-- `null`).
 function H.request(tenant, results)
   local r = { tenant = tenant or "default", specs = {} }
   function r:execute(spec)
     self.specs[#self.specs + 1] = spec
-    if results then return results[1], results[2] end
-    return { success = true, result_json = "null", output = "", execution_time_ms = 1, instructions = 10,
-             memory_peak_bytes = 100 }
+    if results then return H.shaped(results[1]), results[2], H.shaped(results[3]) end
+    return H.shaped({ success = true, result_json = "null", output = "", execution_time_ms = 1,
+                      instructions = 10, memory_peak_bytes = 100 })
   end
   return r
 end

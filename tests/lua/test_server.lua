@@ -276,8 +276,8 @@ local job2 = 100 + #jobs
 
 -- the first finishes
 n = #m.sent
-assert(coroutine.resume(co, { success = true, result_json = "[1]", output = "", execution_time_ms = 3, instructions = 5,
-  memory_peak_bytes = 6, code_hash = "abc" }))
+assert(coroutine.resume(co, H.shaped({ success = true, result_json = "[1]", output = "", execution_time_ms = 3, instructions = 5,
+  memory_peak_bytes = 6, code_hash = "abc" })))
 check("execution answered", { m.sent[#m.sent].msg.id, m.sent[#m.sent].msg.result.structuredContent.result, m.sent[#m.sent].final },
   { 50, { 1 }, true })
 check("history recorded for the tenant", { m.history[#m.history][1], m.history[#m.history][4], m.history[#m.history][7] },
@@ -356,7 +356,7 @@ check("the client's error is the host call's error", { replies[#replies].ok, rep
   { false, "elicitation/create: user closed it" })
 
 local _, hc3 = host("client_request", '{"method":"elicitation/create","params":{"message":"never answered"}}', ejob)
-assert(coroutine.resume(eco, { success = true, result_json = "1", output = "", execution_time_ms = 1, instructions = 1, memory_peak_bytes = 1 }))
+assert(coroutine.resume(eco, H.shaped({ success = true, result_json = "1", output = "", execution_time_ms = 1, instructions = 1, memory_peak_bytes = 1 })))
 check("the execution's end ends the client request's wait", { coroutine.status(hc3), replies[#replies].ok, replies[#replies].text },
   { "dead", false, "elicitation/create: the execution ended" })
 check("the execution was answered", m.sent[#m.sent].msg.id, 60)

@@ -322,7 +322,7 @@ check("published: image block needs mimeType", text_of(ran('{"type":"image","dat
   "the skill returned an invalid result: content block 1 (image) needs data (base64) and mimeType")
 check("published: array of blocks", ran('[{"type":"text","text":"a"},{"type":"resource_link","uri":"u","name":"n"}]'),
   { content = { { type = "text", text = "a" }, { type = "resource_link", uri = "u", name = "n" } } })
-check("published: worker-shaped result", ran(nil, { sc_json = m.json_raw('{"success":true,"result":"w"}') }),
+check("published: worker-shaped result", ran(nil, { structured_json = m.json_raw('{"success":true,"result":"w"}') }),
   { content = { { type = "text", text = "w" } } })
 res = call({ text = "x" }, { { success = false, error = "boom", output = "partial\n" } })
 check("published: failure carries the output", { res.isError, text_of(res) }, { true, "boom\noutput:\npartial\n" })

@@ -121,31 +121,31 @@ check("limits are checked in order", refused({ code = "x", timeout_ms = 0, memor
 ---------------------------------------------------------------------------------------------
 -- execute_code: results
 
-local r = run({ code = "return 1" }, { { success = true, result_json = '{"a":[1,2]}', output = "hi\n",
-  execution_time_ms = 1.5, instructions = 42, memory_peak_bytes = 2048 } })
-check("success result", { r.isError, r.structuredContent.success, r.structuredContent.output, r.structuredContent.instructions },
-  { false, true, "hi\n", 42 })
-check("result JSON is spliced, not decoded", r.structuredContent.result, m.json_raw('{"a":[1,2]}'))
-check("text block is the same JSON", H.json_decode(text_of(r)),
+-- the worker's shape (H.shaped stands in for mb_exec_result_shape) is spliced as it came
+local worker = H.shaped({ success = true, result_json = '{"a":[1,2]}', output = "hi\n",
+  execution_time_ms = 1.5, instructions = 42, memory_peak_bytes = 2048 })
+local r = run({ code = "return 1" }, { worker })
+check("success: the worker's texts are spliced, not decoded", r, { content = { { type = "text",
+  text = worker.structured_quoted } }, structuredContent = worker.structured_json, isError = false })
+check("text block is the same JSON", H.json_decode(H.json_decode(m.json_raw_text(worker.structured_quoted))),
   { success = true, result = { a = { 1, 2 } }, output = "hi\n", execution_time_ms = 1.5, instructions = 42,
     memory_peak_bytes = 2048 })
-r = run({ code = "return" }, { { success = true, output = "", execution_time_ms = 1, instructions = 1, memory_peak_bytes = 1 } })
-check("no result is null", r.structuredContent.result, m.json_raw("null"))
+r = run({ code = "error()" }, { { success = false, error = "boom", traceback = "tb" } })
+check("failure is isError", { r.isError, H.json_decode(m.json_raw_text(r.structuredContent)).error }, { true, "boom" })
+r = run({ code = "x" }, { { success = false, error_type = "memory" } })
+check("failure type", H.json_decode(m.json_raw_text(r.structuredContent)).error_type, "memory")
+-- no shape (memory ran out shaping it; false keeps H.shaped off): a plain tool error
+r = run({ code = "x" }, { { success = true, structured_json = false } })
+check("unshaped result", r, { content = { { type = "text",
+  text = "out of memory: the execution's result could not be built" } }, isError = true })
 
-r = run({ code = "error()" }, { { success = false, error = "boom", traceback = "tb", execution_time_ms = 2, instructions = 3,
-  memory_peak_bytes = 4 } })
-check("failure", { r.isError, r.structuredContent.error, r.structuredContent.error_type, r.structuredContent.traceback,
-  r.structuredContent.result }, { true, "boom", "runtime", "tb", NULL })
-r = run({ code = "while true do end" }, { { success = false, error = "timeout after 5000 ms", error_type = "timeout" } })
-check("failure type", r.structuredContent.error_type, "timeout")
-
-r = run({ code = "x" }, { { success = false, sc_json = m.json_raw('{"success":false}'), sc_text = '{"success":false}' } })
-check("worker-made result", r, { content = { { type = "text", text = '{"success":false}' } },
-  structuredContent = m.json_raw('{"success":false}'), isError = true })
-
-r = run({ code = "x" }, { nil, "server busy: 256 executions queued" })
-check("busy", { r.isError, text_of(r), r.structuredContent.error_type, r.structuredContent.success, r.structuredContent.result },
-  { true, "server busy: 256 executions queued", "busy", false, NULL })
+-- a refused submit: the host shaped the refusal (error_type busy); without it, the message
+local busy = H.shaped({ success = false, error = "server busy: 256 executions queued", error_type = "busy" })
+r = run({ code = "x" }, { nil, "server busy: 256 executions queued", busy })
+check("busy", { r.isError, r.structuredContent, H.json_decode(m.json_raw_text(r.structuredContent)).error_type },
+  { true, busy.structured_json, "busy" })
+r = run({ code = "x" }, { nil, "no execution pool" })
+check("busy without a shape", { r.isError, text_of(r) }, { true, "no execution pool" })
 check("cancelled: no response", run({ code = "x" }, { nil, nil }), nil)
 
 ---------------------------------------------------------------------------------------------

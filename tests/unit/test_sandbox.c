@@ -331,6 +331,59 @@ TEST(cancel)
 	mb_exec_result_free(&r);
 }
 
+/* mb_exec_result_shape, the one owner of execute_code's structuredContent: the fields in, the
+ * object text and its quoted form out (what the loop thread splices). */
+TEST(result_shape)
+{
+	mb_exec_result r;
+	memset(&r, 0, sizeof r);
+	r.success = 1;
+	r.result_json = strdup("[1,{\"a\":null}]");
+	r.result_len = strlen(r.result_json);
+	r.output = strdup("hi\n\xff");
+	r.output_len = 4;
+	r.execution_time_ms = 0.5;
+	r.instructions = 7;
+	r.memory_peak_bytes = 4096;
+	mb_exec_result_shape(&r);
+	CHECK_STR(r.structured_json, "{\"success\":true,\"result\":[1,{\"a\":null}],\"output\":\"hi\\n\xef\xbf\xbd\","
+		  "\"execution_time_ms\":0.5,\"instructions\":7,\"memory_peak_bytes\":4096}");
+	CHECK(r.structured_json_len == strlen(r.structured_json));
+	CHECK(r.structured_quoted && r.structured_quoted[0] == '"' &&
+	      r.structured_quoted_len == strlen(r.structured_quoted));
+	mb_exec_result_free(&r);
+
+	memset(&r, 0, sizeof r);
+	r.error = strdup("code:1: boom");
+	r.error_type = "runtime";
+	r.traceback = strdup("stack traceback:\n\t[C]: in ?");
+	r.result_json = strdup("1"); /* a failure has no result, whatever was captured */
+	r.result_len = 1;
+	mb_exec_result_shape(&r);
+	CHECK_STR(r.structured_json, "{\"success\":false,\"result\":null,\"output\":\"\",\"error\":\"code:1: boom\","
+		  "\"error_type\":\"runtime\",\"traceback\":\"stack traceback:\\n\\t[C]: in ?\","
+		  "\"execution_time_ms\":0.0,\"instructions\":0,\"memory_peak_bytes\":0}");
+	CHECK_STR(r.structured_quoted, "\"{\\\"success\\\":false,\\\"result\\\":null,\\\"output\\\":\\\"\\\","
+		  "\\\"error\\\":\\\"code:1: boom\\\",\\\"error_type\\\":\\\"runtime\\\",\\\"traceback\\\":"
+		  "\\\"stack traceback:\\\\n\\\\t[C]: in ?\\\",\\\"execution_time_ms\\\":0.0,"
+		  "\\\"instructions\\\":0,\\\"memory_peak_bytes\\\":0}\"");
+	/* shaping again replaces, does not leak (ASan) */
+	mb_exec_result_shape(&r);
+	CHECK(r.structured_json != NULL);
+	mb_exec_result_free(&r);
+
+	/* a success with no result JSON at all, and a failure with no message or type */
+	memset(&r, 0, sizeof r);
+	r.success = 1;
+	mb_exec_result_shape(&r);
+	CHECK(strstr(r.structured_json, "\"result\":null,\"output\":\"\"") != NULL);
+	mb_exec_result_free(&r);
+	memset(&r, 0, sizeof r);
+	mb_exec_result_shape(&r);
+	CHECK(strstr(r.structured_json, "\"error\":\"error\",\"error_type\":\"runtime\"") != NULL);
+	mb_exec_result_free(&r);
+}
+
 int main(void)
 {
 	if (sandbox_setup(&cfg) != 0)
@@ -344,6 +397,7 @@ int main(void)
 	RUN(long_c_calls);
 	RUN(context_vars);
 	RUN(cancel);
+	RUN(result_shape);
 	mb_sandbox_thread_exit();
 	return UNIT_END();
 }
