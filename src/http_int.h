@@ -1,14 +1,24 @@
-/* http_int.h - internals shared by http.c (server, connections, sessions), http_auth.c (listen
- * address, tokens, Host/Origin/CORS allow-lists) and http_metrics.c (Prometheus text). Not for
- * other modules; tests may use it. Everything runs on the loop thread; a policy is read-only
- * after mb_http_policy_init.
+/* http_int.h - internals shared by the files of the HTTP transport: http_conn.c (connections,
+ * parsing, writes, responses), http_session.c (sessions, exchanges, SSE), http.c (routing, the
+ * sweep, the public API), http_auth.c (listen address, tokens, Host/Origin/CORS allow-lists) and
+ * http_metrics.c (Prometheus text). Not for other modules; tests may use it. Everything runs on
+ * the loop thread; a policy is read-only after mb_http_policy_init.
+ *
+ * The server's files depend one way: http.c on http_session.c on http_conn.c, all three on
+ * http_auth.c and http_metrics.c. The small helpers below (hash table, head builder, hval,
+ * session_by_num) are static inline so that each file has its own.
  */
 #ifndef MB_HTTP_INT_H
 #define MB_HTTP_INT_H
 
+#include <errno.h>
+#include <http_parser.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
 #include <sys/socket.h>
+#include <time.h>
 
 #include "config.h"
 #include "http.h"
@@ -76,5 +86,344 @@ int mb_http_status_index(int status);
 /// Renders the Prometheus text for st plus extra (may be NULL).
 /// @returns malloc'd text or NULL when out of memory; *len its length
 char *mb_http_metrics_render(const mb_http_stats_t *st, const char *extra, size_t *len);
+
+/* ---- the server (http_conn.c, http_session.c, http.c) -------------------------------------- */
+
+#define URL_MAX 2048
+#define HEAD_MAX 1536
+
+#define container_of(p, T, m) ((T *)((char *)(p) - offsetof(T, m)))
+
+/* ---- a small intrusive hash table of uint64 keys ------------------------------------------ */
+
+typedef struct hnode {
+	uint64_t key;
+	struct hnode *next;
+} hnode;
+
+typedef struct htab {
+	hnode **b;
+	size_t mask, n;
+} htab;
+
+static inline size_t hslot(const htab *t, uint64_t k)
+{
+	k ^= k >> 33;
+	k *= 0xff51afd7ed558ccdULL;
+	k ^= k >> 33;
+	return (size_t)k & t->mask;
+}
+
+static inline int htab_init(htab *t, size_t buckets)
+{
+	t->b = calloc(buckets, sizeof *t->b);
+	t->mask = buckets - 1;
+	t->n = 0;
+	return t->b ? 0 : -ENOMEM;
+}
+
+static inline void htab_grow(htab *t)
+{
+	size_t nb = (t->mask + 1) * 2;
+	hnode **b = calloc(nb, sizeof *b);
+	if (!b)
+		return; /* longer chains, still correct */
+	htab old = *t;
+	t->b = b;
+	t->mask = nb - 1;
+	for (size_t i = 0; i <= old.mask; i++)
+		for (hnode *x = old.b[i], *next; x; x = next) {
+			next = x->next;
+			size_t s = hslot(t, x->key);
+			x->next = t->b[s];
+			t->b[s] = x;
+		}
+	free(old.b);
+}
+
+static inline void htab_put(htab *t, hnode *x)
+{
+	if (t->n >= t->mask + 1)
+		htab_grow(t);
+	size_t s = hslot(t, x->key);
+	x->next = t->b[s];
+	t->b[s] = x;
+	t->n++;
+}
+
+static inline hnode *htab_get(const htab *t, uint64_t key)
+{
+	for (hnode *x = t->b[hslot(t, key)]; x; x = x->next)
+		if (x->key == key)
+			return x;
+	return NULL;
+}
+
+static inline void htab_del(htab *t, hnode *x)
+{
+	for (hnode **pp = &t->b[hslot(t, x->key)]; *pp; pp = &(*pp)->next)
+		if (*pp == x) {
+			*pp = x->next;
+			t->n--;
+			return;
+		}
+}
+
+/* ---- types ----------------------------------------------------------------------------------- */
+
+enum { H_HOST, H_ORIGIN, H_ACCEPT, H_CTYPE, H_AUTH, H_SESSION, H_PROTO, H_EXPECT, NHDR };
+
+typedef struct hvals {
+	char host[256], origin[256], accept[512], ctype[128], auth[600], session[128], proto[64],
+		expect[64];
+} hvals;
+
+/* The headers the transport reads, and where each one's value lives in hvals (http_conn.c). */
+typedef struct mb_http_hdr {
+	const char *name;
+	size_t off, cap;
+} mb_http_hdr;
+
+extern const mb_http_hdr mb_http_hdr_def[NHDR];
+
+enum { C_IDLE, C_READING, C_BUSY, C_STREAM, C_DRAIN, C_CLOSED };
+enum { R_NONE, R_HEALTH, R_METRICS, R_MCP, R_OPTIONS, R_NOTFOUND };
+enum { M_GET, M_POST, M_DELETE, M_OPTIONS, M_HEAD, M_OTHER };
+enum { END_DELETE, END_EXPIRED, END_INIT_FAILED, END_SHUTDOWN };
+
+typedef struct session session;
+typedef struct conn conn;
+
+struct session {
+	hnode by_num, by_id;
+	session *prev, *next;
+	unsigned char raw[32];
+	char hex[65];
+	uint64_t num;
+	char tenant[MB_HTTP_TENANT_MAX + 1];
+	uint64_t last_used;
+	conn *stream;       /* the open GET stream */
+	uint32_t exchanges; /* unanswered POSTs */
+};
+
+struct conn {
+	uv_tcp_t tcp;
+	mb_http *h;
+	conn *prev, *next;
+	conn *drive_next; /* in h->drive queue */
+	int drive_queued;
+	http_parser p;
+	int state;
+	int in_parse;
+	int reading;
+	int close_after; /* shut down once queued writes are done */
+	int shut;        /* shutdown requested */
+	size_t writes;   /* uv_write requests in flight */
+	uint64_t deadline;
+	size_t wq_last;    /* output queue size at wq_since (stall detection) */
+	uint64_t wq_since;
+	uv_shutdown_t shutreq;
+	/* the request being parsed */
+	int method, have_method, route;
+	int reject, reject_rpc, fatal, err_status;
+	const char *reject_hdr; /* extra header lines for the rejection (static text) */
+	char msg[320];
+	int keep_alive, http10, cors, expect_continue, has_body;
+	size_t hbytes;
+	char url[URL_MAX + 1];
+	size_t url_len;
+	int url_over;
+	char fname[24];
+	size_t flen;
+	int fover, fidx, in_value;
+	int value_ended;      /* the current header value's line ended (its CR or LF was seen) */
+	const char *exec_end; /* end of the bytes given to the running http_parser_execute */
+	hvals hv;
+	uint16_t hlen[NHDR];
+	uint8_t hcount[NHDR], hover[NHDR];
+	const char *tenant;
+	uint64_t sess_num;
+	char *body;
+	size_t blen, bcap;
+	/* the exchange in flight (C_BUSY) */
+	hnode xnode;
+	uint64_t xsession;
+	int xinit, xsse;
+	/* the GET stream (C_STREAM) */
+	uint64_t ssession;
+	/* input read ahead */
+	char *pend;
+	size_t poff, plen, pcap;
+};
+
+typedef struct wreq {
+	uv_write_t req;
+	struct wreq *next;
+	conn *c;
+	char *own;
+	uv_buf_t bufs[3];
+	char head[HEAD_MAX];
+} wreq;
+
+struct mb_http {
+	uv_loop_t *loop;
+	const mb_config *cfg;
+	mb_http_callbacks cb;
+	mb_http_policy pol;
+	uv_tcp_t listener;
+	uv_timer_t sweeper;
+	uv_idle_t deferred;
+	int handles;
+	int closing;
+	char addr[80];
+	int port;
+	size_t max_body, max_header;
+	uint64_t read_timeout, idle_ms, tick;
+	conn *conns;
+	size_t nconns;
+	session *sessions;
+	htab by_num, by_id, exchanges;
+	uint64_t next_session, next_exchange;
+	uint64_t next_session_sweep, next_heartbeat;
+	conn *drive;          /* conns with pipelined input to parse */
+	uint64_t *ended;      /* sessions whose on_session_end is deferred */
+	size_t nended, ended_cap;
+	wreq *free_w;
+	size_t nfree_w;
+	mb_http_stats_t st;
+	char date[40];
+	time_t date_sec;
+	http_parser_settings settings;
+	char rbuf[65536];
+};
+
+/* ---- small helpers --------------------------------------------------------------------------- */
+
+/* A response head (or a short body) built in a fixed buffer. */
+typedef struct hb {
+	char *p;
+	size_t n, cap;
+} hb;
+
+static inline void hb_put(hb *b, const char *s, size_t n)
+{
+	if (n > b->cap - b->n)
+		n = b->cap - b->n; /* cannot happen with the transport's bounded inputs; truncate if it does */
+	if (n)
+		memcpy(b->p + b->n, s, n);
+	b->n += n;
+}
+
+static inline void hb_str(hb *b, const char *s)
+{
+	hb_put(b, s, strlen(s));
+}
+
+static inline void hb_u64(hb *b, uint64_t v, int hex)
+{
+	char t[24];
+	int i = sizeof t;
+	do {
+		t[--i] = "0123456789abcdef"[v % (hex ? 16 : 10)];
+		v /= hex ? 16 : 10;
+	} while (v);
+	hb_put(b, t + i, sizeof t - (size_t)i);
+}
+
+static inline const char *hval(conn *c, int i)
+{
+	return (const char *)&c->hv + mb_http_hdr_def[i].off;
+}
+
+static inline session *session_by_num(mb_http *h, uint64_t num)
+{
+	hnode *x = num ? htab_get(&h->by_num, num) : NULL;
+	return x ? container_of(x, session, by_num) : NULL;
+}
+
+/* ---- http_conn.c: writes, responses, the parser's callbacks, connections --------------------- */
+
+/// A write request for c from the free list (or malloc'd).
+/// @returns the request, or NULL when out of memory
+wreq *mb_http_wreq_get(mb_http *h, conn *c);
+
+/// Frees what w owns and returns it to the free list.
+void mb_http_wreq_put(mb_http *h, wreq *w);
+
+/// Queues w (bufs[0..n)). On failure the connection is closed; w and its buffer are freed.
+void mb_http_wreq_send(conn *c, wreq *w, unsigned n);
+
+/// Counts a response with this status in the request counters.
+void mb_http_count(conn *c, int status);
+
+/// The status line and the headers every response carries; then the headers that end a head.
+void mb_http_head_start(conn *c, hb *b, int status, const char *ctype);
+void mb_http_head_end(conn *c, hb *b);
+
+/// Writes a whole response. body is copied when it fits beside the head, else (or when own is
+/// set: then body == own) it is sent from own, which is taken.
+void mb_http_respond(conn *c, int status, const char *ctype, const char *extra, const char *body,
+		     size_t blen, char *own);
+
+/// A JSON-RPC error response (id null) with msg, cut to fit.
+void mb_http_respond_error(conn *c, int status, int rpc, const char *msg, const char *extra);
+
+/// The response to the current request is queued: wait for the next one or close.
+void mb_http_request_done(conn *c);
+
+/// Answers the rejection recorded for the current request (c->reject).
+void mb_http_answer_reject(conn *c);
+
+/// Unregisters c's exchange (the host's later messages for it are dropped).
+void mb_http_exchange_finish(conn *c);
+
+/// Records a request that cannot be parsed further (answered with status, then closed).
+/// @returns -1, for a parser callback to return
+int mb_http_bad(conn *c, int status, const char *fmt, const char *a);
+
+/// http_parser callbacks that collect a request (mb_http_start installs them).
+int mb_http_on_message_begin(http_parser *p);
+int mb_http_on_url(http_parser *p, const char *at, size_t n);
+int mb_http_on_header_field(http_parser *p, const char *at, size_t n);
+int mb_http_on_header_value(http_parser *p, const char *at, size_t n);
+int mb_http_on_body(http_parser *p, const char *at, size_t n);
+
+/// Closes c now (its exchange is dropped, its GET stream detached from the session).
+void mb_http_conn_close(conn *c);
+
+/// Frees h once its last handle is closed.
+void mb_http_maybe_free(mb_http *h);
+
+/// The idle callback that parses pipelined requests and tells the host of sessions whose end was
+/// deferred.
+void mb_http_on_deferred(uv_idle_t *idle);
+
+/// The listener's connection callback.
+void mb_http_on_connection(uv_stream_t *srv, int status);
+
+/* ---- http_session.c: SSE, sessions, exchanges ------------------------------------------------ */
+
+/// Writes one SSE event carrying data (taken), after head when given (the complete response
+/// head), and the end of the stream when last. data NULL: a comment (heartbeat), or with last
+/// just the end of the stream.
+void mb_http_sse_write(conn *c, const char *head, size_t hlen, char *data, size_t len, int last);
+
+/// Builds the head of an SSE response into b (status 200).
+void mb_http_sse_head(conn *c, hb *b, const char *extra);
+
+/// The session with this id (64 hex digits), or NULL.
+session *mb_http_session_by_id(mb_http *h, const char *hex, size_t len);
+
+/// A new session of tenant, or NULL when out of memory.
+session *mb_http_session_new(mb_http *h, const char *tenant);
+
+/// Ends and frees s (how: END_*); its GET stream ends; on_session_end is called (later, from the
+/// loop, for END_INIT_FAILED).
+void mb_http_session_end(mb_http *h, session *s, int how);
+
+/// Sends a host message on c's exchange: the JSON response when it is final and first, else an
+/// SSE event (the first one switches the response to SSE). An error answer to `initialize` sent
+/// as the JSON response ends the session it created (no Mcp-Session-Id goes out).
+void mb_http_exchange_send(conn *c, int final, char *data, size_t len);
 
 #endif

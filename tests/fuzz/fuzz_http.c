@@ -1,12 +1,13 @@
-/* fuzz_http.c - libFuzzer target: the Streamable HTTP transport (src/http.c, http_auth.c,
- * http_metrics.c): request parsing, routing, limits, Host/Origin/token checks, sessions,
- * exchanges answered as JSON or SSE, GET streams, keep-alive and pipelining.
+/* fuzz_http.c - libFuzzer target: the Streamable HTTP transport (src/http.c, http_conn.c,
+ * http_session.c, http_auth.c, http_metrics.c): request parsing, routing, limits,
+ * Host/Origin/token checks, sessions, exchanges answered as JSON or SSE, GET streams, keep-alive
+ * and pipelining.
  *
- * http.c has no entry point that takes bytes without a socket, so the seam is the smallest real
- * one: every input starts the transport on 127.0.0.1:0 on a private libuv loop (one of two
- * configurations: no tokens, or a bearer token with allowed origins, CORS, small body/header/
- * session limits), connects one client socket and writes the input to it. The loop is run
- * without blocking (UV_RUN_NOWAIT) until nothing moves. The input is cut at NUL bytes into
+ * The transport has no entry point that takes bytes without a socket, so the seam is the
+ * smallest real one: every input starts the transport on 127.0.0.1:0 on a private libuv loop
+ * (one of two configurations: no tokens, or a bearer token with allowed origins, CORS, small
+ * body/header/session limits), connects one client socket and writes the input to it. The loop
+ * is run without blocking (UV_RUN_NOWAIT) until nothing moves. The input is cut at NUL bytes into
  * chunks written one after the other with the loop run to rest in between (requests split across
  * reads, pipelining), and "$SID" in a chunk becomes the last Mcp-Session-Id the server sent. A
  * stand-in host answers each POST: JSON at once, SSE (a notification, then the answer), or later
@@ -286,8 +287,8 @@ static void request_methods(check_state *c, const char *sent, size_t n)
 			if (HTTP_PARSER_ERRNO(&p) != HPE_OK) {
 				if (!c->in_req) {
 					/* a request malformed before http-parser begins a message (a bad first
-					 * byte of the method) has no method: its 400 has a body (http.c resets
-					 * the method after each answer; it once kept a HEAD's, found here) */
+					 * byte of the method) has no method: its 400 has a body (http_conn.c
+					 * resets the method after each answer; it once kept a HEAD's, found here) */
 					if (c->nreq < 256)
 						c->methods[c->nreq] = -1;
 					c->nreq++;

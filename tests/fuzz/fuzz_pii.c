@@ -1,5 +1,5 @@
 /* fuzz_pii.c - libFuzzer target: the PII scanner, tokenizer and restorer (src/pii_detect.c,
- * pii_token.c, pii_config.c, pii_lua.c, and the vault in lua/mcp/pii.lua).
+ * pii_detect_rules.c, pii_token.c, pii_config.c, pii_lua.c, and the vault in lua/mcp/pii.lua).
  *
  * Input: byte 0 picks the detector (built-in rules only, or built-in plus the custom patterns of
  * the configuration below, both made by mb_pii_from_config), the token length the mint callback
