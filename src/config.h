@@ -38,6 +38,7 @@ typedef struct mb_config {
 	int64_t max_c_stack_kb;     /* C stack of calls nested through C (budget.h) */
 
 	/* execution pool */
+	char isolation[16];         /* "thread" or "process" (worker processes, docs/security.md) */
 	int64_t workers;            /* concurrent executions (0 = number of CPUs) */
 	int64_t max_queue;          /* queued executions beyond that; more are refused */
 	int64_t max_queue_bytes;    /* code + context bytes held by queued executions */

@@ -20,6 +20,7 @@
 #include "server.h"
 #include "sandbox.h"
 #include "seed.h"
+#include "worker_proc.h"
 
 /* mkdir -p with mode 0700 for directories we create. */
 static int make_dirs(const char *path)
@@ -45,6 +46,8 @@ static int make_dirs(const char *path)
 int main(int argc, char **argv)
 {
 	static mb_config cfg;
+	if (argc == 2 && strcmp(argv[1], MB_WORKER_FLAG) == 0)
+		return mb_worker_main(); /* a worker process (isolation = process), worker_proc.h */
 	if (argc == 2 && strcmp(argv[1], "--print-man") == 0) {
 		mb_config_print_man(stdout);
 		return fflush(stdout) == 0 ? 0 : 1;

@@ -23,6 +23,7 @@
 #include "arena.h"
 #include "log.h"
 #include "sandbox.h"
+#include "worker_relay.h"
 #include "wakeup.h"
 
 typedef enum { JOB_QUEUED, JOB_RUNNING, JOB_DONE, JOB_ABANDONED } job_state;
@@ -254,8 +255,18 @@ static void worker_main(void *arg)
 	}
 	mb_sandbox_thread_init();
 	/* The next execution's state is built while the thread would otherwise wait, so a request
-	 * finds its libraries and environment ready. */
-	mb_sandbox *next = mb_sandbox_prepare(p->cfg);
+	 * finds its libraries and environment ready; with isolation = process that is a worker
+	 * process, started (and restarted after a crash or a kill) the same way. */
+	mb_relay *relay = NULL;
+	mb_sandbox *next = NULL;
+	char rerr[512];
+	if (strcmp(p->cfg->isolation, "process") == 0) {
+		relay = mb_relay_new(p->cfg);
+		if (!relay || mb_relay_ready(relay, rerr, sizeof rerr) != 0)
+			mb_log(MB_LOG_ERROR, "pool: %s", relay ? rerr : "out of memory");
+	} else {
+		next = mb_sandbox_prepare(p->cfg);
+	}
 	for (;;) {
 		uv_mutex_lock(&p->mu);
 		while (!p->q_head && !p->stopping && !w->abandoned)
@@ -283,6 +294,7 @@ static void worker_main(void *arg)
 			/* p may be gone from here on (an abandoned thread outliving the pool's close):
 			 * touch only what this thread owns. */
 			mb_sandbox_discard(next);
+			mb_relay_free(relay);
 			mb_sandbox_thread_exit();
 			mb_arena_free_thread();
 			return;
@@ -311,6 +323,8 @@ static void worker_main(void *arg)
 			j->res.error_type = "cancelled";
 			j->res.output = strdup("");
 			mb_exec_result_shape(&j->res);
+		} else if (relay) {
+			mb_relay_run(relay, &j->req, &j->budget, &j->res);
 		} else {
 			mb_sandbox_run_prepared(next ? next : mb_sandbox_prepare(p->cfg), &j->req,
 						&j->budget, &j->res);
@@ -328,7 +342,9 @@ static void worker_main(void *arg)
 		uv_mutex_lock(&p->mu);
 		int leaving = w->abandoned;
 		uv_mutex_unlock(&p->mu);
-		if (!next && !leaving)
+		if (relay && !leaving && mb_relay_ready(relay, rerr, sizeof rerr) != 0)
+			mb_log(MB_LOG_ERROR, "pool: %s", rerr);
+		else if (!relay && !next && !leaving)
 			next = mb_sandbox_prepare(p->cfg);
 	}
 }

@@ -18,11 +18,28 @@
 #include "budget.h"
 #include "config.h"
 #include "pii.h"
+#include "workspace.h"
 
 typedef enum {
 	MB_NOTIFY_LOG = 1,      /* payload: the data as JSON; level 0..7 (debug..emergency) */
 	MB_NOTIFY_PROGRESS = 2, /* payload {"progress":n, "total":n?, "message":s?}; level -1 */
 } mb_notify_kind;
+
+/* The workspace as sandbox code reaches it (sandbox_workspace.c) when it is not a local
+ * mb_workspace: in a worker process, the same operations over its channel (worker_proc.c).
+ * Contracts and return codes are those of workspace.h; read allocates with mb_budget_malloc,
+ * list's entries are freed with mb_workspace_entries_free. */
+typedef struct mb_ws_port {
+	int (*read)(void *ud, const char *path, size_t plen, char **data, size_t *n, char *err,
+		    size_t errlen);
+	int (*write)(void *ud, const char *path, size_t plen, const void *data, size_t n, char *err,
+		     size_t errlen);
+	int (*list)(void *ud, const char *dir, size_t dlen, mb_workspace_entry **e, size_t *n,
+		    char *err, size_t errlen);
+	int (*del)(void *ud, const char *path, size_t plen, char *err, size_t errlen);
+	int (*stat)(void *ud, const char *path, size_t plen, mb_workspace_info *info, char *err,
+		    size_t errlen);
+} mb_ws_port;
 
 typedef struct mb_exec_request {
 	const char *code;
@@ -47,6 +64,11 @@ typedef struct mb_exec_request {
 	void *host_ud;
 	/* The tenant's workspace (workspace.h; thread-safe), or NULL when there is none. */
 	struct mb_workspace *workspace;
+	/* Without a workspace: a port to one elsewhere (a worker process's channel) and the
+	 * quota json.read_file / json.write_file apply, or NULL. */
+	const mb_ws_port *ws_port;
+	void *ws_ud;
+	int64_t ws_max_file_bytes;
 	/* 1: personal data in the result, output and error text is replaced by tokens */
 	int pii_policy;
 } mb_exec_request;
@@ -115,6 +137,10 @@ void mb_sandbox_thread_exit(void);
 /// state. Leaves both NULL when out of memory.
 void mb_exec_result_shape(mb_exec_result *res);
 
+/// Makes the execution running on the calling thread check its budget at its next instruction,
+/// as the deadline signal does. Async-signal-safe (a worker process's cancel signal).
+void mb_sandbox_interrupt(void);
+
 /// Process-wide setup (signal handler); call once before starting worker threads.
 int mb_sandbox_global_init(void);
 
@@ -122,6 +148,16 @@ int mb_sandbox_global_init(void);
 /// before any worker thread exists; NULL detector: PII functions off.
 struct mb_pii_detector;
 void mb_sandbox_pii_set(const struct mb_pii_detector *d, const unsigned char *key);
+
+/// A worker process holds no key: every token its sanitizer makes comes from fn (a round trip
+/// to the server, worker_proc.c). Set once, before the first execution.
+void mb_sandbox_pii_set_mint(mb_pii_mint_fn fn);
+
+/// The token of (type, value) under the process's key (hexchars hex digits): the server's side
+/// of a worker process's mint, and its check of the tokens a worker reports.
+/// @returns 0, or MB_PII_ERR for a bad type name or hexchars
+int mb_sandbox_pii_token(const char *type, const char *value, size_t len, int hexchars,
+			 char out[MB_PII_TOKEN_MAX]);
 
 /* The pool's side of the contract: a worker thread's stack is max_c_stack_kb plus this reserve
  * (what Lua's own limit of 200 nested C calls can use after the last mb_budget_cstack_check, with

@@ -134,13 +134,18 @@ void mb_sandbox_sethook(lua_State *L)
 	lua_sethook(L, sb_hook, LUA_MASKCOUNT, HOOK_COUNT);
 }
 
-static void deadline_signal(int sig)
+void mb_sandbox_interrupt(void)
 {
-	(void)sig;
 	lua_State *L = running_state;
 	/* lua_sethook is documented as safe to call from a signal handler. */
 	if (L) /* keeping the call events of the __concat guard */
 		lua_sethook(L, sb_hook, lua_gethookmask(L) | LUA_MASKCOUNT, 1);
+}
+
+static void deadline_signal(int sig)
+{
+	(void)sig;
+	mb_sandbox_interrupt();
 }
 
 int mb_sandbox_core_init(void)

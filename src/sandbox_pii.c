@@ -28,6 +28,7 @@
 
 static const mb_pii_detector *detector;              /* set once before threads start */
 static unsigned char token_key[MB_PII_KEY_BYTES];
+static mb_pii_mint_fn mint;                          /* a worker process: the server mints */
 static _Thread_local mb_pii_scratch *scratch;
 
 void mb_sandbox_pii_set(const mb_pii_detector *d, const unsigned char *key)
@@ -35,6 +36,17 @@ void mb_sandbox_pii_set(const mb_pii_detector *d, const unsigned char *key)
 	detector = d;
 	if (key)
 		memcpy(token_key, key, sizeof token_key);
+}
+
+void mb_sandbox_pii_set_mint(mb_pii_mint_fn fn)
+{
+	mint = fn;
+}
+
+int mb_sandbox_pii_token(const char *type, const char *value, size_t len, int hexchars,
+			 char out[MB_PII_TOKEN_MAX])
+{
+	return mb_pii_token(token_key, type, value, len, hexchars, out);
 }
 
 void mb_sandbox_pii_thread_exit(void)
@@ -169,7 +181,7 @@ static int sanitize(mb_sandbox_ctx *c, const char *s, size_t len, mb_pii_result 
 			 len, max);
 		return -1;
 	}
-	if (mb_pii_sanitize(detector, token_key, s, len, MB_PII_ALL, NULL, NULL, thread_scratch(),
+	if (mb_pii_sanitize(detector, token_key, s, len, MB_PII_ALL, mint, NULL, thread_scratch(),
 			    res, err, errlen) != 0)
 		return -1;
 	for (size_t i = 0; i < res->nfound; i++)

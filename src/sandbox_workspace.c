@@ -2,9 +2,10 @@
  *
  * Adds read_file, write_file, list_files, delete_file and file_exists to the sandbox globals, and
  * read_file / write_file to the `json` table. Each function looks up the running execution's
- * workspace (mb_sandbox_ctx_of(L)->req->workspace) when it is called, because the environment
- * is built before any request exists; with no workspace it raises "the workspace is not
- * available here". All path rules, confinement and quotas live in workspace.c; this file only
+ * workspace when it is called, because the environment is built before any request exists: the
+ * tenant's mb_workspace (req->workspace, on a worker thread) through the direct port below, or
+ * the port a worker process passes (req->ws_port: the same operations over its channel,
+ * worker_proc.c); with neither it raises "the workspace is not available here". All path rules, confinement and quotas live in workspace.c; this file only
  * moves bytes between it and Lua without letting sandbox code escape its memory budget:
  *   - a file is read into a buffer from mb_budget_malloc (charged to the execution, and bounded
  *     by workspace_max_file_bytes), then copied into a Lua string inside a protected call, so a
@@ -28,13 +29,59 @@
 
 #define ERRLEN 640
 
-static mb_workspace *need_ws(lua_State *L, const char *fn)
+/* ---- the direct port: workspace.h on the tenant's workspace ---- */
+
+static int direct_read(void *ud, const char *path, size_t plen, char **data, size_t *n, char *err,
+		       size_t errlen)
+{
+	return mb_workspace_read_with(ud, path, plen, mb_budget_malloc, mb_budget_free, data, n, err,
+				      errlen);
+}
+
+static int direct_write(void *ud, const char *path, size_t plen, const void *data, size_t n,
+			char *err, size_t errlen)
+{
+	return mb_workspace_write(ud, path, plen, data, n, err, errlen);
+}
+
+static int direct_list(void *ud, const char *dir, size_t dlen, mb_workspace_entry **e, size_t *n,
+		       char *err, size_t errlen)
+{
+	return mb_workspace_list(ud, dir, dlen, e, n, err, errlen);
+}
+
+static int direct_delete(void *ud, const char *path, size_t plen, char *err, size_t errlen)
+{
+	return mb_workspace_delete(ud, path, plen, err, errlen);
+}
+
+static int direct_stat(void *ud, const char *path, size_t plen, mb_workspace_info *info, char *err,
+		       size_t errlen)
+{
+	return mb_workspace_stat(ud, path, plen, info, err, errlen);
+}
+
+static const mb_ws_port direct = {direct_read, direct_write, direct_list, direct_delete,
+				  direct_stat};
+
+typedef struct {
+	const mb_ws_port *port;
+	void *ud;
+	int64_t max_file_bytes;
+} ws_ref;
+
+static ws_ref need_ws(lua_State *L, const char *fn)
 {
 	mb_budget_poll(L);
 	mb_sandbox_ctx *c = mb_sandbox_ctx_of(L);
-	if (!c || !c->req || !c->req->workspace)
-		luaL_error(L, "%s: the workspace is not available here", fn);
-	return c->req->workspace;
+	const mb_exec_request *req = c ? c->req : NULL;
+	if (req && req->workspace)
+		return (ws_ref){&direct, req->workspace,
+				mb_workspace_limits_of(req->workspace)->max_file_bytes};
+	if (req && req->ws_port)
+		return (ws_ref){req->ws_port, req->ws_ud, req->ws_max_file_bytes};
+	luaL_error(L, "%s: the workspace is not available here", fn);
+	return (ws_ref){0};
 }
 
 /* Raises err (already "op path: reason"), or the budget's sticky error when a limit tripped. */
@@ -54,12 +101,11 @@ static int rethrow(lua_State *L)
 
 /* Reads path into a budget-charged buffer. Returns 0 (free *data with mb_budget_free), 1 after
  * pushing nil and the message (no such file), or raises. */
-static int read_bytes(lua_State *L, mb_workspace *ws, const char *path, size_t plen, char **data,
+static int read_bytes(lua_State *L, ws_ref ws, const char *path, size_t plen, char **data,
 		      size_t *n)
 {
 	char err[ERRLEN];
-	int rc = mb_workspace_read_with(ws, path, plen, mb_budget_malloc, mb_budget_free, data, n,
-					err, sizeof err);
+	int rc = ws.port->read(ws.ud, path, plen, data, n, err, sizeof err);
 	if (rc == -ENOENT) {
 		luaL_pushfail(L);
 		lua_pushstring(L, err);
@@ -73,7 +119,7 @@ static int read_bytes(lua_State *L, mb_workspace *ws, const char *path, size_t p
 /* read_file(path) -> string | nil, message */
 static int sb_read_file(lua_State *L)
 {
-	mb_workspace *ws = need_ws(L, "read_file");
+	ws_ref ws = need_ws(L, "read_file");
 	size_t plen, n;
 	const char *path = luaL_checklstring(L, 1, &plen);
 	char *data;
@@ -90,13 +136,13 @@ static int sb_read_file(lua_State *L)
 /* write_file(path, data) -> true */
 static int sb_write_file(lua_State *L)
 {
-	mb_workspace *ws = need_ws(L, "write_file");
+	ws_ref ws = need_ws(L, "write_file");
 	size_t plen, n;
 	const char *path = luaL_checklstring(L, 1, &plen);
 	luaL_argexpected(L, lua_type(L, 2) == LUA_TSTRING, 2, "string");
 	const char *data = lua_tolstring(L, 2, &n);
 	char err[ERRLEN];
-	if (mb_workspace_write(ws, path, plen, data, n, err, sizeof err) != 0)
+	if (ws.port->write(ws.ud, path, plen, data, n, err, sizeof err) != 0)
 		return raise_msg(L, err);
 	mb_budget_poll(L);
 	lua_pushboolean(L, 1);
@@ -106,12 +152,12 @@ static int sb_write_file(lua_State *L)
 /* list_files(dir?) -> { {path=, size=, modified=}, ... } sorted by path */
 static int sb_list_files(lua_State *L)
 {
-	mb_workspace *ws = need_ws(L, "list_files");
+	ws_ref ws = need_ws(L, "list_files");
 	size_t dlen = 0;
 	const char *dir = luaL_optlstring(L, 1, NULL, &dlen);
 	char err[ERRLEN];
 	mb_ws_entries es = { NULL, 0 };
-	int rc = mb_workspace_list(ws, dir, dlen, &es.e, &es.n, err, sizeof err);
+	int rc = ws.port->list(ws.ud, dir, dlen, &es.e, &es.n, err, sizeof err);
 	if (rc && rc != -ENOENT)
 		return raise_msg(L, err);
 	int status = mb_ws_pcall1(L, mb_ws_push_entries, &es);
@@ -124,11 +170,11 @@ static int sb_list_files(lua_State *L)
 /* delete_file(path) -> true when deleted, false when there was no such file */
 static int sb_delete_file(lua_State *L)
 {
-	mb_workspace *ws = need_ws(L, "delete_file");
+	ws_ref ws = need_ws(L, "delete_file");
 	size_t plen;
 	const char *path = luaL_checklstring(L, 1, &plen);
 	char err[ERRLEN];
-	int rc = mb_workspace_delete(ws, path, plen, err, sizeof err);
+	int rc = ws.port->del(ws.ud, path, plen, err, sizeof err);
 	if (rc && rc != -ENOENT)
 		return raise_msg(L, err);
 	lua_pushboolean(L, rc == 0);
@@ -138,12 +184,12 @@ static int sb_delete_file(lua_State *L)
 /* file_exists(path) -> true for a regular file, false when missing or a directory */
 static int sb_file_exists(lua_State *L)
 {
-	mb_workspace *ws = need_ws(L, "file_exists");
+	ws_ref ws = need_ws(L, "file_exists");
 	size_t plen;
 	const char *path = luaL_checklstring(L, 1, &plen);
 	char err[ERRLEN];
 	mb_workspace_info info;
-	int rc = mb_workspace_stat(ws, path, plen, &info, err, sizeof err);
+	int rc = ws.port->stat(ws.ud, path, plen, &info, err, sizeof err);
 	if (rc && rc != -ENOENT && rc != -ENOTDIR)
 		return raise_msg(L, err);
 	lua_pushboolean(L, rc == 0 && !info.is_dir);
@@ -153,7 +199,7 @@ static int sb_file_exists(lua_State *L)
 /* json.read_file(path) -> value | nil, message */
 static int sb_json_read_file(lua_State *L)
 {
-	mb_workspace *ws = need_ws(L, "json.read_file");
+	ws_ref ws = need_ws(L, "json.read_file");
 	mb_sandbox_ctx *c = mb_sandbox_ctx_of(L);
 	size_t plen, n;
 	const char *path = luaL_checklstring(L, 1, &plen);
@@ -161,7 +207,7 @@ static int sb_json_read_file(lua_State *L)
 	if (read_bytes(L, ws, path, plen, &data, &n))
 		return 2;
 	mb_json_limits lim = c->json_lim;
-	lim.max_input_bytes = (size_t)mb_workspace_limits_of(ws)->max_file_bytes;
+	lim.max_input_bytes = (size_t)ws.max_file_bytes;
 	lim.input_limit_name = "workspace_max_file_bytes";
 	char jerr[256];
 	int rc = mb_json_decode(L, data, n, &lim, jerr, sizeof jerr);
@@ -236,13 +282,13 @@ static size_t pretty(const char *s, size_t n, char *out)
 /* json.write_file(path, value[, pretty]) -> true */
 static int sb_json_write_file(lua_State *L)
 {
-	mb_workspace *ws = need_ws(L, "json.write_file");
+	ws_ref ws = need_ws(L, "json.write_file");
 	mb_sandbox_ctx *c = mb_sandbox_ctx_of(L);
 	size_t plen, len;
 	const char *path = luaL_checklstring(L, 1, &plen);
 	luaL_checkany(L, 2);
 	int want_pretty = lua_toboolean(L, 3);
-	int64_t max = mb_workspace_limits_of(ws)->max_file_bytes;
+	int64_t max = ws.max_file_bytes;
 	mb_json_limits lim = c->json_lim;
 	lim.max_output_bytes = (size_t)max;
 	lim.output_limit_name = "workspace_max_file_bytes";
@@ -270,7 +316,7 @@ static int sb_json_write_file(lua_State *L)
 		len = plen2;
 	}
 	char err[ERRLEN];
-	int rc = mb_workspace_write(ws, path, plen, j, len, err, sizeof err);
+	int rc = ws.port->write(ws.ud, path, plen, j, len, err, sizeof err);
 	free(j);
 	if (rc)
 		return raise_msg(L, err);

@@ -1,0 +1,417 @@
+/* worker_proc.c - the worker process: `moonbox --worker` runs executions for one pool slot of
+ * the server, confined (worker_proc.h says what it holds and what it cannot do).
+ *
+ * Start-up, before any untrusted byte: read W_INIT (the configuration with every secret
+ * blanked, worker_relay.c), initialise the JSON allocator, libsodium (code hashes), the
+ * sandbox's signal handler and precompiled prelude, the PII detector without a key and the time
+ * zone, then start the one thread that runs executions - with the stack a worker thread of the
+ * server gets, so deep recursion meets the same C-stack limit - and confine the process from
+ * it (the filter covers both threads). The main thread only waits.
+ *
+ * One execution: W_JOB gives the code, the context JSON, the limits and the workspace quota.
+ * The request's host calls, notifications, workspace port and PII mint are round trips on the
+ * channel; the server answers each with W_REPLY, and while a call waits nothing else arrives.
+ * The server signals the process: MB_SANDBOX_SIGNAL at the deadline (as on a worker thread),
+ * SIGRTMIN + 2 to cancel; both are blocked in the main thread so they reach the running one. At
+ * the end W_DONE carries the result's fields; the server checks and shapes them. A protocol
+ * error, or the server gone, ends the process.
+ */
+#include "worker_proc.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "budget.h"
+#include "codec.h"
+#include "confine.h"
+#include "json.h"
+#include "log.h"
+#include "pii_config.h"
+#include "sandbox.h"
+#include "worker_wire.h"
+
+static mb_config cfg;
+static mb_wreader rd;
+static mb_wbuf wb;
+static mb_budget *_Atomic running_budget; /* the cancel signal's target */
+
+static _Noreturn void die(const char *what)
+{
+	mb_log(MB_LOG_ERROR, "worker process: %s; exiting", what);
+	_exit(3);
+}
+
+static void send_or_die(void)
+{
+	if (mb_wire_send(MB_WORKER_FD, &wb) != 0)
+		_exit(wb.failed ? 3 : 0); /* out of memory, or the server is gone */
+}
+
+/* The server's answer to the request just sent (nothing else may come in between). */
+static mb_wmsg wait_reply(void)
+{
+	mb_wmsg m;
+	int k = mb_wire_read(&rd, MB_WORKER_FD, -1, &m);
+	if (k < 0)
+		_exit(0);
+	if (m.type != W_REPLY)
+		die("the server sent something else than a reply");
+	return m;
+}
+
+static int bytes_or_die(mb_wmsg *m, const char **s, size_t *n)
+{
+	if (mb_wmsg_bytes(m, s, n) != 0)
+		die("a short frame from the server");
+	return 0;
+}
+
+static uint64_t u64_or_die(mb_wmsg *m)
+{
+	uint64_t v;
+	if (mb_wmsg_u64(m, &v) != 0)
+		die("a short frame from the server");
+	return v;
+}
+
+static char *dup_n(const char *s, size_t n)
+{
+	char *d = malloc(n + 1);
+	if (d) {
+		memcpy(d, s, n);
+		d[n] = 0;
+	}
+	return d;
+}
+
+/* ---- what the execution asks of the server ------------------------------------------------ */
+
+static void chan_notify(void *ud, mb_notify_kind kind, int level, const char *json, size_t len)
+{
+	(void)ud;
+	mb_wbuf_start(&wb, W_NOTIFY);
+	mb_wbuf_u64(&wb, (uint64_t)kind);
+	mb_wbuf_u64(&wb, (uint64_t)(int64_t)level);
+	mb_wbuf_bytes(&wb, json, len);
+	send_or_die();
+}
+
+static int chan_call(void *ud, const char *name, const char *args, size_t len, char **reply,
+		     size_t *reply_len)
+{
+	mb_budget *b = ud;
+	mb_wbuf_start(&wb, W_CALL);
+	mb_wbuf_bytes(&wb, name, strlen(name));
+	mb_wbuf_bytes(&wb, args, len);
+	send_or_die();
+	mb_wmsg m = wait_reply();
+	uint64_t status = u64_or_die(&m), why = u64_or_die(&m);
+	const char *s;
+	size_t n;
+	bytes_or_die(&m, &s, &n);
+	*reply = NULL;
+	*reply_len = 0;
+	if (status == 2) { /* the server's budget stopped the wait: trip ours the same way */
+		mb_budget_trip(b, why >= MB_STOP_TIMEOUT && why <= MB_STOP_CANCELLED ? (mb_stop_reason)why
+										    : MB_STOP_TIMEOUT);
+		return -1;
+	}
+	*reply = dup_n(s, n);
+	if (!*reply) {
+		*reply = strdup("out of memory");
+		*reply_len = *reply ? strlen(*reply) : 0;
+		return 1;
+	}
+	*reply_len = n;
+	return status == 0 ? 0 : 1;
+}
+
+static int chan_mint(void *ud, const char *type, const char *value, size_t len,
+		     char token[MB_PII_TOKEN_MAX], char *err, size_t errlen)
+{
+	(void)ud;
+	mb_wbuf_start(&wb, W_MINT);
+	mb_wbuf_bytes(&wb, type, strlen(type));
+	mb_wbuf_bytes(&wb, value, len);
+	send_or_die();
+	mb_wmsg m = wait_reply();
+	uint64_t status = u64_or_die(&m);
+	(void)u64_or_die(&m);
+	const char *s;
+	size_t n;
+	bytes_or_die(&m, &s, &n);
+	if (status != 0 || n == 0 || n >= MB_PII_TOKEN_MAX) {
+		snprintf(err, errlen, "pii: %.*s", (int)(n > 200 ? 200 : n), s);
+		return -1;
+	}
+	memcpy(token, s, n);
+	token[n] = 0;
+	return 0;
+}
+
+/* Sends a workspace operation; returns the reply positioned after rc and the message. */
+static int ws_round(int op, const char *path, size_t plen, const void *data, size_t n,
+		    mb_wmsg *m, char *err, size_t errlen)
+{
+	mb_wbuf_start(&wb, W_WS);
+	mb_wbuf_u64(&wb, (uint64_t)op);
+	mb_wbuf_bytes(&wb, path ? path : "", path ? plen : 0);
+	mb_wbuf_u64(&wb, path != NULL);
+	mb_wbuf_bytes(&wb, data, n);
+	send_or_die();
+	*m = wait_reply();
+	int rc = (int)(int64_t)u64_or_die(m);
+	const char *s;
+	size_t k;
+	bytes_or_die(m, &s, &k);
+	snprintf(err, errlen, "%.*s", (int)k, s);
+	return rc;
+}
+
+static int ws_read(void *ud, const char *path, size_t plen, char **data, size_t *n, char *err,
+		   size_t errlen)
+{
+	(void)ud;
+	mb_wmsg m;
+	int rc = ws_round(W_WS_READ, path, plen, NULL, 0, &m, err, errlen);
+	if (rc)
+		return rc;
+	const char *s;
+	size_t k;
+	bytes_or_die(&m, &s, &k);
+	*data = mb_budget_malloc(k + 1);
+	if (!*data) {
+		snprintf(err, errlen, "read_file %.*s: out of memory", (int)(plen > 200 ? 200 : plen), path);
+		return -ENOMEM;
+	}
+	memcpy(*data, s, k);
+	(*data)[k] = 0;
+	*n = k;
+	return 0;
+}
+
+static int ws_write(void *ud, const char *path, size_t plen, const void *data, size_t n, char *err,
+		    size_t errlen)
+{
+	(void)ud;
+	mb_wmsg m;
+	return ws_round(W_WS_WRITE, path, plen, data, n, &m, err, errlen);
+}
+
+static int ws_list(void *ud, const char *dir, size_t dlen, mb_workspace_entry **e, size_t *n,
+		   char *err, size_t errlen)
+{
+	(void)ud;
+	mb_wmsg m;
+	*e = NULL;
+	*n = 0;
+	int rc = ws_round(W_WS_LIST, dir, dlen, NULL, 0, &m, err, errlen);
+	if (rc)
+		return rc;
+	uint64_t count = u64_or_die(&m);
+	if (count > (uint64_t)(m.end - m.p) / 24) /* each entry holds at least 24 bytes */
+		die("a short frame from the server");
+	*e = calloc(count ? count : 1, sizeof **e);
+	if (!*e) {
+		snprintf(err, errlen, "list_files: out of memory");
+		return -ENOMEM;
+	}
+	for (uint64_t i = 0; i < count; i++) {
+		const char *s;
+		size_t k;
+		bytes_or_die(&m, &s, &k);
+		(*e)[i].path = dup_n(s, k);
+		(*e)[i].size = (int64_t)u64_or_die(&m);
+		(*e)[i].mtime_ms = (int64_t)u64_or_die(&m);
+		*n = i + 1;
+		if (!(*e)[i].path) {
+			snprintf(err, errlen, "list_files: out of memory");
+			return -ENOMEM;
+		}
+	}
+	return 0;
+}
+
+static int ws_delete(void *ud, const char *path, size_t plen, char *err, size_t errlen)
+{
+	(void)ud;
+	mb_wmsg m;
+	return ws_round(W_WS_DELETE, path, plen, NULL, 0, &m, err, errlen);
+}
+
+static int ws_stat(void *ud, const char *path, size_t plen, mb_workspace_info *info, char *err,
+		   size_t errlen)
+{
+	(void)ud;
+	mb_wmsg m;
+	int rc = ws_round(W_WS_STAT, path, plen, NULL, 0, &m, err, errlen);
+	if (rc)
+		return rc;
+	info->size = (int64_t)u64_or_die(&m);
+	info->mtime_ms = (int64_t)u64_or_die(&m);
+	info->is_dir = (int)u64_or_die(&m);
+	return 0;
+}
+
+static const mb_ws_port chan_ws = {ws_read, ws_write, ws_list, ws_delete, ws_stat};
+
+/* ---- one execution ------------------------------------------------------------------------- */
+
+static void send_done(const mb_exec_result *res)
+{
+	mb_wbuf_start(&wb, W_DONE);
+	mb_wbuf_u64(&wb, (uint64_t)res->success);
+	const char *t = res->error_type ? res->error_type : "";
+	mb_wbuf_bytes(&wb, t, strlen(t));
+	mb_wbuf_bytes(&wb, res->error ? res->error : "", res->error ? strlen(res->error) : 0);
+	mb_wbuf_bytes(&wb, res->traceback ? res->traceback : "", res->traceback ? strlen(res->traceback) : 0);
+	mb_wbuf_u64(&wb, res->result_json != NULL);
+	mb_wbuf_bytes(&wb, res->result_json, res->result_json ? res->result_len : 0);
+	mb_wbuf_bytes(&wb, res->output, res->output ? res->output_len : 0);
+	mb_wbuf_u64(&wb, res->instructions);
+	mb_wbuf_u64(&wb, res->memory_peak_bytes);
+	mb_wbuf_u64(&wb, res->pii_nfound);
+	for (size_t i = 0; i < res->pii_nfound; i++) {
+		mb_wbuf_bytes(&wb, res->pii_found[i].token, strlen(res->pii_found[i].token));
+		mb_wbuf_bytes(&wb, res->pii_found[i].value, res->pii_found[i].value_len);
+	}
+	send_or_die();
+}
+
+static mb_sandbox *run_job(mb_wmsg *m, mb_sandbox *sb)
+{
+	mb_exec_request req;
+	memset(&req, 0, sizeof req);
+	req.timeout_ms = u64_or_die(m);
+	req.memory_bytes = u64_or_die(m);
+	req.instruction_limit = u64_or_die(m);
+	req.pii_policy = (int)u64_or_die(m);
+	int has_ws = (int)u64_or_die(m);
+	req.ws_max_file_bytes = (int64_t)u64_or_die(m);
+	bytes_or_die(m, &req.code, &req.code_len);
+	int has_context = (int)u64_or_die(m);
+	bytes_or_die(m, &req.context_json, &req.context_len);
+	if (!has_context) {
+		req.context_json = NULL;
+		req.context_len = 0;
+	}
+	req.cfg = &cfg;
+	req.notify = chan_notify;
+	req.host_call = chan_call;
+	if (has_ws)
+		req.ws_port = &chan_ws;
+
+	mb_budget b;
+	mb_budget_init(&b, req.memory_bytes, req.instruction_limit, 0);
+	b.timeout_ms = req.timeout_ms;
+	b.deadline_ns = mb_now_ns() + req.timeout_ms * 1000000ull;
+	req.host_ud = &b;
+	atomic_store(&running_budget, &b);
+	mb_exec_result res;
+	mb_sandbox_run_prepared(sb, &req, &b, &res);
+	atomic_store(&running_budget, NULL);
+	send_done(&res);
+	mb_exec_result_free(&res);
+	return mb_sandbox_prepare(&cfg);
+}
+
+static void cancel_signal(int sig)
+{
+	(void)sig;
+	mb_budget *b = atomic_load(&running_budget);
+	if (b) {
+		atomic_store(&b->cancel, 1);
+		mb_sandbox_interrupt();
+	}
+}
+
+static void *serve(void *arg)
+{
+	(void)arg;
+	sigset_t set;
+	sigemptyset(&set);
+	sigaddset(&set, MB_SANDBOX_SIGNAL);
+	sigaddset(&set, SIGRTMIN + MB_CANCEL_SIGNAL_OFFSET);
+	pthread_sigmask(SIG_UNBLOCK, &set, NULL);
+	mb_sandbox_thread_init();
+	mb_sandbox *sb = mb_sandbox_prepare(&cfg);
+
+	char err[512];
+	mb_confine_report rep;
+	mb_confine_opts co = {.channel_fd = MB_WORKER_FD, .address_space = 0};
+	if (mb_confine(&co, &rep, err, sizeof err) != 0)
+		die(err);
+	mb_wbuf_start(&wb, W_READY);
+	mb_wbuf_u64(&wb, (uint64_t)rep.seccomp);
+	mb_wbuf_u64(&wb, (uint64_t)rep.landlock);
+	mb_wbuf_u64(&wb, (uint64_t)rep.no_new_privs);
+	send_or_die();
+
+	for (;;) {
+		mb_wmsg m;
+		if (mb_wire_read(&rd, MB_WORKER_FD, -1, &m) < 0)
+			_exit(0);
+		if (m.type != W_JOB)
+			die("expected a job");
+		sb = run_job(&m, sb);
+	}
+	return NULL;
+}
+
+int mb_worker_main(void)
+{
+	signal(SIGPIPE, SIG_IGN);
+	rd.max = sizeof cfg + 1024;
+	mb_wmsg m;
+	const char *s;
+	size_t n;
+	if (mb_wire_read(&rd, MB_WORKER_FD, -1, &m) != 1 || m.type != W_INIT ||
+	    mb_wmsg_bytes(&m, &s, &n) != 0 || n != sizeof cfg)
+		die("no configuration from the server");
+	memcpy(&cfg, s, sizeof cfg);
+	mb_log_set_level(cfg.log_level);
+	/* the largest frame the server sends: code and context of one job, or a file */
+	uint64_t most = (uint64_t)cfg.max_code_bytes + (uint64_t)cfg.max_message_bytes;
+	if ((uint64_t)cfg.workspace_max_file_bytes > most)
+		most = (uint64_t)cfg.workspace_max_file_bytes;
+	rd.max = (size_t)most + (1u << 20);
+
+	mb_json_global_init();
+	if (mb_codec_init() != 0 || mb_sandbox_global_init() != 0)
+		die("initialisation failed");
+	mb_pii_detector *d = NULL;
+	char err[512];
+	if (mb_pii_from_config(&cfg, &d, NULL, err, sizeof err) != 0)
+		die(err);
+	mb_sandbox_pii_set(d, NULL);
+	mb_sandbox_pii_set_mint(chan_mint);
+	tzset();
+
+	struct sigaction sa;
+	memset(&sa, 0, sizeof sa);
+	sa.sa_handler = cancel_signal;
+	sa.sa_flags = SA_RESTART;
+	sigemptyset(&sa.sa_mask);
+	sigaction(SIGRTMIN + MB_CANCEL_SIGNAL_OFFSET, &sa, NULL);
+	sigset_t set;
+	sigemptyset(&set);
+	sigaddset(&set, MB_SANDBOX_SIGNAL);
+	sigaddset(&set, SIGRTMIN + MB_CANCEL_SIGNAL_OFFSET);
+	pthread_sigmask(SIG_BLOCK, &set, NULL); /* the serving thread unblocks them */
+
+	pthread_attr_t attr;
+	pthread_t t;
+	pthread_attr_init(&attr);
+	pthread_attr_setstacksize(&attr, ((size_t)cfg.max_c_stack_kb << 10) + MB_SANDBOX_STACK_RESERVE);
+	if (pthread_create(&t, &attr, serve, NULL) != 0)
+		die("cannot start the serving thread");
+	pthread_join(t, NULL);
+	return 0;
+}

@@ -1,0 +1,77 @@
+/* worker_wire.h - the messages between the server and a worker process (isolation = process).
+ *
+ * A frame on the SOCK_STREAM socketpair is a 4-byte little-endian length (of what follows), a
+ * type byte and a payload of fields: unsigned 64-bit integers (8 bytes, little-endian) and byte
+ * strings (a u64 length, then the bytes). Both sides read every field through a bounds-checked
+ * cursor, so a short or lying frame is an error, never an overread; the server treats every
+ * byte a worker sends as hostile (worker_relay.c). Who sends what:
+ *
+ *   server -> worker  W_INIT   the configuration (secrets blanked), once after the start
+ *                     W_JOB    one execution: limits, code, context JSON, workspace quotas
+ *                     W_REPLY  the answer to a W_CALL, W_WS or W_MINT: status, bytes
+ *   worker -> server  W_READY  initialised and confined: what took effect
+ *                     W_NOTIFY mcp.log / mcp.progress: kind, level, JSON
+ *                     W_CALL   a host call: name, JSON arguments
+ *                     W_WS     a workspace operation: op, path, data
+ *                     W_MINT   a PII token for (type, value): the key stays in the server
+ *                     W_DONE   the result's fields
+ *
+ * Thread rules: none of its own; a reader or buffer belongs to one thread.
+ */
+#ifndef MB_WORKER_WIRE_H
+#define MB_WORKER_WIRE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+enum {
+	W_INIT = 1, W_READY, W_JOB, W_REPLY, W_NOTIFY, W_CALL, W_WS, W_MINT, W_DONE,
+};
+
+/* Workspace operations of W_WS (the sandbox's port, sandbox.h). */
+enum { W_WS_READ = 1, W_WS_WRITE, W_WS_LIST, W_WS_DELETE, W_WS_STAT };
+
+/* A frame being built. A failed allocation sets failed; later appends do nothing. */
+typedef struct {
+	char *buf;
+	size_t len, cap;
+	int failed;
+} mb_wbuf;
+
+/// Starts a frame of this type in b (reusing its memory).
+void mb_wbuf_start(mb_wbuf *b, int type);
+void mb_wbuf_u64(mb_wbuf *b, uint64_t v);
+/// A byte string: its length, then the bytes (s may be NULL when n is 0).
+void mb_wbuf_bytes(mb_wbuf *b, const void *s, size_t n);
+void mb_wbuf_free(mb_wbuf *b);
+
+/// Writes the frame in b to fd (whole, retrying short writes and EINTR).
+/// @returns 0, or -1 (the peer is gone, or the frame failed to build)
+int mb_wire_send(int fd, mb_wbuf *b);
+
+/* A frame received: a cursor over its payload. */
+typedef struct {
+	int type;
+	const unsigned char *p, *end;
+} mb_wmsg;
+
+/// Reads the next field; each returns 0, or -1 when the payload is too short.
+int mb_wmsg_u64(mb_wmsg *m, uint64_t *v);
+/// The bytes point into the frame (valid until the next read on the same reader).
+int mb_wmsg_bytes(mb_wmsg *m, const char **s, size_t *n);
+
+/* Reads frames from one descriptor; keeps a partial frame across calls. */
+typedef struct {
+	unsigned char *buf;
+	size_t len, cap, need; /* need: bytes of the frame being read (0: header first) */
+	size_t max;            /* largest payload accepted */
+} mb_wreader;
+
+/// Reads until a whole frame is in, waiting at most timeout_ms (-1: no limit).
+/// @returns 1 with *m set, 0 when the time ran out or a signal interrupted the wait (call again:
+///          the partial frame is kept), -1 on end of file, a read error, or a frame over max
+///          (errno EMSGSIZE)
+int mb_wire_read(mb_wreader *r, int fd, int timeout_ms, mb_wmsg *m);
+void mb_wreader_free(mb_wreader *r);
+
+#endif
