@@ -9,6 +9,7 @@
  * mb.send, which encodes with the shared JSON codec and hands the line to the transport.
  */
 #include "host.h"
+#include "worker_relay.h"
 
 #include <lauxlib.h>
 #include <lualib.h>
@@ -388,6 +389,18 @@ static int l_pool_stats(lua_State *L)
 	lua_setfield(L, -2, "refused");
 	lua_pushnumber(L, (lua_Number)(mb_now_ns() - h->start_ns) / 1e9);
 	lua_setfield(L, -2, "uptime_s");
+	lua_pushstring(L, h->cfg->isolation);
+	lua_setfield(L, -2, "isolation");
+	if (strcmp(h->cfg->isolation, "process") == 0) {
+		mb_relay_stats rs;
+		mb_relay_stats_get(&rs);
+		lua_pushinteger(L, (lua_Integer)rs.started);
+		lua_setfield(L, -2, "processes_started");
+		lua_pushinteger(L, (lua_Integer)rs.crashed);
+		lua_setfield(L, -2, "processes_crashed");
+		lua_pushinteger(L, (lua_Integer)rs.killed);
+		lua_setfield(L, -2, "processes_killed");
+	}
 	return 1;
 }
 

@@ -1142,6 +1142,7 @@ int mb_sandbox_env_open(lua_State *L)
 	mb_sandbox_pii_open(L);  /* pii.scan, tokenize_pii, detokenize_pii */
 	mb_sandbox_ws_open(L); /* read_file, write_file, list_files, ..., json.read_file/write_file */
 	mb_sandbox_mcp_open(L); /* servers.<server>.<tool>, mcp.call, mcp.parallel */
+	mb_sandbox_testhooks_open(L); /* __test, in the test build only */
 
 	/* loaded libraries stay reachable only through globals */
 	lua_pop(L, 1);

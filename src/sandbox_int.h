@@ -97,6 +97,9 @@ int mb_sandbox_env_open(lua_State *L);
 /// request->workspace, looked up at call time. Leaves the stack as it found it. Returns 0.
 int mb_sandbox_ws_open(lua_State *L);
 
+/* sandbox_testhooks.c: the global __test, only in a -DMB_TEST_HOOKS build (else nothing) */
+int mb_sandbox_testhooks_open(lua_State *L);
+
 /// Adds require, skills, save_skill, load_skill and list_skills (host calls, sandbox_skills.c) to
 /// the globals table at the top of the stack.
 int mb_sandbox_host_open(lua_State *L);

@@ -11,10 +11,13 @@
  * One execution: W_JOB gives the code, the context JSON, the limits and the workspace quota.
  * The request's host calls, notifications, workspace port and PII mint are round trips on the
  * channel; the server answers each with W_REPLY, and while a call waits nothing else arrives.
- * The server signals the process: MB_SANDBOX_SIGNAL at the deadline (as on a worker thread),
- * SIGRTMIN + 2 to cancel; both are blocked in the main thread so they reach the running one. At
- * the end W_DONE carries the result's fields; the server checks and shapes them. A protocol
- * error, or the server gone, ends the process.
+ * The execution's budget lives in a page shared with the server (MB_WORKER_SHM_FD): the server
+ * sets its cancel flag there and sends MB_SANDBOX_SIGNAL (blocked in the main thread, so it
+ * reaches the running one) at the deadline or on cancellation, exactly as on a worker thread,
+ * and reads the stop reason there when it has to kill a worker stuck in C - so a memory limit
+ * that tripped first is still answered as memory. At the end W_DONE carries the result's
+ * fields; the server checks and shapes them. A protocol error, or the server gone, ends the
+ * process.
  */
 #include "worker_proc.h"
 
@@ -25,6 +28,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <sys/prctl.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -37,10 +42,12 @@
 #include "sandbox.h"
 #include "worker_wire.h"
 
+_Static_assert(sizeof(mb_budget) <= MB_WORKER_SHM_BYTES, "the shared page holds a budget");
+
 static mb_config cfg;
 static mb_wreader rd;
 static mb_wbuf wb;
-static mb_budget *_Atomic running_budget; /* the cancel signal's target */
+static mb_budget *shared_budget; /* in the page shared with the server */
 
 static _Noreturn void die(const char *what)
 {
@@ -308,28 +315,18 @@ static mb_sandbox *run_job(mb_wmsg *m, mb_sandbox *sb)
 	if (has_ws)
 		req.ws_port = &chan_ws;
 
-	mb_budget b;
-	mb_budget_init(&b, req.memory_bytes, req.instruction_limit, 0);
-	b.timeout_ms = req.timeout_ms;
-	b.deadline_ns = mb_now_ns() + req.timeout_ms * 1000000ull;
-	req.host_ud = &b;
-	atomic_store(&running_budget, &b);
+	mb_budget *b = shared_budget;
+	int cancelled = atomic_load(&b->cancel); /* the server may cancel before the job starts */
+	mb_budget_init(b, req.memory_bytes, req.instruction_limit, 0);
+	atomic_store(&b->cancel, cancelled);
+	b->timeout_ms = req.timeout_ms;
+	b->deadline_ns = mb_now_ns() + req.timeout_ms * 1000000ull;
+	req.host_ud = b;
 	mb_exec_result res;
-	mb_sandbox_run_prepared(sb, &req, &b, &res);
-	atomic_store(&running_budget, NULL);
+	mb_sandbox_run_prepared(sb, &req, b, &res);
 	send_done(&res);
 	mb_exec_result_free(&res);
 	return mb_sandbox_prepare(&cfg);
-}
-
-static void cancel_signal(int sig)
-{
-	(void)sig;
-	mb_budget *b = atomic_load(&running_budget);
-	if (b) {
-		atomic_store(&b->cancel, 1);
-		mb_sandbox_interrupt();
-	}
 }
 
 static void *serve(void *arg)
@@ -338,7 +335,6 @@ static void *serve(void *arg)
 	sigset_t set;
 	sigemptyset(&set);
 	sigaddset(&set, MB_SANDBOX_SIGNAL);
-	sigaddset(&set, SIGRTMIN + MB_CANCEL_SIGNAL_OFFSET);
 	pthread_sigmask(SIG_UNBLOCK, &set, NULL);
 	mb_sandbox_thread_init();
 	mb_sandbox *sb = mb_sandbox_prepare(&cfg);
@@ -367,6 +363,10 @@ static void *serve(void *arg)
 
 int mb_worker_main(void)
 {
+	/* dies with the server thread that started it, whatever happens to the server (if the
+	 * server died before this line, the channel's end of file stops the worker instead) */
+	if (prctl(PR_SET_PDEATHSIG, SIGKILL) != 0)
+		_exit(0);
 	signal(SIGPIPE, SIG_IGN);
 	rd.max = sizeof cfg + 1024;
 	mb_wmsg m;
@@ -393,18 +393,16 @@ int mb_worker_main(void)
 	mb_sandbox_pii_set(d, NULL);
 	mb_sandbox_pii_set_mint(chan_mint);
 	tzset();
+	shared_budget = mmap(NULL, MB_WORKER_SHM_BYTES, PROT_READ | PROT_WRITE, MAP_SHARED,
+			     MB_WORKER_SHM_FD, 0);
+	close(MB_WORKER_SHM_FD);
+	if (shared_budget == MAP_FAILED)
+		die("cannot map the page shared with the server");
 
-	struct sigaction sa;
-	memset(&sa, 0, sizeof sa);
-	sa.sa_handler = cancel_signal;
-	sa.sa_flags = SA_RESTART;
-	sigemptyset(&sa.sa_mask);
-	sigaction(SIGRTMIN + MB_CANCEL_SIGNAL_OFFSET, &sa, NULL);
 	sigset_t set;
 	sigemptyset(&set);
 	sigaddset(&set, MB_SANDBOX_SIGNAL);
-	sigaddset(&set, SIGRTMIN + MB_CANCEL_SIGNAL_OFFSET);
-	pthread_sigmask(SIG_BLOCK, &set, NULL); /* the serving thread unblocks them */
+	pthread_sigmask(SIG_BLOCK, &set, NULL); /* the serving thread unblocks it */
 
 	pthread_attr_t attr;
 	pthread_t t;

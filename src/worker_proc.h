@@ -11,9 +11,12 @@
 #ifndef MB_WORKER_PROC_H
 #define MB_WORKER_PROC_H
 
-#define MB_WORKER_FD 3
+#define MB_WORKER_FD 3     /* the channel */
+#define MB_WORKER_SHM_FD 4 /* at start only: one page shared with the server, which holds the
+			    * running execution's budget (the server sets its cancel flag and
+			    * reads its stop reason when it has to kill); closed once mapped */
+#define MB_WORKER_SHM_BYTES 4096
 #define MB_WORKER_FLAG "--worker"
-#define MB_CANCEL_SIGNAL_OFFSET 2 /* SIGRTMIN + 2: the server cancels the running execution */
 
 /// The worker's main: returns the process exit status (0 when the server closed the channel).
 int mb_worker_main(void);

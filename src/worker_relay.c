@@ -28,6 +28,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -43,6 +44,7 @@ struct mb_relay {
 	const mb_config *cfg;
 	pid_t pid;             /* 0: none */
 	int fd;                /* the channel, -1: none */
+	mb_budget *shared;     /* the worker's budget (MB_WORKER_SHM_FD), or NULL */
 	int ready;             /* W_READY received */
 	mb_wreader rd;
 	mb_wbuf wb;
@@ -88,12 +90,14 @@ static int stop_worker(mb_relay *r, int sig)
 	}
 	if (r->fd >= 0)
 		close(r->fd);
+	if (r->shared)
+		munmap(r->shared, MB_WORKER_SHM_BYTES);
+	r->shared = NULL;
 	r->fd = -1;
 	r->pid = 0;
 	r->ready = 0;
-	mb_wreader_free(&r->rd);
 	size_t max = r->rd.max;
-	memset(&r->rd, 0, sizeof r->rd);
+	mb_wreader_free(&r->rd); /* a partial frame of the old worker must not meet the new one */
 	r->rd.max = max;
 	return status;
 }
@@ -140,13 +144,29 @@ static int spawn_worker(mb_relay *r, char *err, size_t errlen)
 		close(sv[1]);
 		sv[1] = k;
 	}
+	/* the page that holds the worker's budget: a fresh memfd per worker */
+	int mfd = memfd_create("moonbox-budget", MFD_CLOEXEC);
+	void *page = MAP_FAILED;
+	if (mfd >= 0 && ftruncate(mfd, MB_WORKER_SHM_BYTES) == 0)
+		page = mmap(NULL, MB_WORKER_SHM_BYTES, PROT_READ | PROT_WRITE, MAP_SHARED, mfd, 0);
+	if (page == MAP_FAILED || mfd <= MB_WORKER_SHM_FD || sv[1] == MB_WORKER_SHM_FD) {
+		snprintf(err, errlen, "cannot make the page shared with a worker: %s", strerror(errno));
+		if (page != MAP_FAILED)
+			munmap(page, MB_WORKER_SHM_BYTES);
+		if (mfd >= 0)
+			close(mfd);
+		close(sv[0]);
+		close(sv[1]);
+		return -1;
+	}
 	posix_spawn_file_actions_t fa;
 	posix_spawnattr_t at;
 	posix_spawn_file_actions_init(&fa);
 	posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
 	posix_spawn_file_actions_addopen(&fa, 1, "/dev/null", O_WRONLY, 0);
 	posix_spawn_file_actions_adddup2(&fa, sv[1], MB_WORKER_FD);
-	posix_spawn_file_actions_addclosefrom_np(&fa, MB_WORKER_FD + 1);
+	posix_spawn_file_actions_adddup2(&fa, mfd, MB_WORKER_SHM_FD);
+	posix_spawn_file_actions_addclosefrom_np(&fa, MB_WORKER_SHM_FD + 1);
 	posix_spawnattr_init(&at);
 	sigset_t none, all;
 	sigemptyset(&none);
@@ -166,13 +186,16 @@ static int spawn_worker(mb_relay *r, char *err, size_t errlen)
 	posix_spawnattr_destroy(&at);
 	if (sv[1] >= 0)
 		close(sv[1]);
+	close(mfd);
 	if (rc != 0) {
+		munmap(page, MB_WORKER_SHM_BYTES);
 		close(sv[0]);
 		snprintf(err, errlen, "cannot start a worker process: %s", strerror(rc));
 		return -1;
 	}
 	r->pid = pid;
 	r->fd = sv[0];
+	r->shared = page;
 	atomic_fetch_add(&n_started, 1);
 	static mb_config wc; /* large: not on the stack; same content for every relay */
 	static pthread_mutex_t wc_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -563,6 +586,8 @@ int mb_relay_run(mb_relay *r, const mb_exec_request *req, mb_budget *b, mb_exec_
 		mb_exec_result_shape(res);
 		return -1;
 	}
+	atomic_store(&r->shared->cancel, 0); /* the page may hold the last job's state */
+	atomic_store(&r->shared->stop, MB_STOP_NONE);
 	mb_wbuf_start(&r->wb, W_JOB);
 	mb_wbuf_u64(&r->wb, req->timeout_ms);
 	mb_wbuf_u64(&r->wb, req->memory_bytes);
@@ -584,7 +609,8 @@ int mb_relay_run(mb_relay *r, const mb_exec_request *req, mb_budget *b, mb_exec_
 	for (;;) {
 		uint64_t now = mb_now_ns();
 		if (atomic_load(&b->cancel) && !told_cancel) {
-			kill(r->pid, SIGRTMIN + MB_CANCEL_SIGNAL_OFFSET);
+			atomic_store(&r->shared->cancel, 1); /* then checked at the next instruction */
+			kill(r->pid, MB_SANDBOX_SIGNAL);
 			told_cancel = 1;
 		}
 		if (now >= deadline && !told_deadline) {
@@ -592,8 +618,16 @@ int mb_relay_run(mb_relay *r, const mb_exec_request *req, mb_budget *b, mb_exec_
 			told_deadline = 1;
 		}
 		if (now >= kill_at) {
+			/* stuck in C: the cause is what tripped first in the worker, when that is a
+			 * limit (its budget is in the shared page), else the deadline or the cancel */
+			int first = atomic_load(&r->shared->stop);
+			res->instructions = r->shared->instructions;
+			res->memory_peak_bytes = r->shared->mem_peak > req->memory_bytes
+							 ? req->memory_bytes : r->shared->mem_peak;
 			stop_worker(r, SIGKILL);
 			atomic_fetch_add(&n_killed, 1);
+			if (first > MB_STOP_NONE && first <= MB_STOP_CANCELLED)
+				mb_budget_trip(b, (mb_stop_reason)first);
 			mb_stop_reason why = mb_budget_check(b);
 			if (why == MB_STOP_NONE)
 				why = MB_STOP_TIMEOUT;

@@ -13,6 +13,10 @@ import assert from "node:assert/strict";
 
 import { startPeer, sleep } from "./peer.mjs";
 
+// These are the worker-thread watchdog's rules (stuck threads abandoned and replaced): with
+// isolation = process a stuck worker is killed instead (tests/security/process.test.mjs).
+const THREADS = ["--isolation", "thread"];
+
 const STALL = "-- MOONBOX_TEST_STALL\n";
 
 /** Waits until `return 1` succeeds again and the pool is back to `workers` threads, none stuck. */
@@ -30,7 +34,7 @@ async function recovered(peer, workers, withinMs = 20000) {
 
 describe("watchdog: one cause, one message", () => {
   test("a memory limit tripped before a stuck C call is answered as memory, not timeout", async () => {
-    const peer = await startPeer([], { MOONBOX_TEST_STALL_MS: "3000" });
+    const peer = await startPeer([...THREADS], { MOONBOX_TEST_STALL_MS: "3000" });
     try {
       const { sc, ms } = await peer.exec({
         code: `${STALL}local t = {} while true do t[#t + 1] = ("x"):rep(1000) .. #t end`,
@@ -49,7 +53,7 @@ describe("watchdog: one cause, one message", () => {
   });
 
   test("a stuck call with nothing tripped before is answered as timeout with the timeout text", async () => {
-    const peer = await startPeer([], { MOONBOX_TEST_STALL_MS: "3000" });
+    const peer = await startPeer([...THREADS], { MOONBOX_TEST_STALL_MS: "3000" });
     try {
       const { sc, ms } = await peer.exec({ code: `${STALL}return 1`, timeout_ms: 200 }, 30000);
       assert.deepEqual([sc.success, sc.error_type, sc.error], [false, "timeout", "timeout: execution exceeded timeout_ms=200"]);
@@ -63,7 +67,7 @@ describe("watchdog: one cause, one message", () => {
 describe("max_abandoned caps the threads", () => {
   test("a burst of 12 stuck executions never holds more than workers + max_abandoned threads", async () => {
     const workers = 2, maxAbandoned = 2;
-    const peer = await startPeer(["--workers", String(workers), "--max-abandoned", String(maxAbandoned)],
+    const peer = await startPeer([...THREADS, "--workers", String(workers), "--max-abandoned", String(maxAbandoned)],
       { MOONBOX_TEST_STALL_MS: "1500" });
     try {
       const calls = [];
@@ -86,7 +90,7 @@ describe("max_abandoned caps the threads", () => {
   });
 
   test("max_abandoned=0: a stuck thread is not replaced, new work is refused as busy, then served once it exits", async () => {
-    const peer = await startPeer(["--workers", "1", "--max-abandoned", "0"], { MOONBOX_TEST_STALL_MS: "1000" });
+    const peer = await startPeer([...THREADS, "--workers", "1", "--max-abandoned", "0"], { MOONBOX_TEST_STALL_MS: "1000" });
     try {
       const first = await peer.exec({ code: `${STALL}return 1`, timeout_ms: 100 });
       assert.equal(first.sc.error_type, "timeout");
