@@ -228,8 +228,15 @@ test-arch: $(BUILD)/moonbox
 test-integration: $(BUILD)/moonbox
 	@cd tests && MOONBOX=../$(BUILD)/moonbox $(TEST_NODE) run-node.mjs integration
 
-test-security: $(BUILD)/moonbox
-	@cd tests && MOONBOX=../$(BUILD)/moonbox $(TEST_NODE) run-node.mjs security
+# The test build (-DMB_TEST_HOOKS: a __test global of unsafe calls, src/sandbox_testhooks.c) that
+# tests/security/process.test.mjs uses to stand in for a VM bug; never installed.
+HOOKS_BUILD := $(BUILD)-hooks
+$(HOOKS_BUILD)/moonbox: FORCE
+	@$(MAKE) --no-print-directory BUILD=$(HOOKS_BUILD) EXTRA_CFLAGS="$(EXTRA_CFLAGS) -DMB_TEST_HOOKS" $@
+FORCE:
+
+test-security: $(BUILD)/moonbox $(HOOKS_BUILD)/moonbox
+	@cd tests && MOONBOX=../$(BUILD)/moonbox MOONBOX_HOOKS=../$(HOOKS_BUILD)/moonbox $(TEST_NODE) run-node.mjs security
 
 # The official MCP conformance suite over Streamable HTTP with the fixture skill pack
 # (tests/conformance/skills); REQUIREMENTS=2025-11-25 by default.
@@ -264,4 +271,4 @@ print-pkgs:
 	@echo $(PKGS) $(CURL_PKG)
 
 clean:
-	rm -rf build build-asan build-fuzz
+	rm -rf build build-asan build-fuzz build-hooks

@@ -125,41 +125,48 @@ int mb_wmsg_bytes(mb_wmsg *m, const char **s, size_t *n)
 	return 0;
 }
 
+/* Makes room for want bytes of frame at the start of the buffer. */
+static int reserve(mb_wreader *r, size_t want)
+{
+	if (r->cap >= want && r->cap >= 4096)
+		return 0;
+	size_t cap = r->cap ? r->cap : 4096;
+	while (cap < want)
+		cap *= 2;
+	unsigned char *nb = realloc(r->buf, cap);
+	if (!nb) {
+		errno = ENOMEM;
+		return -1;
+	}
+	r->buf = nb;
+	r->cap = cap;
+	return 0;
+}
+
 int mb_wire_read(mb_wreader *r, int fd, int timeout_ms, mb_wmsg *m)
 {
-	if (r->need && r->len == r->need) { /* the previous frame was handed out: start over */
-		r->len = 0;
+	if (r->need && r->len >= r->need) { /* the previous frame was handed out: drop it */
+		memmove(r->buf, r->buf + r->need, r->len - r->need);
+		r->len -= r->need;
 		r->need = 0;
 	}
 	for (;;) {
-		size_t want = r->need ? r->need : 4;
-		if (r->len == want) {
-			if (!r->need) { /* the header's length is in: check it, then read the rest */
-				uint64_t n = get_le(r->buf, 4);
-				if (n < 1 || n > r->max + 1) {
-					errno = EMSGSIZE;
-					return -1;
-				}
-				r->need = 4 + (size_t)n;
-				continue;
+		if (!r->need && r->len >= 4) { /* the header's length is in: check it */
+			uint64_t n = get_le(r->buf, 4);
+			if (n < 1 || n > r->max + 1) {
+				errno = EMSGSIZE;
+				return -1;
 			}
+			r->need = 4 + (size_t)n;
+		}
+		if (r->need && r->len >= r->need) {
 			m->type = r->buf[4];
 			m->p = r->buf + HDR;
 			m->end = r->buf + r->need;
 			return 1;
 		}
-		if (r->cap < want) {
-			size_t cap = r->cap ? r->cap : 4096;
-			while (cap < want)
-				cap *= 2;
-			unsigned char *nb = realloc(r->buf, cap);
-			if (!nb) {
-				errno = ENOMEM;
-				return -1;
-			}
-			r->buf = nb;
-			r->cap = cap;
-		}
+		if (reserve(r, r->need ? r->need : 4) != 0)
+			return -1;
 		if (timeout_ms >= 0) {
 			struct pollfd pf = {fd, POLLIN, 0};
 			int k = poll(&pf, 1, timeout_ms);
@@ -169,7 +176,8 @@ int mb_wire_read(mb_wreader *r, int fd, int timeout_ms, mb_wmsg *m)
 				return 0;
 			}
 		}
-		ssize_t n = read(fd, r->buf + r->len, want - r->len);
+		/* as much as there is room for: a following frame's bytes stay for the next call */
+		ssize_t n = read(fd, r->buf + r->len, r->cap - r->len);
 		if (n < 0 && errno == EINTR) {
 			if (timeout_ms >= 0)
 				return 0;

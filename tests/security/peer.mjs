@@ -23,11 +23,13 @@ export const MOONBOX = process.env.MOONBOX
 export class Peer {
   /**
    * @param {string[]} [args] extra command-line arguments (after --data-dir DIR)
+   * @param {object} [env] extra environment variables
+   * @param {string} [binary] another moonbox binary (the test build of process.test.mjs)
    */
-  constructor(args = [], env = {}) {
-    if (!existsSync(MOONBOX)) throw new Error(`moonbox binary not found at ${MOONBOX} (run make)`);
+  constructor(args = [], env = {}, binary = MOONBOX) {
+    if (!existsSync(binary)) throw new Error(`moonbox binary not found at ${binary} (run make)`);
     this.dataDir = mkdtempSync(path.join(tmpdir(), "moonbox-sec-"));
-    this.child = spawn(MOONBOX, ["--data-dir", this.dataDir, ...args], { stdio: ["pipe", "pipe", "pipe"], env: { ...process.env, ...env } });
+    this.child = spawn(binary, ["--data-dir", this.dataDir, ...args], { stdio: ["pipe", "pipe", "pipe"], env: { ...process.env, ...env } });
     this.nextId = 1;
     this.waiting = new Map(); // id -> {resolve, reject, timer}
     this.responses = new Map(); // id -> {msg, at}

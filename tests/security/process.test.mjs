@@ -1,0 +1,156 @@
+// isolation = process (issue 15): executions in confined worker processes.
+//
+// A memory-safety bug in the Lua VM or in one of moonbox's C bindings would give sandbox code
+// native execution. These tests stand in for that bug with the test build's __test global
+// (src/sandbox_testhooks.c, compiled only with -DMB_TEST_HOOKS: `make test-security` builds it
+// as $MOONBOX_HOOKS) and show what such code still cannot do in a worker process: crash anyone
+// but its own execution, read /etc/passwd or the data directory, write a file, start a process,
+// open a socket. Stuck workers are killed at the deadline, and the server keeps serving.
+
+import { test, describe, after } from "node:test";
+import assert from "node:assert/strict";
+import { existsSync, writeFileSync } from "node:fs";
+import path from "node:path";
+import { fileURLToPath } from "node:url";
+
+import { Peer, MOONBOX } from "./peer.mjs";
+
+const HERE = path.dirname(fileURLToPath(import.meta.url));
+const HOOKS = process.env.MOONBOX_HOOKS
+  ? path.resolve(process.cwd(), process.env.MOONBOX_HOOKS)
+  : path.resolve(HERE, "../../build-hooks/moonbox");
+const PROC = ["--isolation", "process"];
+
+const peers = [];
+async function start(binary, args = [], env = {}) {
+  const p = new Peer([...PROC, ...args], env, binary);
+  peers.push(p);
+  await p.initialize();
+  return p;
+}
+after(async () => {
+  for (const p of peers) await p.dispose();
+});
+
+/** An execution that must end as a crash of its worker by this signal. */
+function crashedBy(sc, signal) {
+  assert.equal(sc.success, false, JSON.stringify(sc));
+  assert.equal(sc.error_type, "crashed", JSON.stringify(sc));
+  assert.match(sc.error, new RegExp(`died of ${signal}`), JSON.stringify(sc));
+}
+
+describe("the shipped binary", () => {
+  test("has no __test functions, and runs executions in worker processes", async () => {
+    const p = await start(MOONBOX);
+    const { sc } = await p.exec({ code: "return type(__test), 1 + 1" });
+    assert.deepEqual(sc.result, ["nil", 2], JSON.stringify(sc));
+    const pool = await p.pool();
+    assert.equal(pool.isolation, "process");
+    assert.ok(pool.processes_started >= 1, JSON.stringify(pool));
+  });
+});
+
+describe("a crash fails only its own execution", { skip: !existsSync(HOOKS) && "no test build" }, () => {
+  for (const [how, signal] of [["null", "SIGSEGV"], ["abort", "SIGABRT|SIGSYS"], ["recurse", "SIGSEGV"]]) {
+    test(`${how}: error_type crashed naming ${signal}; a parallel execution finishes; the next one runs`, async () => {
+      const p = await start(HOOKS, ["--workers", "2"]);
+      // a long execution on the other worker, started first
+      const longRun = p.exec({ code: "local n = 0 for i = 1, 3e7 do n = n + i end return n", timeout_ms: 30000 }, 60000);
+      const { sc } = await p.exec({ code: `__test.crash("${how}")` });
+      crashedBy(sc, signal);
+      const long = await longRun;
+      assert.equal(long.sc.success, true, JSON.stringify(long.sc));
+      assert.equal(long.sc.result, 450000015000000);
+      const next = await p.exec({ code: "return 'still here'" });
+      assert.equal(next.sc.result, "still here", JSON.stringify(next.sc));
+      const pool = await p.pool();
+      assert.ok(pool.processes_crashed >= 1 && pool.processes_started >= 3, JSON.stringify(pool));
+    });
+  }
+});
+
+describe("a compromised worker cannot reach outside", { skip: !existsSync(HOOKS) && "no test build" }, () => {
+  test("no environment, no descriptor but its channel and stdio", async () => {
+    const p = await start(HOOKS, [], { MOONBOX_SECRET_FOR_TEST: "hunter2" });
+    const { sc } = await p.exec({ code: "return __test.env(), __test.fds()" });
+    assert.equal(sc.success, true, JSON.stringify(sc));
+    assert.equal(sc.result[0], 0, "the environment is empty");
+    assert.deepEqual(sc.result[1], [0, 1, 2, 3], "descriptors 0-2 and the channel only");
+  });
+
+  const attempts = [
+    ["reads /etc/passwd", `return __test.open("/etc/passwd")`],
+    ["reads the data directory's store", `return __test.open(DATA .. "/moonbox.db")`],
+    ["reads the PII key", `return __test.open(DATA .. "/pii.key")`],
+    ["writes a file", `return __test.open("/tmp/moonbox-escape-test", "w")`],
+    ["starts a process (execve)", `return __test.exec("/bin/sh")`],
+    ["starts a process (fork)", `return __test.fork()`],
+    ["opens a socket", `return __test.socket()`],
+  ];
+  for (const [what, code] of attempts) {
+    test(`cannot: ${what} (the worker dies of SIGSYS; the server keeps serving)`, async () => {
+      const p = await start(HOOKS);
+      writeFileSync(path.join(p.dataDir, "pii.key.probe"), "x"); // the directory exists and is readable to the server
+      const { sc } = await p.exec({ code: `local DATA = ${JSON.stringify(p.dataDir)} ${code}` });
+      crashedBy(sc, "SIGSYS");
+      assert.ok(!existsSync("/tmp/moonbox-escape-test"), "no file was written");
+      const next = await p.exec({ code: "return 2" });
+      assert.equal(next.sc.result, 2);
+    });
+  }
+});
+
+describe("limits from outside the worker", () => {
+  test("a long C call ends at the deadline by SIGKILL, and the worker is replaced", async () => {
+    const p = await start(MOONBOX, ["--workers", "1"], { MOONBOX_TEST_STALL_MS: "5000" });
+    const t0 = performance.now();
+    const { sc } = await p.exec({ code: "-- MOONBOX_TEST_STALL\nreturn 1", timeout_ms: 200 });
+    const ms = performance.now() - t0;
+    assert.deepEqual([sc.success, sc.error_type], [false, "timeout"], JSON.stringify(sc));
+    assert.ok(ms < 5000, `answered after ${ms.toFixed(0)} ms, not after the 5 s stall`);
+    const next = await p.exec({ code: "return 3" });
+    assert.equal(next.sc.result, 3, JSON.stringify(next.sc));
+    const pool = await p.pool();
+    assert.ok(pool.processes_killed >= 1 && pool.processes_started >= 2, JSON.stringify(pool));
+  });
+
+  test("a memory limit that tripped before a stuck C call is answered as memory", async () => {
+    const p = await start(MOONBOX, ["--workers", "1"], { MOONBOX_TEST_STALL_MS: "5000" });
+    const { sc } = await p.exec({
+      code: `-- MOONBOX_TEST_STALL\nlocal t = {} while true do t[#t + 1] = ("x"):rep(1000) .. #t end`,
+      memory_mb: 8, timeout_ms: 500,
+    });
+    assert.equal(sc.error_type, "memory", JSON.stringify(sc));
+    assert.match(sc.error, /^memory limit: execution exceeded memory_mb=8 /);
+  });
+
+  test("a pathological pattern ends at its deadline", async () => {
+    const p = await start(MOONBOX, ["--workers", "1"]);
+    const { sc } = await p.exec({
+      code: `return string.find(string.rep("a", 40), string.rep("a?", 40) .. string.rep("a", 40))`,
+      timeout_ms: 300, instruction_limit: 1e10,
+    });
+    // either finished (a fast machine) or stopped at its limit - never a crash or a hang
+    assert.ok(sc.success || ["timeout", "instructions"].includes(sc.error_type), JSON.stringify(sc));
+    assert.equal((await p.exec({ code: "return 4" })).sc.result, 4);
+  });
+
+  test("a memory bomb in C leaves the server responsive", { skip: !existsSync(HOOKS) && "no test build" }, async () => {
+    const p = await start(HOOKS, ["--workers", "1"]);
+    const { sc } = await p.exec({ code: `return __test.crash("malloc")`, timeout_ms: 10000 }, 60000);
+    // the address-space limit makes malloc fail (a number of MiB comes back), or the worker dies
+    assert.ok(sc.success ? Number.isInteger(sc.result) : sc.error_type === "crashed", JSON.stringify(sc));
+    assert.equal((await p.exec({ code: "return 5" })).sc.result, 5);
+  });
+
+  test("cancelling an execution stops its worker's loop", async () => {
+    const p = await start(MOONBOX, ["--workers", "1"]);
+    const id = p.send("tools/call", { name: "execute_code", arguments: { code: "while true do end", timeout_ms: 20000, instruction_limit: 1e10 } });
+    await new Promise((r) => setTimeout(r, 200));
+    p.notify("notifications/cancelled", { requestId: id, reason: "test" });
+    const t0 = performance.now();
+    const next = await p.exec({ code: "return 6" }, 10000);
+    assert.equal(next.sc.result, 6);
+    assert.ok(performance.now() - t0 < 5000, "the worker was free again soon after the cancel");
+  });
+});
