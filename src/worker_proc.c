@@ -382,6 +382,7 @@ int mb_worker_main(void)
 	if ((uint64_t)cfg.workspace_max_file_bytes > most)
 		most = (uint64_t)cfg.workspace_max_file_bytes;
 	rd.max = (size_t)most + (1u << 20);
+	rd.spin_ns = 20000; /* a reply from the server is often microseconds away */
 
 	mb_json_global_init();
 	if (mb_codec_init() != 0 || mb_sandbox_global_init() != 0)

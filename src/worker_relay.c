@@ -39,6 +39,7 @@
 #include "worker_wire.h"
 
 #define READY_TIMEOUT_MS 10000 /* start-up of a worker: exec, Lua, PCRE2 JIT, confinement */
+#define SPIN_NS 0              /* spinning here takes the CPU the worker needs (docs/benchmarks.md) */
 
 struct mb_relay {
 	const mb_config *cfg;
@@ -73,6 +74,7 @@ mb_relay *mb_relay_new(const mb_config *cfg)
 	if ((uint64_t)cfg->max_message_bytes > most)
 		most = (uint64_t)cfg->max_message_bytes;
 	r->rd.max = (size_t)most + (1u << 20);
+	r->rd.spin_ns = SPIN_NS;
 	return r;
 }
 

@@ -65,6 +65,7 @@ typedef struct {
 	unsigned char *buf;
 	size_t len, cap, need; /* need: bytes of the frame being read (0: header first) */
 	size_t max;            /* largest payload accepted */
+	uint64_t spin_ns;      /* look for data this long before sleeping (0: never) */
 } mb_wreader;
 
 /// Reads until a whole frame is in, waiting at most timeout_ms (-1: no limit).
