@@ -105,7 +105,7 @@ struct xfer {
 	uint64_t received, max;
 	CURLcode result;
 	long final_status;
-	char localerr[128];    /* our reason for aborting, preferred over curl's */
+	char localerr[MB_ERR_MAX];    /* our reason for aborting, preferred over curl's */
 	char errbuf[CURL_ERROR_SIZE];
 	xfer *prev, *next;     /* live list */
 	xfer *qprev, *qnext;   /* dispatch queue */
@@ -987,7 +987,7 @@ static int fn_ref(lua_State *L, const char *name)
 static int l_http_request(lua_State *L)
 {
 	holder *hd = lua_touserdata(L, lua_upvalueindex(1));
-	char err[300];
+	char err[MB_ERR_MAX];
 	/* libcurl is opened by the first request (curl_load.h); parse_opts already uses it */
 	if (mb_curl_load(err, sizeof err) != 0) {
 		lua_pushnil(L);

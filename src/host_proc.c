@@ -334,7 +334,7 @@ static void buf_reset(linebuf *lb)
 static void feed(proc *p, int is_out, const char *d, size_t n)
 {
 	linebuf *lb = is_out ? &p->lo : &p->le;
-	char msg[160];
+	char msg[MB_ERR_MAX];
 	while (n > 0 && p->ud) {
 		const char *nl = memchr(d, '\n', n);
 		size_t seg = nl ? (size_t)(nl - d) : n;

@@ -1,7 +1,14 @@
-/* log.h - logging to stderr (never stdout, which carries only MCP messages).
+/* log.h - logging to stderr (never stdout, which carries only MCP messages), and the size of
+ * the error messages that functions hand back to their callers (MB_ERR_MAX).
  * Levels follow MCP/syslog names. The threshold is process-wide and set once at start. */
 #ifndef MB_LOG_H
 #define MB_LOG_H
+
+/* The size of an error-message buffer (`char err[MB_ERR_MAX]` passed on as err, errlen): the
+ * largest a message needs - a workspace message quotes a path of up to 392 bytes as shown
+ * (workspace.c), a start-up message a file path and SQLite's text - so no message is cut
+ * shorter than by its own caps. A message that wraps another one may still be cut at this size. */
+#define MB_ERR_MAX 1024
 
 typedef enum {
 	MB_LOG_DEBUG, MB_LOG_INFO, MB_LOG_NOTICE, MB_LOG_WARNING, MB_LOG_ERROR, MB_LOG_CRIT,

@@ -25,6 +25,8 @@
  */
 #include "pii.h"
 
+#include "log.h"
+
 #include <errno.h>
 #include <fcntl.h>
 #include <sodium.h>
@@ -349,7 +351,7 @@ static long mint_value(san *z, int type, const char *v, size_t n, int *rc)
 	mac_value(&z->base, tname, v, n, mac);
 	token_from_mac(mac, tname, MB_PII_HEX_MIN, token);
 	if (z->mint) {
-		char cerr[512] = "";
+		char cerr[MB_ERR_MAX] = "";
 		if (z->mint(z->ud, tname, v, n, token, cerr, sizeof cerr) < 0) {
 			seterr(z->err, z->errlen, "%s", cerr[0] ? cerr : "pii: mint callback failed");
 			*rc = MB_PII_ERR;

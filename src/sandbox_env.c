@@ -25,6 +25,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "log.h"
 #include "lpattern.h"
 #include "sandbox_int.h"
 #include "workspace.h"
@@ -920,7 +921,7 @@ static void notify(lua_State *L, mb_sandbox_ctx *c, mb_notify_kind kind, int lev
 			   (int)c->cfg->max_notifications);
 	/* the payload table is at the top of the stack */
 	mb_sandbox_pii_top(L); /* notifications go toward the model too */
-	char err[200];
+	char err[MB_ERR_MAX];
 	size_t len;
 	char *j = mb_json_encode(L, -1, &c->json_lim, MB_JSON_LENIENT, &len, err, sizeof err);
 	if (!j) {

@@ -26,6 +26,7 @@
 
 #include "json.h"
 
+#include "log.h"
 #include "sandbox_int.h"
 
 static const char task_key = 0;   /* registry: weak-keyed set of coroutines run by mcp.parallel */
@@ -131,7 +132,7 @@ static void put_fail(lua_State *L, rbuf *b, const char *msg)
 static void put_item(lua_State *L, int idx, rbuf *b)
 {
 	mb_sandbox_ctx *c = mb_sandbox_ctx_of(L);
-	char err[200] = "out of memory", msg[400];
+	char err[MB_ERR_MAX] = "out of memory", msg[MB_ERR_MAX];
 	size_t sl = 0, tl = 0, al = 0;
 	if (lua_type(L, idx) != LUA_TTABLE)
 		put_fail(L, b, "mcp.parallel: a call must be {server, tool, args}");

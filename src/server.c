@@ -226,7 +226,7 @@ typedef struct {
 	const mb_config *cfg;
 	mb_pii_detector *d;
 	unsigned char *key;
-	char err[1024];
+	char err[MB_ERR_MAX];
 	int rc;
 } pii_build;
 
@@ -247,7 +247,7 @@ int mb_server_run_stdio(const mb_config *cfg)
 		free(s);
 		return 1;
 	}
-	char err[1024], path[4200];
+	char err[MB_ERR_MAX], path[4200];
 	pii_build pb = { cfg, NULL, s->pii_key, "", 0 };
 	uv_thread_t pii_thread;
 	int pii_threaded = uv_thread_create(&pii_thread, build_pii, &pb) == 0;

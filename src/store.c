@@ -36,6 +36,7 @@
 #include <unistd.h>
 
 #include "json.h"
+#include "log.h"
 
 typedef struct cache_entry {
 	char *sql;
@@ -115,7 +116,7 @@ static void sqlite_msg(sqlite3 *db, char *buf, size_t len)
 /* A refusal at open time, worded by the kind of failure. */
 static void open_error(char *err, size_t errlen, const char *path, sqlite3 *db, int rc)
 {
-	char msg[512];
+	char msg[MB_ERR_MAX];
 	sqlite_msg(db, msg, sizeof msg);
 	switch (rc & 0xff) {
 	case SQLITE_NOTADB:
@@ -486,7 +487,7 @@ static void rollback_quietly(mb_store *s)
 
 int mb_store_migrate(mb_store *s, const char *const *steps, int n, char *err, size_t errlen)
 {
-	char msg[512];
+	char msg[MB_ERR_MAX];
 	int v;
 	if (n < 0) {
 		set_err(err, errlen, "%s: invalid migration count %d", s->path, n);
@@ -628,7 +629,7 @@ static void check_tx_alive(lua_State *L, mb_store *s)
 /* Takes the message of a failed step, resets the statement, then raises. */
 static int raise_stmt(lua_State *L, mb_store *s, sqlite3_stmt *st)
 {
-	char msg[512];
+	char msg[MB_ERR_MAX];
 	snprintf(msg, sizeof msg, "%s", sqlite3_errmsg(s->db));
 	stmt_done(s, st);
 	return raise_msg(L, s, msg);
@@ -648,7 +649,7 @@ static const char *check_sql(lua_State *L, mb_store *s, size_t *len)
 /* Compiles (or finds) the statement in argument 1 and binds arguments 2.. to it. */
 static sqlite3_stmt *prepare_bind(lua_State *L, mb_store *s)
 {
-	char msg[512];
+	char msg[MB_ERR_MAX];
 	size_t len;
 	const char *sql = check_sql(L, s, &len);
 	sqlite3_stmt *st = cache_get(s, sql, len, msg, sizeof msg);
@@ -746,7 +747,7 @@ static int l_exec(lua_State *L)
 	s->denied_tx = 0;
 	int rc = sqlite3_exec(s->db, sql, NULL, NULL, &emsg);
 	if (rc != SQLITE_OK) {
-		char msg[512];
+		char msg[MB_ERR_MAX];
 		snprintf(msg, sizeof msg, "%s", s->denied_tx ? TX_DENIED :
 			 emsg ? emsg : sqlite3_errmsg(s->db));
 		sqlite3_free(emsg);
@@ -820,7 +821,7 @@ static void tx_undo(mb_store *s, int outer)
 static int l_tx(lua_State *L)
 {
 	mb_store *s = store_of(L);
-	char msg[512];
+	char msg[MB_ERR_MAX];
 	luaL_checktype(L, 1, LUA_TFUNCTION);
 	int outer = s->tx_depth == 0;
 	reset_leftover(s);
@@ -869,7 +870,7 @@ static int l_migrate(lua_State *L)
 					  s->path);
 		lua_pop(L, 1);
 	}
-	char err[1024];
+	char err[MB_ERR_MAX];
 	if (mb_store_migrate(s, steps, (int)n, err, sizeof err) != 0)
 		return luaL_error(L, "store: %s", err);
 	lua_pushboolean(L, 1);
