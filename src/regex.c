@@ -13,8 +13,8 @@
  *    items (JIT and interpreter alike) and compares the coarse clock with the deadline, so one
  *    pcre2_match on a long subject stops within one item of the deadline. The match limit alone
  *    cannot ensure that: it restarts at every start position, and a single start position can
- *    spend O(subject) time per counted step (measured: 100 KB subject, 6-13 s before the limit).
- *    The cost is ~35-60 ns per callout; a single item stays O(subject length), which is why
+ *    spend O(subject) time per counted step (seconds on a 100 KB subject before the limit).
+ *    Callouts cost time too, and a single item stays O(subject length), which is why
  *    max_subject_bytes must stay moderate (docs/sandbox-regex.md has the figures).
  *  - re_exec runs one match and turns every PCRE2 failure into a Lua error naming the limit.
  *    Reentrancy: gsub calls back into Lua, which may use `re` again and replace the shared match

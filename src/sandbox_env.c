@@ -32,7 +32,7 @@
 
 #define POLL_EVERY 1024
 #define MAX_STRING_BYTES ((size_t)0x7fffffff)  /* Lua 5.4's own limit for string.rep */
-#define MAX_QUOTED_BYTES (1 << 18) /* 1 MiB took 42 ms (122 ms under ASan): too close to the grace */
+#define MAX_QUOTED_BYTES (1 << 18) /* 1 MiB came too close to the grace (docs/security.md) */
 #define MAX_DATE_FORMAT 1024
 
 /* ---- protected calls that cannot swallow a tripped limit -------------------------------- */
@@ -436,8 +436,9 @@ static int sb_rep(lua_State *L)
 	return 1;
 }
 
-/* upper, lower, reverse: the stock ones walk the whole string in one C loop (~3 ns a byte, so
- * ~0.4 s for 128 MiB); these poll the budget every MiB. */
+/* upper, lower, reverse: the stock ones walk the whole string in one C loop (long enough to miss
+ * the deadline on the largest strings: docs/benchmarks.md, "Figures behind limits in the code");
+ * these poll the budget every MiB. */
 #define CHUNK ((size_t)1 << 20)
 
 static int map_string(lua_State *L, int (*f)(int), int reverse)
@@ -578,8 +579,9 @@ static int sb_utf8_codes(lua_State *L)
 }
 #endif
 
-/* string.format: "%q" escapes with one snprintf per control byte, ~100 ns a byte; bound the
- * bytes quoted by one call (all its %q arguments together: sixty 1 MiB arguments took 2.8 s). */
+/* string.format: "%q" escapes with one snprintf per control byte; bound the bytes quoted by one
+ * call, all its %q arguments together (docs/security.md, "Single C calls and the deadline", and
+ * docs/benchmarks.md, "Figures behind limits in the code", have the figures). */
 static int sb_format(lua_State *L)
 {
 	mb_budget_cstack_check(L); /* %s calls __tostring */
@@ -1010,7 +1012,7 @@ int mb_sandbox_env_open(lua_State *L)
 		{ NULL, NULL },
 	};
 	/* A globals table sized for everything we add (~70 names), so building the environment
-	 * does not rehash it several times: that cost ~10K instructions per execution. */
+	 * does not rehash it several times (what that cost: docs/benchmarks.md, "Session 2"). */
 	lua_createtable(L, 0, 96);
 	lua_rawseti(L, LUA_REGISTRYINDEX, LUA_RIDX_GLOBALS);
 	for (const luaL_Reg *l = libs; l->name; l++) {

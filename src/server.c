@@ -220,8 +220,9 @@ static void on_signal(uv_signal_t *h, int sig)
 	uv_timer_start(&s->drain, drain_check, 0, 20);
 }
 
-/* The PII detector (PCRE2 JIT of every rule, ~3 ms on a cold start) is built on its own thread
- * while the store opens and the host loads: start-up is what a desktop client waits for. */
+/* The PII detector (PCRE2 JIT of every rule; its share of start-up is in docs/benchmarks.md,
+ * "Session 2") is built on its own thread while the store opens and the host loads: start-up is
+ * what a desktop client waits for. */
 typedef struct {
 	const mb_config *cfg;
 	mb_pii_detector *d;
