@@ -13,7 +13,7 @@ import path from "node:path";
 import { setTimeout as sleep } from "node:timers/promises";
 
 import {
-  MOONBOX, RawPeer, connectClient, execute, makeDataDir, requireBinary, sqlite3Cli,
+  MOONBOX, RawPeer, connectClient, execute, makeDataDir, requireBinary, sqlite3Cli, useServer,
 } from "../lib/moonbox.mjs";
 
 const T = { timeout: 60000 };
@@ -24,15 +24,7 @@ const LIMIT = 4096; // --regex-max-subject-bytes for the size tests
 // ---------------------------------------------------------------------------------------------
 
 async function withClient(args, fn) {
-  const s = await connectClient({ args });
-  try {
-    return await fn(s);
-  } catch (e) {
-    e.message += `\nmoonbox stderr (tail):\n${s.stderr().slice(-1500)}`;
-    throw e;
-  } finally {
-    await s.close();
-  }
+  return useServer(await connectClient({ args }), fn);
 }
 
 const call = (s, name, args) => s.client.callTool({ name, arguments: args });
