@@ -665,11 +665,8 @@ TEST(shutdown_loop_closes_cleanly)
 int main(void)
 {
 	signal(SIGPIPE, SIG_IGN); /* as the server does (server.c) */
-	strcpy(tmpdir, "/tmp/mb-proc-XXXXXX");
-	if (!mkdtemp(tmpdir)) {
-		perror("mkdtemp");
+	if (unit_tmpdir(tmpdir, sizeof tmpdir, "/tmp/mb-proc-XXXXXX") != 0)
 		return 1;
-	}
 	uv_loop_init(&loop);
 	L = new_state();
 	RUN(cat_echoes_many_lines);
@@ -690,9 +687,6 @@ int main(void)
 	RUN(shutdown_with_live_children);
 	RUN(lua_close_with_running_children);
 	RUN(shutdown_loop_closes_cleanly);
-	char cmd[128];
-	snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);
-	if (system(cmd) != 0)
-		perror("rm");
+	unit_rmtree(tmpdir);
 	return UNIT_END();
 }

@@ -302,11 +302,8 @@ TEST(shutdown_loop_closes_cleanly)
 
 int main(void)
 {
-	strcpy(tmpdir, "/tmp/mb-uv-XXXXXX");
-	if (!mkdtemp(tmpdir)) {
-		perror("mkdtemp");
+	if (unit_tmpdir(tmpdir, sizeof tmpdir, "/tmp/mb-uv-XXXXXX") != 0)
 		return 1;
-	}
 	uv_loop_init(&loop);
 	L = new_state();
 	RUN(timer_fires_once_and_does_not_hold_the_loop);
@@ -322,9 +319,6 @@ int main(void)
 	RUN(watch_gc_and_close_variable);
 	RUN(close_all_then_lua_close);
 	RUN(shutdown_loop_closes_cleanly);
-	char cmd[128];
-	snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);
-	if (system(cmd) != 0)
-		perror("rm");
+	unit_rmtree(tmpdir);
 	return UNIT_END();
 }
