@@ -68,16 +68,7 @@ static lua_Integer pcall_depth_add(lua_State *L, lua_Integer delta)
 		lua_pop(L, 1);
 		return 0;
 	}
-	if (lua_rawgetp(L, LUA_REGISTRYINDEX, &pcall_depth_key) != LUA_TTABLE) {
-		lua_pop(L, 1);
-		lua_newtable(L);
-		lua_createtable(L, 0, 1);
-		lua_pushliteral(L, "k");
-		lua_setfield(L, -2, "__mode");
-		lua_setmetatable(L, -2);
-		lua_pushvalue(L, -1);
-		lua_rawsetp(L, LUA_REGISTRYINDEX, &pcall_depth_key);
-	}
+	mb_sandbox_registry_weak(L, &pcall_depth_key);
 	lua_pushvalue(L, -2);
 	lua_rawget(L, -2);
 	lua_Integer n = lua_tointeger(L, -1) + delta;
@@ -1021,11 +1012,7 @@ int mb_sandbox_env_open(lua_State *L)
 	}
 
 	/* coroutine -> xpcalls it is inside (sb_xpcall, sb_close): weak keys */
-	lua_newtable(L);
-	lua_createtable(L, 0, 1);
-	lua_pushliteral(L, "k");
-	lua_setfield(L, -2, "__mode");
-	lua_setmetatable(L, -2);
+	mb_sandbox_weak_keys(L);
 	lua_rawsetp(L, LUA_REGISTRYINDEX, &xpcall_depth_key);
 	/* Lua before 5.4.8 makes the string "error in error handling" where no error may be raised,
 	 * when a coroutine dies or is closed with that status; made then under the memory cap it
@@ -1062,11 +1049,7 @@ int mb_sandbox_env_open(lua_State *L)
 	set_field(L, "collectgarbage", sb_collectgarbage);
 	set_field(L, "print", sb_print);
 	lua_getfield(L, -1, "setmetatable");
-	lua_newtable(L); /* metatable anchors: weak keys */
-	lua_createtable(L, 0, 1);
-	lua_pushliteral(L, "k");
-	lua_setfield(L, -2, "__mode");
-	lua_setmetatable(L, -2);
+	mb_sandbox_weak_keys(L); /* metatable anchors */
 	lua_pushcclosure(L, sb_setmetatable, 2);
 	lua_setfield(L, -2, "setmetatable");
 
