@@ -14,7 +14,7 @@ import path from "node:path";
 
 import {
   MOONBOX, connectClient, connectWithSkills, execute, makeDataDir, requireBinary, sqlite3Cli,
-  toolErrText as errText, toolOk as ok, useServer,
+  toolErrText as errText, toolOk as ok, useServer, withDataDir,
 } from "../lib/moonbox.mjs";
 
 const T = { timeout: 30000 };
@@ -57,16 +57,6 @@ async function start(opts = {}) {
 /** Starts a server, runs fn(s), always closes it (adding stderr to a failure). */
 async function withServer(opts, fn) {
   return useServer(await start(opts), fn);
-}
-
-/** Runs fn(dir) with a fresh data directory that outlives server restarts; removes it after. */
-async function withDataDir(fn) {
-  const dir = makeDataDir();
-  try {
-    return await fn(dir);
-  } finally {
-    rmSync(dir, { recursive: true, force: true });
-  }
 }
 
 /** Runs the binary with stdin closed (it serves nothing and exits); for start-up checks. */

@@ -41,6 +41,17 @@ export function makeDataDir() {
   return mkdtempSync(path.join(tmpdir(), "moonbox-test-"));
 }
 
+/** Runs fn(dir) with a fresh data directory (for servers started one after another on it);
+ * removes it afterwards. */
+export async function withDataDir(fn) {
+  const dir = makeDataDir();
+  try {
+    return await fn(dir);
+  } finally {
+    rmSync(dir, { recursive: true, force: true });
+  }
+}
+
 /** Throws a clear error when the binary has not been built. */
 export function requireBinary() {
   if (!existsSync(MOONBOX)) {

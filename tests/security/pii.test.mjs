@@ -13,7 +13,8 @@ import path from "node:path";
 import { setTimeout as sleep } from "node:timers/promises";
 
 import {
-  MOONBOX, RawPeer, connectClient, execute, makeDataDir, requireBinary, sqlite3Cli, useServer,
+  MOONBOX, RawPeer, connectClient, execute, requireBinary, sqlite3Cli, useServer,
+  withDataDir,
 } from "../lib/moonbox.mjs";
 
 const T = { timeout: 60000 };
@@ -56,15 +57,6 @@ function startOnce(dataDir, args = []) {
   requireBinary();
   const r = spawnSync(MOONBOX, ["--data-dir", dataDir, ...args], { input: "", encoding: "utf8", timeout: 10000 });
   return { status: r.status, stderr: r.stderr };
-}
-
-async function withDataDir(fn) {
-  const dir = makeDataDir();
-  try {
-    return await fn(dir);
-  } finally {
-    rmSync(dir, { recursive: true, force: true });
-  }
 }
 
 // ---------------------------------------------------------------------------------------------
