@@ -9,6 +9,8 @@
  */
 #include "budget.h"
 
+#include "log.h"
+
 #include <lauxlib.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -105,7 +107,7 @@ const char *mb_budget_message(const mb_budget *b, char *buf, size_t len)
 
 int mb_budget_raise(lua_State *L, mb_budget *b)
 {
-	char msg[160];
+	char msg[MB_ERR_MAX];
 	mb_budget_message(b, msg, sizeof msg);
 	lua_pushstring(L, msg);
 	return lua_error(L);

@@ -19,6 +19,7 @@
 #include <string.h>
 
 #include "budget.h"
+#include "log.h"
 
 #define VARIANT sodium_base64_VARIANT_ORIGINAL
 #define ENC_SLICE ((size_t)3 << 20)  /* input bytes per encode slice (a multiple of 3) */
@@ -200,7 +201,7 @@ static int l_base64_decode(lua_State *L)
 {
 	size_t n;
 	const char *s = luaL_checklstring(L, 1, &n);
-	char err[160];
+	char err[MB_ERR_MAX];
 	luaL_Buffer b;
 	unsigned char *p = (unsigned char *)luaL_buffinitsize(L, &b, n / 4 * 3 + 3);
 	size_t got;

@@ -5,6 +5,8 @@
 #define MB_CURL_LOAD_IMPL
 #include "curl_load.h"
 
+#include "log.h"
+
 #include <dlfcn.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -14,7 +16,7 @@ mb_curl_api mb_curl;
 
 static pthread_once_t once = PTHREAD_ONCE_INIT;
 static int load_rc = -1;
-static char load_err[256];
+static char load_err[MB_ERR_MAX];
 
 static const struct {
 	const char *name;

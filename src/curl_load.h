@@ -2,12 +2,13 @@
  *
  * Linking libcurl (Debian's libcurl4, built with OpenSSL) made every start load some 30 more
  * shared libraries - OpenSSL, GnuTLS (through libldap and librtmp), Kerberos, nghttp2, ssh2 -
- * whose constructors ran before main: `moonbox --version` went from 1.9 to 9 ms and the idle
- * server from 7.5 to 13.5 MiB resident, for a library only HTTP upstream servers use. So the
- * binary links none of it: mb_curl_load opens libcurl.so.4 with dlopen, resolves the functions
- * host_http_client.c calls into mb_curl, and runs curl_global_init, once per process. Including this
- * header instead of <curl/curl.h> turns those calls (curl_easy_init(...), ...) into calls
- * through the table; they may be made only after mb_curl_load returned 0.
+ * whose constructors ran before main: start-up took several times as long and the idle server
+ * about twice the memory (docs/benchmarks.md, "Re-run in session 4", has the figures), for a
+ * library only HTTP upstream servers use. So the binary links none of it: mb_curl_load opens
+ * libcurl.so.4 with dlopen, resolves the functions host_http_client.c calls into mb_curl, and
+ * runs curl_global_init, once per process. Including this header instead of <curl/curl.h> turns
+ * those calls (curl_easy_init(...), ...) into calls through the table; they may be made only
+ * after mb_curl_load returned 0.
  *
  * Thread rules: mb_curl_load may be called from any thread (pthread_once inside); the table is
  * written only inside it.

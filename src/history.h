@@ -3,9 +3,10 @@
  * Every execution adds one row (tenant, start, duration, outcome, instructions, peak memory,
  * code hash, tool). Adding copies the row into a buffer under a mutex; a writer thread with its
  * own SQLite connection to the same database file commits the buffer once a second in one
- * transaction and then trims the table to the newest max_rows rows. So the loop thread pays a
- * few hundred instructions per execution instead of an INSERT (~20K instructions) and never an
- * fsync. The cost: rows of the last second are lost if the process is killed.
+ * transaction and then trims the table to the newest max_rows rows. So the loop thread copies a
+ * row per execution instead of running an INSERT (docs/benchmarks.md, "Session 2", has what that
+ * saved) and never waits for an fsync. The cost: rows of the last second are lost if the process
+ * is killed.
  *
  * Threads: mb_history_add and mb_history_flush may be called from any thread; open and close
  * from the loop thread.

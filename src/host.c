@@ -102,7 +102,7 @@ static int embedded_searcher(lua_State *L)
 static void send_value(mb_host *h, lua_State *L, int idx, uint64_t session, uint64_t exchange,
 		       int final)
 {
-	char err[200];
+	char err[MB_ERR_MAX];
 	size_t len;
 	char *j = mb_json_encode(L, idx, &h->jl, MB_JSON_LENIENT, &len, err, sizeof err);
 	if (!j) {
@@ -142,7 +142,7 @@ static int l_exchange_pending(lua_State *L)
 static int l_json_encode(lua_State *L)
 {
 	mb_host *h = host_of(L);
-	char err[200];
+	char err[MB_ERR_MAX];
 	size_t len;
 	char *j = mb_json_encode(L, 1, &h->jl, MB_JSON_LENIENT, &len, err, sizeof err);
 	if (!j)
@@ -160,7 +160,7 @@ static int l_json_decode(lua_State *L)
 	mb_host *h = host_of(L);
 	size_t len;
 	const char *s = luaL_checklstring(L, 1, &len);
-	char err[300];
+	char err[MB_ERR_MAX];
 	mb_json_limits jl = h->jl;
 	jl.unique_keys = lua_toboolean(L, 2);
 	const char *path[9] = {NULL};
@@ -231,7 +231,7 @@ static int l_submit(lua_State *L)
 	req.pii_policy = lua_isboolean(L, -1) ? lua_toboolean(L, -1) : (int)h->cfg->pii_policy;
 	lua_pop(L, 1);
 	uint64_t id;
-	char err[256];
+	char err[MB_ERR_MAX];
 	lua_getfield(L, 1, "tenant");
 	if (h->deps.workspaces) {
 		const char *tenant = lua_isstring(L, -1) ? lua_tostring(L, -1) : "default";

@@ -105,7 +105,7 @@ struct xfer {
 	uint64_t received, max;
 	CURLcode result;
 	long final_status;
-	char localerr[128];    /* our reason for aborting, preferred over curl's */
+	char localerr[MB_ERR_MAX];    /* our reason for aborting, preferred over curl's */
 	char errbuf[CURL_ERROR_SIZE];
 	xfer *prev, *next;     /* live list */
 	xfer *qprev, *qnext;   /* dispatch queue */
@@ -987,7 +987,7 @@ static int fn_ref(lua_State *L, const char *name)
 static int l_http_request(lua_State *L)
 {
 	holder *hd = lua_touserdata(L, lua_upvalueindex(1));
-	char err[300];
+	char err[MB_ERR_MAX];
 	/* libcurl is opened by the first request (curl_load.h); parse_opts already uses it */
 	if (mb_curl_load(err, sizeof err) != 0) {
 		lua_pushnil(L);
@@ -1071,35 +1071,12 @@ failed:
 void mb_host_http_open(lua_State *L, uv_loop_t *loop)
 {
 	/* libcurl itself is loaded by the first request (l_http_request, curl_load.h) */
+	static const luaL_Reg methods[] = { { "cancel", l_req_cancel }, { NULL, NULL } };
 	int t = lua_absindex(L, -1);
-	if (luaL_newmetatable(L, REQ_MT)) {
-		lua_createtable(L, 0, 1);
-		lua_pushcfunction(L, l_req_cancel);
-		lua_setfield(L, -2, "cancel");
-		lua_setfield(L, -2, "__index");
-		lua_pushcfunction(L, l_req_gc);
-		lua_setfield(L, -2, "__gc");
-		lua_pushcfunction(L, l_req_cancel);
-		lua_setfield(L, -2, "__close");
-		lua_pushcfunction(L, l_req_tostring);
-		lua_setfield(L, -2, "__tostring");
-		lua_pushliteral(L, "mb.http_request");
-		lua_setfield(L, -2, "__metatable");
-	}
-	lua_pop(L, 1);
-	lua_rawgetp(L, LUA_REGISTRYINDEX, &holder_key);
-	if (lua_isnil(L, -1)) {
-		lua_pop(L, 1);
-		holder *hd = lua_newuserdatauv(L, sizeof *hd, 0);
-		hd->c = NULL;
-		luaL_newmetatable(L, HOLDER_MT);
-		lua_pushcfunction(L, l_holder_gc);
-		lua_setfield(L, -2, "__gc");
-		lua_setmetatable(L, -2);
-		lua_pushvalue(L, -1);
-		lua_rawsetp(L, LUA_REGISTRYINDEX, &holder_key);
-	}
-	holder *hd = lua_touserdata(L, -1);
+	mb_host_handle_mt(L, REQ_MT, methods, l_req_gc, l_req_cancel, l_req_tostring,
+			  "mb.http_request");
+	int made;
+	holder *hd = mb_host_context(L, &holder_key, sizeof *hd, HOLDER_MT, l_holder_gc, &made);
 	hd->loop = loop;
 	lua_pushcclosure(L, l_http_request, 1);
 	lua_setfield(L, t, "http_request");

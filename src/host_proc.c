@@ -334,7 +334,7 @@ static void buf_reset(linebuf *lb)
 static void feed(proc *p, int is_out, const char *d, size_t n)
 {
 	linebuf *lb = is_out ? &p->lo : &p->le;
-	char msg[160];
+	char msg[MB_ERR_MAX];
 	while (n > 0 && p->ud) {
 		const char *nl = memchr(d, '\n', n);
 		size_t seg = nl ? (size_t)(nl - d) : n;
@@ -1086,30 +1086,6 @@ static int l_spawn(lua_State *L)
 
 /* ---- public ---------------------------------------------------------------------------------------- */
 
-static void new_proc_mt(lua_State *L)
-{
-	if (!luaL_newmetatable(L, PROC_MT)) {
-		lua_pop(L, 1);
-		return;
-	}
-	static const luaL_Reg methods[] = {
-		{ "write", l_write }, { "queued_bytes", l_queued_bytes }, { "pid", l_pid },
-		{ "kill", l_kill }, { "close_stdin", l_close_stdin }, { "close", l_close },
-		{ "running", l_running }, { NULL, NULL },
-	};
-	luaL_newlib(L, methods);
-	lua_setfield(L, -2, "__index");
-	lua_pushcfunction(L, l_proc_gc);
-	lua_setfield(L, -2, "__gc");
-	lua_pushcfunction(L, l_tbc_close);
-	lua_setfield(L, -2, "__close");
-	lua_pushcfunction(L, l_proc_tostring);
-	lua_setfield(L, -2, "__tostring");
-	lua_pushliteral(L, "mb.process");
-	lua_setfield(L, -2, "__metatable");
-	lua_pop(L, 1);
-}
-
 static proc_ctx *find_ctx(lua_State *L)
 {
 	lua_rawgetp(L, LUA_REGISTRYINDEX, &ctx_key);
@@ -1120,20 +1096,21 @@ static proc_ctx *find_ctx(lua_State *L)
 
 void mb_host_proc_open(lua_State *L, uv_loop_t *loop)
 {
+	static const luaL_Reg methods[] = {
+		{ "write", l_write }, { "queued_bytes", l_queued_bytes }, { "pid", l_pid },
+		{ "kill", l_kill }, { "close_stdin", l_close_stdin }, { "close", l_close },
+		{ "running", l_running }, { NULL, NULL },
+	};
 	int t = lua_absindex(L, -1);
-	new_proc_mt(L);
-	lua_rawgetp(L, LUA_REGISTRYINDEX, &ctx_key);
-	if (lua_isnil(L, -1)) {
-		lua_pop(L, 1);
-		ctx_box *b = lua_newuserdatauv(L, sizeof *b, 0);
-		b->ctx = NULL;
-		luaL_newmetatable(L, CTX_MT);
-		lua_pushcfunction(L, l_ctx_gc);
-		lua_setfield(L, -2, "__gc");
-		lua_setmetatable(L, -2);
+	mb_host_handle_mt(L, PROC_MT, methods, l_proc_gc, l_tbc_close, l_proc_tostring, "mb.process");
+	int made;
+	ctx_box *b = mb_host_context(L, &ctx_key, sizeof *b, CTX_MT, l_ctx_gc, &made);
+	if (made) {
 		proc_ctx *ctx = calloc(1, sizeof *ctx);
 		if (!ctx) {
 			lua_pop(L, 1);
+			lua_pushnil(L); /* no context: a later call tries again */
+			lua_rawsetp(L, LUA_REGISTRYINDEX, &ctx_key);
 			mb_log(MB_LOG_ERROR, "spawn: out of memory; mb.spawn is not available");
 			return;
 		}
@@ -1142,8 +1119,6 @@ void mb_host_proc_open(lua_State *L, uv_loop_t *loop)
 		ctx->L = lua_tothread(L, -1);
 		lua_pop(L, 1);
 		b->ctx = ctx;
-		lua_pushvalue(L, -1);
-		lua_rawsetp(L, LUA_REGISTRYINDEX, &ctx_key);
 	}
 	lua_pushcclosure(L, l_spawn, 1);
 	lua_setfield(L, t, "spawn");

@@ -327,27 +327,44 @@ static int l_watch(lua_State *L)
 
 /* ---- public ----------------------------------------------------------------------------------- */
 
-static void new_handle_mt(lua_State *L, const char *name, lua_CFunction gc)
+void mb_host_handle_mt(lua_State *L, const char *name, const luaL_Reg *methods, lua_CFunction gc,
+		       lua_CFunction close, lua_CFunction tostring, const char *shown)
 {
 	if (!luaL_newmetatable(L, name)) {
 		lua_pop(L, 1);
 		return;
 	}
-	lua_createtable(L, 0, 2);
-	lua_pushcfunction(L, l_handle_close);
-	lua_setfield(L, -2, "stop");
-	lua_pushcfunction(L, l_handle_close);
-	lua_setfield(L, -2, "close");
+	lua_newtable(L);
+	luaL_setfuncs(L, methods, 0);
 	lua_setfield(L, -2, "__index");
 	lua_pushcfunction(L, gc);
 	lua_setfield(L, -2, "__gc");
-	lua_pushcfunction(L, l_handle_close);
+	lua_pushcfunction(L, close);
 	lua_setfield(L, -2, "__close");
-	lua_pushcfunction(L, l_handle_tostring);
+	lua_pushcfunction(L, tostring);
 	lua_setfield(L, -2, "__tostring");
-	lua_pushliteral(L, "mb.handle");
+	lua_pushstring(L, shown);
 	lua_setfield(L, -2, "__metatable");
 	lua_pop(L, 1);
+}
+
+void *mb_host_context(lua_State *L, const void *key, size_t size, const char *mt, lua_CFunction gc,
+		      int *made)
+{
+	*made = 0;
+	if (lua_rawgetp(L, LUA_REGISTRYINDEX, key) != LUA_TNIL)
+		return lua_touserdata(L, -1);
+	lua_pop(L, 1);
+	void *p = lua_newuserdatauv(L, size, 0);
+	memset(p, 0, size);
+	luaL_newmetatable(L, mt);
+	lua_pushcfunction(L, gc);
+	lua_setfield(L, -2, "__gc");
+	lua_setmetatable(L, -2);
+	lua_pushvalue(L, -1);
+	lua_rawsetp(L, LUA_REGISTRYINDEX, key);
+	*made = 1;
+	return p;
 }
 
 static uv_ctx *find_ctx(lua_State *L)
@@ -360,24 +377,21 @@ static uv_ctx *find_ctx(lua_State *L)
 
 void mb_host_uv_open(lua_State *L, uv_loop_t *loop)
 {
+	static const luaL_Reg methods[] = {
+		{ "stop", l_handle_close }, { "close", l_handle_close }, { NULL, NULL },
+	};
 	int t = lua_absindex(L, -1);
-	new_handle_mt(L, TIMER_MT, l_timer_gc);
-	new_handle_mt(L, WATCH_MT, l_watch_gc);
-	lua_rawgetp(L, LUA_REGISTRYINDEX, &ctx_key);
-	if (lua_isnil(L, -1)) {
-		lua_pop(L, 1);
-		uv_ctx *ctx = lua_newuserdatauv(L, sizeof *ctx, 0);
-		memset(ctx, 0, sizeof *ctx);
+	mb_host_handle_mt(L, TIMER_MT, methods, l_timer_gc, l_handle_close, l_handle_tostring,
+			  "mb.handle");
+	mb_host_handle_mt(L, WATCH_MT, methods, l_watch_gc, l_handle_close, l_handle_tostring,
+			  "mb.handle");
+	int made;
+	uv_ctx *ctx = mb_host_context(L, &ctx_key, sizeof *ctx, CTX_MT, l_ctx_gc, &made);
+	if (made) {
 		ctx->loop = loop;
 		lua_rawgeti(L, LUA_REGISTRYINDEX, LUA_RIDX_MAINTHREAD);
 		ctx->L = lua_tothread(L, -1);
 		lua_pop(L, 1);
-		luaL_newmetatable(L, CTX_MT);
-		lua_pushcfunction(L, l_ctx_gc);
-		lua_setfield(L, -2, "__gc");
-		lua_setmetatable(L, -2);
-		lua_pushvalue(L, -1);
-		lua_rawsetp(L, LUA_REGISTRYINDEX, &ctx_key);
 	}
 	lua_pushvalue(L, -1);
 	lua_pushcclosure(L, l_timer, 1);

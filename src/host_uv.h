@@ -28,6 +28,7 @@
 #ifndef MB_HOST_UV_H
 #define MB_HOST_UV_H
 
+#include <lauxlib.h>
 #include <lua.h>
 #include <uv.h>
 
@@ -46,6 +47,19 @@ void mb_host_uv_close_all(lua_State *L);
 /// Message handler for lua_pcall in host callbacks (also used by host_proc.c and host_http_client.c):
 /// the error message (or a description of a non-string error object) with a traceback.
 int mb_host_traceback(lua_State *L);
+
+/// The metatable of a kind of host handle (registry name `name`; also used by host_proc.c and
+/// host_http_client.c), made on the first call: __index is a table of the methods, __gc, __close
+/// and __tostring are the given functions, and __metatable is `shown` (what getmetatable gives
+/// Lua code). The stack is left as it was.
+void mb_host_handle_mt(lua_State *L, const char *name, const luaL_Reg *methods, lua_CFunction gc,
+		       lua_CFunction close, lua_CFunction tostring, const char *shown);
+
+/// Pushes the per-state context of a host module: a userdata kept in the registry under key.
+/// The first call makes it (size bytes, zeroed, with the metatable mt whose __gc is gc) and sets
+/// *made to 1 so the caller fills it in; later calls push the same one and set *made to 0.
+void *mb_host_context(lua_State *L, const void *key, size_t size, const char *mt, lua_CFunction gc,
+		      int *made);
 
 /// Number of live (not yet closed) handles of L, for tests and stats.
 /// @param L the host state

@@ -10,6 +10,8 @@
  */
 #include "http_int.h"
 
+#include "log.h"
+
 #include <arpa/inet.h>
 #include <ctype.h>
 #include <errno.h>
@@ -22,12 +24,6 @@
 
 static const char default_tenant[] = "default";
 
-static void seterr(char *err, size_t errlen, const char *fmt, const char *a, const char *b)
-{
-	if (err && errlen)
-		snprintf(err, errlen, fmt, a, b);
-}
-
 int mb_http_parse_listen(const char *spec, struct sockaddr_storage *ss, int *loopback, char *err,
 			 size_t errlen)
 {
@@ -35,13 +31,13 @@ int mb_http_parse_listen(const char *spec, struct sockaddr_storage *ss, int *loo
 	const char *port;
 	memset(ss, 0, sizeof *ss);
 	if (!spec[0]) {
-		seterr(err, errlen, "http_listen is empty%s%s", "", "");
+		mb_seterr(err, errlen, "http_listen is empty");
 		return -EINVAL;
 	}
 	if (spec[0] == '[') {
 		const char *end = strchr(spec, ']');
 		if (!end || end[1] != ':' || (size_t)(end - spec - 1) >= sizeof host) {
-			seterr(err, errlen, "http_listen \"%s\" is not [ipv6]:port%s", spec, "");
+			mb_seterr(err, errlen, "http_listen \"%s\" is not [ipv6]:port", spec);
 			return -EINVAL;
 		}
 		memcpy(host, spec + 1, (size_t)(end - spec - 1));
@@ -51,8 +47,8 @@ int mb_http_parse_listen(const char *spec, struct sockaddr_storage *ss, int *loo
 		const char *colon = strrchr(spec, ':');
 		if (colon && colon != spec) {
 			if ((size_t)(colon - spec) >= sizeof host || memchr(spec, ':', (size_t)(colon - spec))) {
-				seterr(err, errlen, "http_listen \"%s\" is not host:port (write IPv6 as [addr]:port)%s",
-				       spec, "");
+				mb_seterr(err, errlen, "http_listen \"%s\" is not host:port (write IPv6 as "
+					  "[addr]:port)", spec);
 				return -EINVAL;
 			}
 			memcpy(host, spec, (size_t)(colon - spec));
@@ -66,7 +62,7 @@ int mb_http_parse_listen(const char *spec, struct sockaddr_storage *ss, int *loo
 	errno = 0;
 	long p = strtol(port, &end, 10);
 	if (!*port || *end || errno || p < 0 || p > 65535 || !isdigit((unsigned char)*port)) {
-		seterr(err, errlen, "http_listen \"%s\": port must be 0..65535, got \"%s\"", spec, port);
+		mb_seterr(err, errlen, "http_listen \"%s\": port must be 0..65535, got \"%s\"", spec, port);
 		return -EINVAL;
 	}
 	if (strcasecmp(host, "localhost") == 0)
@@ -82,8 +78,8 @@ int mb_http_parse_listen(const char *spec, struct sockaddr_storage *ss, int *loo
 		a6->sin6_port = htons((uint16_t)p);
 		*loopback = IN6_IS_ADDR_LOOPBACK(&a6->sin6_addr);
 	} else {
-		seterr(err, errlen, "http_listen \"%s\": host \"%s\" is not an IP address or localhost", spec,
-		       host);
+		mb_seterr(err, errlen, "http_listen \"%s\": host \"%s\" is not an IP address or localhost",
+			  spec, host);
 		return -EINVAL;
 	}
 	return 0;
@@ -171,30 +167,27 @@ static int parse_tokens(mb_http_policy *p, const char *s, char *err, size_t errl
 			b--;
 		if (a < b) {
 			const char *eq = memchr(a, '=', (size_t)(b - a));
-			char num[32];
-			snprintf(num, sizeof num, "%zu", idx);
 			if (!eq) {
-				seterr(err, errlen, "http_tokens entry %s has no \"=tenant\" (expected token=tenant,...)%s",
-				       num, "");
+				mb_seterr(err, errlen, "http_tokens entry %zu has no \"=tenant\" (expected token=tenant,...)",
+					  idx);
 				return -EINVAL;
 			}
 			size_t tl = (size_t)(eq - a), nl = (size_t)(b - eq - 1);
 			for (size_t i = 0; i < tl; i++)
 				if ((unsigned char)a[i] <= 0x20 || (unsigned char)a[i] >= 0x7f) {
-					seterr(err, errlen, "http_tokens entry %s: the token must be visible ASCII without spaces%s",
-					       num, "");
+					mb_seterr(err, errlen, "http_tokens entry %zu: the token must be visible ASCII "
+						  "without spaces", idx);
 					return -EINVAL;
 				}
 			if (tl < MB_HTTP_TOKEN_MIN || tl > MB_HTTP_TOKEN_MAX) {
-				char lim[64];
-				snprintf(lim, sizeof lim, "%d..%d", MB_HTTP_TOKEN_MIN, MB_HTTP_TOKEN_MAX);
-				seterr(err, errlen, "http_tokens entry %s: a token must be %s characters long", num, lim);
+				mb_seterr(err, errlen, "http_tokens entry %zu: a token must be %d..%d characters long",
+					  idx, MB_HTTP_TOKEN_MIN, MB_HTTP_TOKEN_MAX);
 				return -EINVAL;
 			}
 			char tenant[MB_HTTP_TENANT_MAX + 1];
 			if (!tenant_ok(eq + 1, nl)) {
-				seterr(err, errlen, "http_tokens entry %s: tenant must be 1-64 characters of "
-				       "A-Z a-z 0-9 _ . - (not \".\" or \"..\")%s", num, "");
+				mb_seterr(err, errlen, "http_tokens entry %zu: tenant must be 1-64 characters of "
+					  "A-Z a-z 0-9 _ . - (not \".\" or \"..\")", idx);
 				return -EINVAL;
 			}
 			memcpy(tenant, eq + 1, nl);
@@ -203,7 +196,7 @@ static int parse_tokens(mb_http_policy *p, const char *s, char *err, size_t errl
 			hash_token(p, a, tl, h);
 			for (size_t i = 0; i < p->ntokens; i++)
 				if (sodium_memcmp(h, p->tokens[i].hash, sizeof h) == 0) {
-					seterr(err, errlen, "http_tokens entry %s repeats an earlier token%s", num, "");
+					mb_seterr(err, errlen, "http_tokens entry %zu repeats an earlier token", idx);
 					return -EINVAL;
 				}
 			mb_http_token *nt = realloc(p->tokens, (p->ntokens + 1) * sizeof *nt);
@@ -225,7 +218,7 @@ int mb_http_policy_init(mb_http_policy *p, const mb_config *cfg, const char *bou
 {
 	memset(p, 0, sizeof *p);
 	if (sodium_init() < 0) {
-		seterr(err, errlen, "libsodium cannot be initialised%s%s", "", "");
+		mb_seterr(err, errlen, "libsodium cannot be initialised");
 		return -EINVAL;
 	}
 	randombytes_buf(p->key, sizeof p->key);
@@ -238,7 +231,7 @@ int mb_http_policy_init(mb_http_policy *p, const mb_config *cfg, const char *bou
 		rc = list_parse(&p->cors, cfg->http_cors_origin);
 	if (rc) {
 		if (rc == -ENOMEM)
-			seterr(err, errlen, "out of memory reading http_* options%s%s", "", "");
+			mb_seterr(err, errlen, "out of memory reading http_* options");
 		mb_http_policy_free(p);
 		return rc;
 	}

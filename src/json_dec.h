@@ -10,9 +10,8 @@
  * first); valid messages cost one pass with no allocation outside the Lua state, but for a
  * number text of 64 bytes or more (a budgeted copy for strtod). tests/unit/test_json_dec.c and the json_dec fuzz target compare both decoders.
  *
- * Measured (callgrind, a server-everything echo answer of 84 bytes): jansson alone 19.3K
- * instructions, jansson plus the tree-to-Lua conversion about 31K; docs/architecture.md has the
- * figures for this path.
+ * What this path saves is measured in docs/benchmarks.md ("After the eventfd wake-up and the
+ * fast decoder"); docs/json.md explains it.
  */
 #ifndef MB_JSON_DEC_H
 #define MB_JSON_DEC_H

@@ -1,5 +1,6 @@
 /* log.c - the stderr logger. stdout belongs to the MCP transport; every diagnostic goes here,
- * one line each, prefixed with the level so a supervising client can filter it. */
+ * one line each, prefixed with the level so a supervising client can filter it. Also the one
+ * helper that writes an error message into a caller's buffer. */
 #include "log.h"
 
 #include <stdarg.h>
@@ -44,4 +45,18 @@ void mb_log(mb_log_level l, const char *fmt, ...)
 	vsnprintf(buf, sizeof buf, fmt, ap);
 	va_end(ap);
 	fprintf(stderr, "moonbox: %s: %s\n", names[l], buf);
+}
+
+void mb_vseterr(char *err, size_t errlen, const char *fmt, va_list ap)
+{
+	if (err && errlen)
+		vsnprintf(err, errlen, fmt, ap);
+}
+
+void mb_seterr(char *err, size_t errlen, const char *fmt, ...)
+{
+	va_list ap;
+	va_start(ap, fmt);
+	mb_vseterr(err, errlen, fmt, ap);
+	va_end(ap);
 }

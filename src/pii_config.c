@@ -6,6 +6,8 @@
  */
 #include "pii_config.h"
 
+#include "log.h"
+
 #include <ctype.h>
 #include <jansson.h>
 #include <stdio.h>
@@ -68,7 +70,7 @@ int mb_pii_from_config(const mb_config *cfg, mb_pii_detector **out, unsigned cha
 	}
 	opt.custom = custom;
 	opt.ncustom = n;
-	char derr[512];
+	char derr[MB_ERR_MAX];
 	*out = mb_pii_detector_new(&opt, derr, sizeof derr);
 	free(custom); /* the detector copied them */
 	json_decref(root);

@@ -15,6 +15,7 @@
 #include "pii.h"
 
 #include "json.h"
+#include "log.h"
 
 #include <lauxlib.h>
 #include <sodium.h>
@@ -131,7 +132,7 @@ static int pii_scan_lua(lua_State *L)
 	uint64_t types = check_types(L, 2, u->d);
 	pii_box *b = push_box(L);
 	size_t n = 0;
-	char err[512];
+	char err[MB_ERR_MAX];
 	int rc = mb_pii_scan(u->d, s, len, types, u->scratch, &b->spans, &n, err, sizeof err);
 	if (rc != 0)
 		return luaL_error(L, "%s", err);
@@ -231,7 +232,7 @@ static int pii_sanitize_lua(lua_State *L)
 	pii_box *b = push_box(L);   /* index 4 */
 	luaL_checkstack(L, 8, "pii");
 	mint_call mc = { .L = L, .fn = 2, .box = 4 };
-	char err[512];
+	char err[MB_ERR_MAX];
 	int rc = mb_pii_sanitize(u->d, u->key, s, len, types, lua_isnil(L, 2) ? NULL : mint_lua, &mc,
 				 u->scratch, &b->res, err, sizeof err);
 	if (rc != 0) {

@@ -25,10 +25,11 @@
  */
 #include "pii.h"
 
+#include "log.h"
+
 #include <errno.h>
 #include <fcntl.h>
 #include <sodium.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -36,17 +37,6 @@
 #include <unistd.h>
 
 #define PII_MAX_ROUNDS 16
-
-static void seterr(char *err, size_t errlen, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-static void seterr(char *err, size_t errlen, const char *fmt, ...)
-{
-	if (!err || !errlen)
-		return;
-	va_list ap;
-	va_start(ap, fmt);
-	vsnprintf(err, errlen, fmt, ap);
-	va_end(ap);
-}
 
 /* ---- tokens ---------------------------------------------------------------------------------- */
 
@@ -98,27 +88,27 @@ static int read_key(int fd, const char *path, unsigned char key[MB_PII_KEY_BYTES
 {
 	struct stat st;
 	if (fstat(fd, &st) != 0) {
-		seterr(err, errlen, "pii: cannot stat key file %s: %s", path, strerror(errno));
+		mb_seterr(err, errlen, "pii: cannot stat key file %s: %s", path, strerror(errno));
 		return MB_PII_ERR;
 	}
 	if (!S_ISREG(st.st_mode)) {
-		seterr(err, errlen, "pii: key file %s is not a regular file", path);
+		mb_seterr(err, errlen, "pii: key file %s is not a regular file", path);
 		return MB_PII_ERR;
 	}
 	if (st.st_uid != geteuid()) {
-		seterr(err, errlen, "pii: key file %s is owned by uid %u, not by this user (uid %u)",
-		       path, (unsigned)st.st_uid, (unsigned)geteuid());
+		mb_seterr(err, errlen, "pii: key file %s is owned by uid %u, not by this user (uid %u)",
+		          path, (unsigned)st.st_uid, (unsigned)geteuid());
 		return MB_PII_ERR;
 	}
 	if (st.st_mode & 077) {
-		seterr(err, errlen, "pii: key file %s has mode 0%03o; it must not be accessible by group "
-		       "or others (chmod 600 %s)", path, (unsigned)(st.st_mode & 0777), path);
+		mb_seterr(err, errlen, "pii: key file %s has mode 0%03o; it must not be accessible by group "
+		          "or others (chmod 600 %s)", path, (unsigned)(st.st_mode & 0777), path);
 		return MB_PII_ERR;
 	}
 	if (st.st_size != MB_PII_KEY_BYTES) {
-		seterr(err, errlen, "pii: key file %s is %lld bytes; it must be exactly %d (restore it "
-		       "from a backup; deleting it makes a new key, and values get new tokens)", path,
-		       (long long)st.st_size, MB_PII_KEY_BYTES);
+		mb_seterr(err, errlen, "pii: key file %s is %lld bytes; it must be exactly %d (restore it "
+		          "from a backup; deleting it makes a new key, and values get new tokens)", path,
+		          (long long)st.st_size, MB_PII_KEY_BYTES);
 		return MB_PII_ERR;
 	}
 	size_t got = 0;
@@ -127,8 +117,8 @@ static int read_key(int fd, const char *path, unsigned char key[MB_PII_KEY_BYTES
 		if (r < 0 && errno == EINTR)
 			continue;
 		if (r <= 0) {
-			seterr(err, errlen, "pii: cannot read key file %s: %s", path,
-			       r < 0 ? strerror(errno) : "unexpected end of file");
+			mb_seterr(err, errlen, "pii: cannot read key file %s: %s", path,
+			          r < 0 ? strerror(errno) : "unexpected end of file");
 			sodium_memzero(key, MB_PII_KEY_BYTES);
 			return MB_PII_ERR;
 		}
@@ -159,13 +149,13 @@ static int create_key(const char *data_dir, const char *path, unsigned char key[
 	char tmp[4200];
 	if ((size_t)snprintf(tmp, sizeof tmp, "%s/.pii.key.%ld.tmp", data_dir, (long)getpid()) >=
 	    sizeof tmp) {
-		seterr(err, errlen, "pii: data directory path is too long (%zu bytes)", strlen(data_dir));
+		mb_seterr(err, errlen, "pii: data directory path is too long (%zu bytes)", strlen(data_dir));
 		return MB_PII_ERR;
 	}
 	unlink(tmp);  /* a leftover of a crashed process with the same pid */
 	int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
 	if (fd < 0) {
-		seterr(err, errlen, "pii: cannot create key file %s: %s", path, strerror(errno));
+		mb_seterr(err, errlen, "pii: cannot create key file %s: %s", path, strerror(errno));
 		return MB_PII_ERR;
 	}
 	unsigned char buf[MB_PII_KEY_BYTES];
@@ -179,7 +169,7 @@ static int create_key(const char *data_dir, const char *path, unsigned char key[
 	if (!ok) {
 		unlink(tmp);
 		sodium_memzero(buf, sizeof buf);
-		seterr(err, errlen, "pii: cannot write key file %s: %s", tmp, strerror(e));
+		mb_seterr(err, errlen, "pii: cannot write key file %s: %s", tmp, strerror(e));
 		return MB_PII_ERR;
 	}
 	int rc = link(tmp, path);
@@ -189,7 +179,7 @@ static int create_key(const char *data_dir, const char *path, unsigned char key[
 		sodium_memzero(buf, sizeof buf);
 		if (e == EEXIST)
 			return 1;
-		seterr(err, errlen, "pii: cannot create key file %s: %s", path, strerror(e));
+		mb_seterr(err, errlen, "pii: cannot create key file %s: %s", path, strerror(e));
 		return MB_PII_ERR;
 	}
 	int dfd = open(data_dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
@@ -206,16 +196,16 @@ int mb_pii_secret_load(const char *data_dir, unsigned char key[MB_PII_KEY_BYTES]
 		       size_t errlen)
 {
 	if (!data_dir || !*data_dir) {
-		seterr(err, errlen, "pii: no data directory for the key file");
+		mb_seterr(err, errlen, "pii: no data directory for the key file");
 		return MB_PII_ERR;
 	}
 	if (sodium_init() < 0) {
-		seterr(err, errlen, "pii: libsodium initialisation failed");
+		mb_seterr(err, errlen, "pii: libsodium initialisation failed");
 		return MB_PII_ERR;
 	}
 	char path[4200];
 	if ((size_t)snprintf(path, sizeof path, "%s/pii.key", data_dir) >= sizeof path) {
-		seterr(err, errlen, "pii: data directory path is too long (%zu bytes)", strlen(data_dir));
+		mb_seterr(err, errlen, "pii: data directory path is too long (%zu bytes)", strlen(data_dir));
 		return MB_PII_ERR;
 	}
 	for (int attempt = 0; attempt < 3; attempt++) {
@@ -226,19 +216,19 @@ int mb_pii_secret_load(const char *data_dir, unsigned char key[MB_PII_KEY_BYTES]
 			return rc;
 		}
 		if (errno == ELOOP) {
-			seterr(err, errlen, "pii: key file %s is a symbolic link; it must be a regular file",
-			       path);
+			mb_seterr(err, errlen, "pii: key file %s is a symbolic link; it must be a regular file",
+			          path);
 			return MB_PII_ERR;
 		}
 		if (errno != ENOENT) {
-			seterr(err, errlen, "pii: cannot open key file %s: %s", path, strerror(errno));
+			mb_seterr(err, errlen, "pii: cannot open key file %s: %s", path, strerror(errno));
 			return MB_PII_ERR;
 		}
 		int rc = create_key(data_dir, path, key, err, errlen);
 		if (rc <= 0)
 			return rc;
 	}
-	seterr(err, errlen, "pii: key file %s keeps appearing and disappearing", path);
+	mb_seterr(err, errlen, "pii: key file %s keeps appearing and disappearing", path);
 	return MB_PII_ERR;
 }
 
@@ -349,32 +339,32 @@ static long mint_value(san *z, int type, const char *v, size_t n, int *rc)
 	mac_value(&z->base, tname, v, n, mac);
 	token_from_mac(mac, tname, MB_PII_HEX_MIN, token);
 	if (z->mint) {
-		char cerr[512] = "";
+		char cerr[MB_ERR_MAX] = "";
 		if (z->mint(z->ud, tname, v, n, token, cerr, sizeof cerr) < 0) {
-			seterr(z->err, z->errlen, "%s", cerr[0] ? cerr : "pii: mint callback failed");
+			mb_seterr(z->err, z->errlen, "%s", cerr[0] ? cerr : "pii: mint callback failed");
 			*rc = MB_PII_ERR;
 			return -1;
 		}
 		token[MB_PII_TOKEN_MAX - 1] = '\0';
 		size_t tl = strlen(token);
 		if (tl == 0 || mb_pii_token_check(token, tl, tname) != tl) {
-			seterr(z->err, z->errlen, "pii: mint returned \"%.60s\" for type %s; expected "
-			       "[%s_<%d-%d lowercase hex digits>]", token, tname, tname, MB_PII_HEX_MIN,
-			       MB_PII_HEX_MAX);
+			mb_seterr(z->err, z->errlen, "pii: mint returned \"%.60s\" for type %s; expected "
+			          "[%s_<%d-%d lowercase hex digits>]", token, tname, tname, MB_PII_HEX_MIN,
+			          MB_PII_HEX_MAX);
 			*rc = MB_PII_ERR;
 			return -1;
 		}
 		if (find_tok(z, token)) {
-			seterr(z->err, z->errlen, "pii: mint returned %s for two different values of type "
-			       "%s", token, tname);
+			mb_seterr(z->err, z->errlen, "pii: mint returned %s for two different values of type "
+			          "%s", token, tname);
 			*rc = MB_PII_ERR;
 			return -1;
 		}
 	} else {
 		for (int hx = MB_PII_HEX_MIN + 4; find_tok(z, token); hx += 4) {
 			if (hx > MB_PII_HEX_MAX) {
-				seterr(z->err, z->errlen, "pii: token collision beyond %d hex digits for type %s",
-				       MB_PII_HEX_MAX, tname);
+				mb_seterr(z->err, z->errlen, "pii: token collision beyond %d hex digits for type %s",
+				          MB_PII_HEX_MAX, tname);
 				*rc = MB_PII_ERR;
 				return -1;
 			}
@@ -406,7 +396,7 @@ static long mint_value(san *z, int type, const char *v, size_t n, int *rc)
 	table_put(z->bytok, z->cap, hash_tok(f->token), (uint32_t)res->nfound);
 	return (long)res->nfound - 1;
 nomem:
-	seterr(z->err, z->errlen, "pii: out of memory (%zu distinct values)", res->nfound + 1);
+	mb_seterr(z->err, z->errlen, "pii: out of memory (%zu distinct values)", res->nfound + 1);
 	*rc = MB_PII_ENOMEM;
 	return -1;
 }
@@ -431,7 +421,7 @@ int mb_pii_sanitize(const mb_pii_detector *d, const unsigned char key[MB_PII_KEY
 {
 	memset(res, 0, sizeof *res);
 	if (!key) {
-		seterr(err, errlen, "pii: no key for tokens");
+		mb_seterr(err, errlen, "pii: no key for tokens");
 		return MB_PII_ERR;
 	}
 	if (!text)
@@ -440,7 +430,7 @@ int mb_pii_sanitize(const mb_pii_detector *d, const unsigned char key[MB_PII_KEY
 	if (!scratch) {
 		scratch = own = mb_pii_scratch_new(d);
 		if (!scratch) {
-			seterr(err, errlen, "pii: out of memory (scratch)");
+			mb_seterr(err, errlen, "pii: out of memory (scratch)");
 			return MB_PII_ENOMEM;
 		}
 	}
@@ -507,7 +497,7 @@ int mb_pii_sanitize(const mb_pii_detector *d, const unsigned char key[MB_PII_KEY
 		curlen = o;
 	}
 	if (round == PII_MAX_ROUNDS) {
-		seterr(err, errlen, "pii: sanitizing did not settle after %d rounds", PII_MAX_ROUNDS);
+		mb_seterr(err, errlen, "pii: sanitizing did not settle after %d rounds", PII_MAX_ROUNDS);
 		rc = MB_PII_ERR;
 		goto fail;
 	}
@@ -525,7 +515,7 @@ int mb_pii_sanitize(const mb_pii_detector *d, const unsigned char key[MB_PII_KEY
 	buf = NULL;
 	goto done;
 nomem:
-	seterr(err, errlen, "pii: out of memory sanitizing %zu bytes", len);
+	mb_seterr(err, errlen, "pii: out of memory sanitizing %zu bytes", len);
 	rc = MB_PII_ENOMEM;
 fail:
 	mb_pii_result_free(res);

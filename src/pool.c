@@ -185,7 +185,7 @@ static int job_host_call(void *ud, const char *name, const char *args, size_t le
 	*reply = NULL;
 	*reply_len = 0;
 	if (j->calls >= (uint64_t)p->cfg->max_host_calls) {
-		char msg[128];
+		char msg[MB_ERR_MAX];
 		int n = snprintf(msg, sizeof msg, "too many calls to the server in one execution "
 				 "(max_host_calls=%lld)", (long long)p->cfg->max_host_calls);
 		*reply = strdup(msg);
@@ -259,7 +259,7 @@ static void worker_main(void *arg)
 	 * process, started (and restarted after a crash or a kill) the same way. */
 	mb_relay *relay = NULL;
 	mb_sandbox *next = NULL;
-	char rerr[512];
+	char rerr[MB_ERR_MAX];
 	if (strcmp(p->cfg->isolation, "process") == 0) {
 		relay = mb_relay_new(p->cfg);
 		if (!relay || mb_relay_ready(relay, rerr, sizeof rerr) != 0)
@@ -317,7 +317,7 @@ static void worker_main(void *arg)
 		atomic_store(&j->deadline_ns, j->budget.deadline_ns); /* read by the loop's timer */
 		if (atomic_load(&j->budget.cancel)) {
 			mb_budget_trip(&j->budget, MB_STOP_CANCELLED);
-			char msg[160];
+			char msg[MB_ERR_MAX];
 			memset(&j->res, 0, sizeof j->res);
 			j->res.error = strdup(mb_budget_message(&j->budget, msg, sizeof msg));
 			j->res.error_type = "cancelled";
@@ -440,7 +440,7 @@ static void on_timer(uv_timer_t *t)
 			       : "leaving its worker thread unreplaced (max_abandoned reached)");
 		mb_exec_result r;
 		memset(&r, 0, sizeof r);
-		char msg[160];
+		char msg[MB_ERR_MAX];
 		r.error = (char *)mb_budget_message(&j->budget, msg, sizeof msg);
 		r.error_type = mb_stop_name(why);
 		r.output = (char *)"";

@@ -13,8 +13,8 @@
  *    items (JIT and interpreter alike) and compares the coarse clock with the deadline, so one
  *    pcre2_match on a long subject stops within one item of the deadline. The match limit alone
  *    cannot ensure that: it restarts at every start position, and a single start position can
- *    spend O(subject) time per counted step (measured: 100 KB subject, 6-13 s before the limit).
- *    The cost is ~35-60 ns per callout; a single item stays O(subject length), which is why
+ *    spend O(subject) time per counted step (seconds on a 100 KB subject before the limit).
+ *    Callouts cost time too, and a single item stays O(subject length), which is why
  *    max_subject_bytes must stay moderate (docs/sandbox-regex.md has the figures).
  *  - re_exec runs one match and turns every PCRE2 failure into a Lua error naming the limit.
  *    Reentrancy: gsub calls back into Lua, which may use `re` again and replace the shared match
@@ -27,6 +27,7 @@
 #include "regex.h"
 
 #include "budget.h"
+#include "log.h"
 
 #define PCRE2_CODE_UNIT_WIDTH 8
 #include <pcre2.h>
@@ -97,7 +98,7 @@ static void re_free(void *p, void *ud)
 static int re_errorf(lua_State *L, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 static int re_errorf(lua_State *L, const char *fmt, ...)
 {
-	char msg[512];
+	char msg[MB_ERR_MAX];
 	va_list ap;
 	va_start(ap, fmt);
 	vsnprintf(msg, sizeof msg, fmt, ap);
@@ -271,7 +272,7 @@ static void re_ensure_jit_stack(lua_State *L, re_state *st, mb_budget *b)
 
 static int re_compile_error(lua_State *L, re_state *st, int code, PCRE2_SIZE off, uint32_t flags)
 {
-	char msg[256];
+	char msg[MB_ERR_MAX];
 	if (pcre2_get_error_message(code, (PCRE2_UCHAR *)msg, sizeof msg) < 0)
 		snprintf(msg, sizeof msg, "error %d", code);
 	const char *hint = "";
@@ -371,7 +372,7 @@ static re_pattern *re_get_pattern(lua_State *L, re_state *st, int parg, uint32_t
 static int re_match_error(lua_State *L, re_state *st, int rc, mb_budget *b, size_t start)
 {
 	re_raise_if_tripped(L, b);
-	char msg[256];
+	char msg[MB_ERR_MAX];
 	switch (rc) {
 	case PCRE2_ERROR_MATCHLIMIT:
 		return re_errorf(L, "re: match limit exceeded (match_limit=%u): the pattern backtracks "
@@ -664,7 +665,7 @@ static void re_tpl_check(lua_State *L, re_pattern *rp, const char *t, size_t tl)
 {
 	size_t i = 0;
 	re_tpl_item it;
-	char err[128];
+	char err[MB_ERR_MAX];
 	for (unsigned items = 1;; items++) {
 		int k = re_tpl_next(t, tl, &i, &it, err, sizeof err);
 		if (k == T_END)

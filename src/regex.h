@@ -5,8 +5,8 @@
  * match is also bounded in time: patterns are compiled with automatic callouts that poll the
  * execution budget of the calling state (mb_budget_of), so a pathological pattern stops with the
  * budget's timeout error within one pattern item of the deadline, even inside one PCRE2 call
- * (measured: <= 5 ms past a 200 ms deadline on ~1 MB subjects; one item is O(subject length), so
- * keep max_subject_bytes at a few MiB).
+ * (docs/sandbox-regex.md, "Time", has the measurements; one item is O(subject length), so keep
+ * max_subject_bytes at a few MiB).
  *
  * Memory: everything PCRE2 allocates (compiled patterns, JIT compile scratch, match data and
  * interpreter frames) goes through mb_budget_malloc and is charged to the execution's budget;

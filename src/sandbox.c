@@ -254,7 +254,7 @@ static int sb_setup(lua_State *L)
 static int sb_context(lua_State *L)
 {
 	mb_sandbox_ctx *c = lua_touserdata(L, 1);
-	char err[256];
+	char err[MB_ERR_MAX];
 	if (mb_json_decode(L, c->req->context_json, c->req->context_len, json_limits(c), err,
 			   sizeof err) != 0)
 		return luaL_error(L, "context_vars: %s", err);
@@ -324,7 +324,7 @@ static void describe_error(lua_State *L, mb_sandbox_ctx *c, mb_exec_result *res,
 		msg = "error called with nil";
 	} else {
 		size_t n;
-		char jerr[128];
+		char jerr[MB_ERR_MAX];
 		char *j = mb_json_encode(L, -1, json_limits(c), MB_JSON_LENIENT, &n, jerr, sizeof jerr);
 		if (j && n < 4000) {
 			snprintf(buf, sizeof buf, "error object: %s", j);
@@ -375,7 +375,7 @@ static void capture_result(lua_State *L, mb_sandbox_ctx *c, int base, mb_exec_re
 		}
 		mb_json_mark_array(L, -1);
 	}
-	char err[256];
+	char err[MB_ERR_MAX];
 	size_t len = 0;
 	mb_json_limits lim = *json_limits(c);
 	lim.root_name = "result";
@@ -383,7 +383,7 @@ static void capture_result(lua_State *L, mb_sandbox_ctx *c, int base, mb_exec_re
 	lim.output_limit_name = "max_result_bytes";
 	char *j = mb_json_encode(L, -1, &lim, MB_JSON_LENIENT, &len, err, sizeof err);
 	if (!j && strstr(err, "max_result_bytes")) {
-		char msg[300];
+		char msg[MB_ERR_MAX + 64]; /* a short prefix and err */
 		snprintf(msg, sizeof msg, "result is too large: %s", err);
 		set_error(res, "result", msg);
 		return;
@@ -391,7 +391,7 @@ static void capture_result(lua_State *L, mb_sandbox_ctx *c, int base, mb_exec_re
 	if (!j) {
 		if (mb_budget_check(c->b) != MB_STOP_NONE)
 			return; /* reported from the budget */
-		char msg[400];
+		char msg[MB_ERR_MAX + 64];
 		snprintf(msg, sizeof msg, "result cannot be returned as JSON: %s", err);
 		set_error(res, "result", msg);
 		return;
@@ -536,7 +536,7 @@ int mb_sandbox_run_prepared(mb_sandbox *sb, const mb_exec_request *req, mb_budge
 		}
 	}
 	if (req->code_len > (size_t)cfg->max_code_bytes) {
-		char msg[160];
+		char msg[MB_ERR_MAX];
 		snprintf(msg, sizeof msg, "code is too large: %zu bytes, max_code_bytes=%lld",
 			 req->code_len, (long long)cfg->max_code_bytes);
 		set_error(res, "syntax", msg);
@@ -563,7 +563,7 @@ finish:
 	test_stall(req);
 	if (mb_budget_check(b) != MB_STOP_NONE) {
 		/* A limit decides the outcome, whatever the script made of it. */
-		char msg[160];
+		char msg[MB_ERR_MAX];
 		mb_budget_message(b, msg, sizeof msg);
 		set_error(res, mb_stop_name((mb_stop_reason)atomic_load(&b->stop)), msg);
 		free(res->traceback);

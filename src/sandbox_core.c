@@ -236,11 +236,12 @@ char *mb_sandbox_output_join(mb_sandbox_ctx *c, size_t *len)
 /* ---- loading text under the budget ---------------------------------------------------- */
 
 /* Lua's parser runs inside one C call, out of the count hook's reach, and some constructs cost
- * quadratic time in it (measured on 1 MiB chunks of Debian's 5.4.4: a chain of `or` 51 s, of
- * `and` 35 s, of `elseif` 6 s; thousands of labels). Rather than guess every such construct,
- * the text is handed to the parser in small pieces and the budget is polled between pieces, so
- * a parse stops at the deadline like any other work. A piece holds at most a few dozen tokens,
- * and no single token costs more than one pass over the chunk's jump or label lists. */
+ * quadratic time in it (a chain of `or`, `and` or `elseif`, thousands of labels: many seconds
+ * for 1 MiB; docs/security.md, "Single C calls and the deadline", has the figures). Rather than
+ * guess every such construct, the text is handed to the parser in small pieces and the budget is
+ * polled between pieces, so a parse stops at the deadline like any other work. A piece holds at
+ * most a few dozen tokens, and no single token costs more than one pass over the chunk's jump or
+ * label lists. */
 #define LOAD_PIECE 64
 
 typedef struct {
@@ -269,9 +270,9 @@ static const char *read_piece(lua_State *L, void *ud, size_t *size)
 
 /* One token can still cost more than the pieces can bound: in 5.4.4 a label that resolves k
  * pending gotos, or a loop's `end` that resolves k pending breaks, removes each from the list by
- * shifting the rest, O(k^2) inside that one token (32,700 breaks in one loop: 0.3 s). So the
- * chunk's goto and break keywords and labels are counted first, outside strings and comments,
- * and more than max_code_jumps is refused: at 4,096 the worst token costs a few ms. */
+ * shifting the rest, O(k^2) inside that one token. So the chunk's goto and break keywords and
+ * labels are counted first, outside strings and comments, and more than max_code_jumps is
+ * refused (what the worst token costs below and above it: docs/security.md, "Single C calls"). */
 static int long_bracket(const char *s, size_t n, size_t i, size_t *level)
 {
 	size_t j = i + 1; /* s[i] == '[' */
@@ -361,13 +362,14 @@ static size_t count_jumps(const char *s, size_t n)
 #if LUA_VERSION_RELEASE_NUM < 50407
 /* Lua before 5.4.7 names the operand of an error message ("attempt to ... (field 'y')", also
  * in tracebacks) by recursion over the chain of field accesses that produced it: one C frame and
- * one scan of the function's code per link (upstream 7923dbbf). `a.y.y.y...` with 150,000 links
- * overflowed the worker thread's C stack, which killed the server, and 60,000 links kept one C
- * call busy 1.5 s. So no expression may chain more than MAX_INDEX_CHAIN field accesses (a.b,
- * a[k]); a chunk of 4 KiB holds at most 2,048, which cost a few ms and a few hundred KiB of
- * stack, so smaller chunks are not scanned. The scan follows Lua's tokens: strings, comments
- * and numbers are skipped, a call ends a chain (an error names a call's result without looking
- * further), parentheses do not, and the chains inside brackets count on their own. */
+ * one scan of the function's code per link (upstream 7923dbbf). A long enough `a.y.y.y...`
+ * overflowed the worker thread's C stack, which killed the server, and a shorter one kept one C
+ * call busy for seconds (docs/security.md, the 7923dbbf row, has the figures). So no expression
+ * may chain more than MAX_INDEX_CHAIN field accesses (a.b, a[k]); a chunk of 4 KiB holds at most
+ * 2,048, too few to harm, so smaller chunks are not scanned. The scan follows Lua's tokens:
+ * strings, comments and numbers are skipped, a call ends a chain (an error names a call's result
+ * without looking further), parentheses do not, and the chains inside brackets count on their
+ * own. */
 #define MAX_INDEX_CHAIN 200
 
 static int lua_keyword(const char *w, size_t n)

@@ -25,13 +25,14 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "log.h"
 #include "lpattern.h"
 #include "sandbox_int.h"
 #include "workspace.h"
 
 #define POLL_EVERY 1024
 #define MAX_STRING_BYTES ((size_t)0x7fffffff)  /* Lua 5.4's own limit for string.rep */
-#define MAX_QUOTED_BYTES (1 << 18) /* 1 MiB took 42 ms (122 ms under ASan): too close to the grace */
+#define MAX_QUOTED_BYTES (1 << 18) /* 1 MiB came too close to the grace (docs/security.md) */
 #define MAX_DATE_FORMAT 1024
 
 /* ---- protected calls that cannot swallow a tripped limit -------------------------------- */
@@ -67,16 +68,7 @@ static lua_Integer pcall_depth_add(lua_State *L, lua_Integer delta)
 		lua_pop(L, 1);
 		return 0;
 	}
-	if (lua_rawgetp(L, LUA_REGISTRYINDEX, &pcall_depth_key) != LUA_TTABLE) {
-		lua_pop(L, 1);
-		lua_newtable(L);
-		lua_createtable(L, 0, 1);
-		lua_pushliteral(L, "k");
-		lua_setfield(L, -2, "__mode");
-		lua_setmetatable(L, -2);
-		lua_pushvalue(L, -1);
-		lua_rawsetp(L, LUA_REGISTRYINDEX, &pcall_depth_key);
-	}
+	mb_sandbox_registry_weak(L, &pcall_depth_key);
 	lua_pushvalue(L, -2);
 	lua_rawget(L, -2);
 	lua_Integer n = lua_tointeger(L, -1) + delta;
@@ -435,8 +427,9 @@ static int sb_rep(lua_State *L)
 	return 1;
 }
 
-/* upper, lower, reverse: the stock ones walk the whole string in one C loop (~3 ns a byte, so
- * ~0.4 s for 128 MiB); these poll the budget every MiB. */
+/* upper, lower, reverse: the stock ones walk the whole string in one C loop (long enough to miss
+ * the deadline on the largest strings: docs/benchmarks.md, "Figures behind limits in the code");
+ * these poll the budget every MiB. */
 #define CHUNK ((size_t)1 << 20)
 
 static int map_string(lua_State *L, int (*f)(int), int reverse)
@@ -577,8 +570,9 @@ static int sb_utf8_codes(lua_State *L)
 }
 #endif
 
-/* string.format: "%q" escapes with one snprintf per control byte, ~100 ns a byte; bound the
- * bytes quoted by one call (all its %q arguments together: sixty 1 MiB arguments took 2.8 s). */
+/* string.format: "%q" escapes with one snprintf per control byte; bound the bytes quoted by one
+ * call, all its %q arguments together (docs/security.md, "Single C calls and the deadline", and
+ * docs/benchmarks.md, "Figures behind limits in the code", have the figures). */
 static int sb_format(lua_State *L)
 {
 	mb_budget_cstack_check(L); /* %s calls __tostring */
@@ -920,7 +914,7 @@ static void notify(lua_State *L, mb_sandbox_ctx *c, mb_notify_kind kind, int lev
 			   (int)c->cfg->max_notifications);
 	/* the payload table is at the top of the stack */
 	mb_sandbox_pii_top(L); /* notifications go toward the model too */
-	char err[200];
+	char err[MB_ERR_MAX];
 	size_t len;
 	char *j = mb_json_encode(L, -1, &c->json_lim, MB_JSON_LENIENT, &len, err, sizeof err);
 	if (!j) {
@@ -1009,7 +1003,7 @@ int mb_sandbox_env_open(lua_State *L)
 		{ NULL, NULL },
 	};
 	/* A globals table sized for everything we add (~70 names), so building the environment
-	 * does not rehash it several times: that cost ~10K instructions per execution. */
+	 * does not rehash it several times (what that cost: docs/benchmarks.md, "Session 2"). */
 	lua_createtable(L, 0, 96);
 	lua_rawseti(L, LUA_REGISTRYINDEX, LUA_RIDX_GLOBALS);
 	for (const luaL_Reg *l = libs; l->name; l++) {
@@ -1018,11 +1012,7 @@ int mb_sandbox_env_open(lua_State *L)
 	}
 
 	/* coroutine -> xpcalls it is inside (sb_xpcall, sb_close): weak keys */
-	lua_newtable(L);
-	lua_createtable(L, 0, 1);
-	lua_pushliteral(L, "k");
-	lua_setfield(L, -2, "__mode");
-	lua_setmetatable(L, -2);
+	mb_sandbox_weak_keys(L);
 	lua_rawsetp(L, LUA_REGISTRYINDEX, &xpcall_depth_key);
 	/* Lua before 5.4.8 makes the string "error in error handling" where no error may be raised,
 	 * when a coroutine dies or is closed with that status; made then under the memory cap it
@@ -1059,11 +1049,7 @@ int mb_sandbox_env_open(lua_State *L)
 	set_field(L, "collectgarbage", sb_collectgarbage);
 	set_field(L, "print", sb_print);
 	lua_getfield(L, -1, "setmetatable");
-	lua_newtable(L); /* metatable anchors: weak keys */
-	lua_createtable(L, 0, 1);
-	lua_pushliteral(L, "k");
-	lua_setfield(L, -2, "__mode");
-	lua_setmetatable(L, -2);
+	mb_sandbox_weak_keys(L); /* metatable anchors */
 	lua_pushcclosure(L, sb_setmetatable, 2);
 	lua_setfield(L, -2, "setmetatable");
 

@@ -31,6 +31,28 @@ typedef struct mb_sandbox_ctx {
 	void *pii_found;
 } mb_sandbox_ctx;
 
+/// Pushes a new table whose keys are weak (its metatable's __mode is "k").
+static inline void mb_sandbox_weak_keys(lua_State *L)
+{
+	lua_newtable(L);
+	lua_createtable(L, 0, 1);
+	lua_pushliteral(L, "k");
+	lua_setfield(L, -2, "__mode");
+	lua_setmetatable(L, -2);
+}
+
+/// Pushes the table kept in the registry under key, made on first use as a new weak-keyed table.
+/// Needs 3 free stack slots.
+static inline void mb_sandbox_registry_weak(lua_State *L, const void *key)
+{
+	if (lua_rawgetp(L, LUA_REGISTRYINDEX, key) == LUA_TTABLE)
+		return;
+	lua_pop(L, 1);
+	mb_sandbox_weak_keys(L);
+	lua_pushvalue(L, -1);
+	lua_rawsetp(L, LUA_REGISTRYINDEX, key);
+}
+
 /// sandbox_core.c: installs the deadline signal's handler (mb_sandbox_global_init calls it).
 int mb_sandbox_core_init(void);
 

@@ -20,6 +20,7 @@
 #include <string.h>
 
 #include "json.h"
+#include "log.h"
 #include "pii.h"
 #include "sandbox_int.h"
 
@@ -260,7 +261,7 @@ static void sanitize_owned(mb_sandbox_ctx *c, char **s, size_t *len)
 		return;
 	size_t n = len ? *len : strlen(*s);
 	mb_pii_result r;
-	char err[256];
+	char err[MB_ERR_MAX];
 	if (sanitize_chunked(c, *s, n, &r, err, sizeof err) != 0) {
 		/* cannot scan it (a match limit, memory): withhold it rather than leak it */
 		free(*s);
@@ -311,7 +312,7 @@ static int push_sanitized(lua_State *L, int idx, int with_map, const char *fname
 	size_t len;
 	const char *s = lua_tolstring(L, idx, &len);
 	mb_pii_result r;
-	char err[256];
+	char err[MB_ERR_MAX];
 	/* explicit calls (with the map) are bounded; the policy takes any length, in pieces */
 	int rc = with_map ? sanitize(c, s, len, &r, err, sizeof err)
 			  : sanitize_chunked(c, s, len, &r, err, sizeof err);
@@ -372,7 +373,7 @@ static int sb_scan(lua_State *L)
 		return luaL_error(L, "pii.scan: text of %d bytes is longer than regex_max_subject_bytes=%d",
 				  (int)len, (int)c->cfg->regex_max_subject_bytes);
 	spans_args a = { NULL, 0, detector };
-	char err[256];
+	char err[MB_ERR_MAX];
 	if (mb_pii_scan(detector, s, len, MB_PII_ALL, thread_scratch(), &a.spans, &a.n, err, sizeof err) != 0)
 		return luaL_error(L, "pii.scan: %s", err);
 	lua_pushcfunction(L, push_spans);

@@ -14,6 +14,7 @@
 #include <string.h>
 
 #include "json.h"
+#include "log.h"
 #include "sandbox_int.h"
 
 static const char loaded_key = 0;  /* registry: skill name -> module value, or the marker */
@@ -27,7 +28,7 @@ void mb_sandbox_host_call(lua_State *L, const char *name)
 	mb_sandbox_ctx *c = mb_sandbox_ctx_of(L);
 	if (!c->req || !c->req->host_call)
 		luaL_error(L, "%s: not available here (no server to call)", name);
-	char err[200];
+	char err[MB_ERR_MAX];
 	size_t len;
 	char *args = mb_json_encode(L, -1, &c->json_lim, 0, &len, err, sizeof err);
 	if (!args) {
@@ -73,7 +74,7 @@ void mb_sandbox_host_call_raw(lua_State *L, const char *name, char *args, size_t
 	}
 	lua_setmetatable(L, -2);
 	int box = lua_gettop(L);
-	char err[200];
+	char err[MB_ERR_MAX];
 	size_t rlen = 0;
 	int rc = c->req->host_call(c->req->host_ud, name, o->a, len, &o->b, &rlen);
 	free(o->a);

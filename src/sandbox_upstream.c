@@ -26,6 +26,7 @@
 
 #include "json.h"
 
+#include "log.h"
 #include "sandbox_int.h"
 
 static const char task_key = 0;   /* registry: weak-keyed set of coroutines run by mcp.parallel */
@@ -131,7 +132,7 @@ static void put_fail(lua_State *L, rbuf *b, const char *msg)
 static void put_item(lua_State *L, int idx, rbuf *b)
 {
 	mb_sandbox_ctx *c = mb_sandbox_ctx_of(L);
-	char err[200] = "out of memory", msg[400];
+	char err[MB_ERR_MAX] = "out of memory", msg[MB_ERR_MAX];
 	size_t sl = 0, tl = 0, al = 0;
 	if (lua_type(L, idx) != LUA_TTABLE)
 		put_fail(L, b, "mcp.parallel: a call must be {server, tool, args}");
@@ -349,16 +350,7 @@ static int sb_parallel(lua_State *L)
 	lua_createtable(L, (int)n, 0); /* 3: i -> coroutine (functions) */
 	lua_createtable(L, (int)n, 0); /* 4: i -> spec waiting for its answer */
 	lua_createtable(L, (int)n, 0); /* 5: i -> {ok, value} to resume with */
-	if (lua_rawgetp(L, LUA_REGISTRYINDEX, &task_key) != LUA_TTABLE) { /* 6: task set */
-		lua_pop(L, 1);
-		lua_newtable(L);
-		lua_createtable(L, 0, 1);
-		lua_pushliteral(L, "k");
-		lua_setfield(L, -2, "__mode");
-		lua_setmetatable(L, -2);
-		lua_pushvalue(L, -1);
-		lua_rawsetp(L, LUA_REGISTRYINDEX, &task_key);
-	}
+	mb_sandbox_registry_weak(L, &task_key); /* 6: task set */
 	for (lua_Integer i = 1; i <= n; i++) {
 		int t = lua_rawgeti(L, 1, i);
 		if (t == LUA_TFUNCTION) {

@@ -23,11 +23,10 @@
 
 #include "budget.h"
 #include "json.h"
+#include "log.h"
 #include "sandbox_int.h"
 #include "workspace.h"
 #include "workspace_push.h"
-
-#define ERRLEN 640
 
 /* ---- the direct port: workspace.h on the tenant's workspace ---- */
 
@@ -104,7 +103,7 @@ static int rethrow(lua_State *L)
 static int read_bytes(lua_State *L, ws_ref ws, const char *path, size_t plen, char **data,
 		      size_t *n)
 {
-	char err[ERRLEN];
+	char err[MB_ERR_MAX];
 	int rc = ws.port->read(ws.ud, path, plen, data, n, err, sizeof err);
 	if (rc == -ENOENT) {
 		luaL_pushfail(L);
@@ -141,7 +140,7 @@ static int sb_write_file(lua_State *L)
 	const char *path = luaL_checklstring(L, 1, &plen);
 	luaL_argexpected(L, lua_type(L, 2) == LUA_TSTRING, 2, "string");
 	const char *data = lua_tolstring(L, 2, &n);
-	char err[ERRLEN];
+	char err[MB_ERR_MAX];
 	if (ws.port->write(ws.ud, path, plen, data, n, err, sizeof err) != 0)
 		return raise_msg(L, err);
 	mb_budget_poll(L);
@@ -155,7 +154,7 @@ static int sb_list_files(lua_State *L)
 	ws_ref ws = need_ws(L, "list_files");
 	size_t dlen = 0;
 	const char *dir = luaL_optlstring(L, 1, NULL, &dlen);
-	char err[ERRLEN];
+	char err[MB_ERR_MAX];
 	mb_ws_entries es = { NULL, 0 };
 	int rc = ws.port->list(ws.ud, dir, dlen, &es.e, &es.n, err, sizeof err);
 	if (rc && rc != -ENOENT)
@@ -173,7 +172,7 @@ static int sb_delete_file(lua_State *L)
 	ws_ref ws = need_ws(L, "delete_file");
 	size_t plen;
 	const char *path = luaL_checklstring(L, 1, &plen);
-	char err[ERRLEN];
+	char err[MB_ERR_MAX];
 	int rc = ws.port->del(ws.ud, path, plen, err, sizeof err);
 	if (rc && rc != -ENOENT)
 		return raise_msg(L, err);
@@ -187,7 +186,7 @@ static int sb_file_exists(lua_State *L)
 	ws_ref ws = need_ws(L, "file_exists");
 	size_t plen;
 	const char *path = luaL_checklstring(L, 1, &plen);
-	char err[ERRLEN];
+	char err[MB_ERR_MAX];
 	mb_workspace_info info;
 	int rc = ws.port->stat(ws.ud, path, plen, &info, err, sizeof err);
 	if (rc && rc != -ENOENT && rc != -ENOTDIR)
@@ -209,7 +208,7 @@ static int sb_json_read_file(lua_State *L)
 	mb_json_limits lim = c->json_lim;
 	lim.max_input_bytes = (size_t)ws.max_file_bytes;
 	lim.input_limit_name = "workspace_max_file_bytes";
-	char jerr[256];
+	char jerr[MB_ERR_MAX];
 	int rc = mb_json_decode(L, data, n, &lim, jerr, sizeof jerr);
 	mb_budget_free(data);
 	if (rc != 0) {
@@ -292,7 +291,7 @@ static int sb_json_write_file(lua_State *L)
 	mb_json_limits lim = c->json_lim;
 	lim.max_output_bytes = (size_t)max;
 	lim.output_limit_name = "workspace_max_file_bytes";
-	char jerr[256];
+	char jerr[MB_ERR_MAX];
 	char *j = mb_json_encode(L, 2, &lim, 0, &len, jerr, sizeof jerr);
 	if (!j) {
 		mb_budget_poll(L);
@@ -315,7 +314,7 @@ static int sb_json_write_file(lua_State *L)
 		j = p;
 		len = plen2;
 	}
-	char err[ERRLEN];
+	char err[MB_ERR_MAX];
 	int rc = ws.port->write(ws.ud, path, plen, j, len, err, sizeof err);
 	free(j);
 	if (rc)

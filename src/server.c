@@ -220,13 +220,14 @@ static void on_signal(uv_signal_t *h, int sig)
 	uv_timer_start(&s->drain, drain_check, 0, 20);
 }
 
-/* The PII detector (PCRE2 JIT of every rule, ~3 ms on a cold start) is built on its own thread
- * while the store opens and the host loads: start-up is what a desktop client waits for. */
+/* The PII detector (PCRE2 JIT of every rule; its share of start-up is in docs/benchmarks.md,
+ * "Session 2") is built on its own thread while the store opens and the host loads: start-up is
+ * what a desktop client waits for. */
 typedef struct {
 	const mb_config *cfg;
 	mb_pii_detector *d;
 	unsigned char *key;
-	char err[1024];
+	char err[MB_ERR_MAX];
 	int rc;
 } pii_build;
 
@@ -247,7 +248,7 @@ int mb_server_run_stdio(const mb_config *cfg)
 		free(s);
 		return 1;
 	}
-	char err[1024], path[4200];
+	char err[MB_ERR_MAX], path[4200];
 	pii_build pb = { cfg, NULL, s->pii_key, "", 0 };
 	uv_thread_t pii_thread;
 	int pii_threaded = uv_thread_create(&pii_thread, build_pii, &pb) == 0;

@@ -28,7 +28,6 @@
 #include <fcntl.h>
 #include <limits.h>
 #include <lauxlib.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -36,6 +35,7 @@
 #include <unistd.h>
 
 #include "json.h"
+#include "log.h"
 
 typedef struct cache_entry {
 	char *sql;
@@ -61,19 +61,6 @@ struct mb_store {
 
 static const char TX_DENIED[] = "transaction control (BEGIN, COMMIT, ROLLBACK, SAVEPOINT, RELEASE) "
 				"is not allowed in SQL; use mb.db.tx";
-
-static void set_err(char *err, size_t errlen, const char *fmt, ...)
-	__attribute__((format(printf, 3, 4)));
-
-static void set_err(char *err, size_t errlen, const char *fmt, ...)
-{
-	if (!err || errlen == 0)
-		return;
-	va_list ap;
-	va_start(ap, fmt);
-	vsnprintf(err, errlen, fmt, ap);
-	va_end(ap);
-}
 
 /* ---- opening ------------------------------------------------------------------------------ */
 
@@ -115,34 +102,34 @@ static void sqlite_msg(sqlite3 *db, char *buf, size_t len)
 /* A refusal at open time, worded by the kind of failure. */
 static void open_error(char *err, size_t errlen, const char *path, sqlite3 *db, int rc)
 {
-	char msg[512];
+	char msg[MB_ERR_MAX];
 	sqlite_msg(db, msg, sizeof msg);
 	switch (rc & 0xff) {
 	case SQLITE_NOTADB:
-		set_err(err, errlen, "%s: file is not a database (SQLite: %s); moonbox will not start "
-			"over it - move it aside or restore a backup", path, msg);
+		mb_seterr(err, errlen, "%s: file is not a database (SQLite: %s); moonbox will not start "
+			 "over it - move it aside or restore a backup", path, msg);
 		break;
 	case SQLITE_CORRUPT:
-		set_err(err, errlen, "%s: database file is corrupt (SQLite: %s); moonbox will not start "
-			"over it - move it aside or restore a backup (the sqlite3 shell's .recover "
-			"command may salvage its data)", path, msg);
+		mb_seterr(err, errlen, "%s: database file is corrupt (SQLite: %s); moonbox will not start "
+			 "over it - move it aside or restore a backup (the sqlite3 shell's .recover "
+			 "command may salvage its data)", path, msg);
 		break;
 	case SQLITE_CANTOPEN: case SQLITE_PERM: case SQLITE_READONLY: case SQLITE_AUTH:
-		set_err(err, errlen, "%s: cannot open for reading and writing (SQLite: %s); moonbox "
-			"will not start over it - give this user read and write permission on the file "
-			"and its directory (the WAL files are created beside it) or move it aside",
-			path, msg);
+		mb_seterr(err, errlen, "%s: cannot open for reading and writing (SQLite: %s); moonbox "
+			 "will not start over it - give this user read and write permission on the file "
+			 "and its directory (the WAL files are created beside it) or move it aside",
+			 path, msg);
 		break;
 	case SQLITE_BUSY: case SQLITE_LOCKED:
-		set_err(err, errlen, "%s: database is locked by another process (SQLite: %s); stop "
-			"the other process or raise store_busy_timeout_ms", path, msg);
+		mb_seterr(err, errlen, "%s: database is locked by another process (SQLite: %s); stop "
+			 "the other process or raise store_busy_timeout_ms", path, msg);
 		break;
 	case SQLITE_IOERR: case SQLITE_FULL:
-		set_err(err, errlen, "%s: I/O error (SQLite: %s); check the disk and free space",
-			path, msg);
+		mb_seterr(err, errlen, "%s: I/O error (SQLite: %s); check the disk and free space",
+			 path, msg);
 		break;
 	default:
-		set_err(err, errlen, "%s: cannot open the database (SQLite: %s)", path, msg);
+		mb_seterr(err, errlen, "%s: cannot open the database (SQLite: %s)", path, msg);
 		break;
 	}
 }
@@ -175,26 +162,26 @@ static int precheck_path(const char *path, char *err, size_t errlen)
 	struct stat st;
 	if (stat(path, &st) == 0) {
 		if (S_ISDIR(st.st_mode)) {
-			set_err(err, errlen, "%s: is a directory, not a database file; moonbox will not "
-				"start over it - move it aside or choose another data directory", path);
+			mb_seterr(err, errlen, "%s: is a directory, not a database file; moonbox will not "
+				 "start over it - move it aside or choose another data directory", path);
 			return -1;
 		}
 		if (!S_ISREG(st.st_mode)) {
-			set_err(err, errlen, "%s: is not a regular file; moonbox will not start over it "
-				"- move it aside or choose another data directory", path);
+			mb_seterr(err, errlen, "%s: is not a regular file; moonbox will not start over it "
+				 "- move it aside or choose another data directory", path);
 			return -1;
 		}
 		if (faccessat(AT_FDCWD, path, R_OK | W_OK, AT_EACCESS) != 0) {
-			set_err(err, errlen, "%s: cannot open for reading and writing (%s); moonbox will "
-				"not start over it - give this user read and write permission (mode 0600) "
-				"or move it aside", path, strerror(errno));
+			mb_seterr(err, errlen, "%s: cannot open for reading and writing (%s); moonbox will "
+				 "not start over it - give this user read and write permission (mode 0600) "
+				 "or move it aside", path, strerror(errno));
 			return -1;
 		}
 		return 0;
 	}
 	if (errno != ENOENT) {
-		set_err(err, errlen, "%s: cannot inspect the database file (%s); check the "
-			"permissions of its directories", path, strerror(errno));
+		mb_seterr(err, errlen, "%s: cannot inspect the database file (%s); check the "
+			 "permissions of its directories", path, strerror(errno));
 		return -1;
 	}
 	int fd = open(path, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600);
@@ -202,15 +189,15 @@ static int precheck_path(const char *path, char *err, size_t errlen)
 		if (errno == EEXIST) {
 			struct stat lst;
 			if (lstat(path, &lst) == 0 && S_ISLNK(lst.st_mode)) {
-				set_err(err, errlen, "%s: is a symbolic link to a missing file; moonbox "
-					"will not create a database through it - remove the link or "
-					"restore its target", path);
+				mb_seterr(err, errlen, "%s: is a symbolic link to a missing file; moonbox "
+					 "will not create a database through it - remove the link or "
+					 "restore its target", path);
 				return -1;
 			}
 			return 0; /* appeared meanwhile: open it like any existing file */
 		}
-		set_err(err, errlen, "%s: cannot create the database file (%s); check that its "
-			"directory exists and is writable", path, strerror(errno));
+		mb_seterr(err, errlen, "%s: cannot create the database file (%s); check that its "
+			 "directory exists and is writable", path, strerror(errno));
 		return -1;
 	}
 	close(fd);
@@ -248,7 +235,7 @@ int mb_store_open(mb_store **out, const char *path, int busy_timeout_ms, char *e
 	mb_store *s = NULL;
 	char text[256];
 	if (!path || !*path) {
-		set_err(err, errlen, "store: the database path is empty");
+		mb_seterr(err, errlen, "store: the database path is empty");
 		return -1;
 	}
 	if (precheck_path(path, err, errlen) != 0)
@@ -257,7 +244,7 @@ int mb_store_open(mb_store **out, const char *path, int busy_timeout_ms, char *e
 				 SQLITE_OPEN_NOMUTEX | SQLITE_OPEN_EXRESCODE, NULL);
 	if (rc != SQLITE_OK) {
 		if (!db) {
-			set_err(err, errlen, "%s: cannot open the database (SQLite: out of memory)", path);
+			mb_seterr(err, errlen, "%s: cannot open the database (SQLite: out of memory)", path);
 			return -1;
 		}
 		open_error(err, errlen, path, db, rc);
@@ -265,9 +252,9 @@ int mb_store_open(mb_store **out, const char *path, int busy_timeout_ms, char *e
 	}
 	sqlite3_extended_result_codes(db, 1);
 	if (sqlite3_db_readonly(db, "main") == 1) {
-		set_err(err, errlen, "%s: cannot open for reading and writing (SQLite opened it "
-			"read-only); moonbox will not start over it - give this user write permission "
-			"on the file and its directory or move it aside", path);
+		mb_seterr(err, errlen, "%s: cannot open for reading and writing (SQLite opened it "
+			 "read-only); moonbox will not start over it - give this user write permission "
+			 "on the file and its directory or move it aside", path);
 		goto fail;
 	}
 	sqlite3_busy_timeout(db, busy_timeout_ms < 0 ? 0 : busy_timeout_ms);
@@ -288,9 +275,9 @@ int mb_store_open(mb_store **out, const char *path, int busy_timeout_ms, char *e
 		goto fail;
 	}
 	if (strcmp(text, "ok") != 0) {
-		set_err(err, errlen, "%s: database file is corrupt (quick_check: %s); moonbox will not "
-			"start over it - move it aside or restore a backup (the sqlite3 shell's .recover "
-			"command may salvage its data)", path, text);
+		mb_seterr(err, errlen, "%s: database file is corrupt (quick_check: %s); moonbox will not "
+			 "start over it - move it aside or restore a backup (the sqlite3 shell's .recover "
+			 "command may salvage its data)", path, text);
 		goto fail;
 	}
 	/* WAL is switched on by mb_store_migrate once the schema is known to be ours: a file
@@ -303,7 +290,7 @@ int mb_store_open(mb_store **out, const char *path, int busy_timeout_ms, char *e
 
 	s = calloc(1, sizeof *s);
 	if (!s || !(s->path = strdup(path))) {
-		set_err(err, errlen, "%s: out of memory opening the store", path);
+		mb_seterr(err, errlen, "%s: out of memory opening the store", path);
 		goto fail;
 	}
 	s->db = db;
@@ -330,9 +317,9 @@ static int switch_to_wal(mb_store *s, char *err, size_t errlen)
 		return -1;
 	}
 	if (strcmp(text, "wal") != 0) {
-		set_err(err, errlen, "%s: cannot switch the database to WAL journal mode (it stays "
-			"in \"%s\" mode); moonbox needs WAL for crash safety - put the data directory "
-			"on a local file system", s->path, text);
+		mb_seterr(err, errlen, "%s: cannot switch the database to WAL journal mode (it stays "
+			 "in \"%s\" mode); moonbox needs WAL for crash safety - put the data directory "
+			 "on a local file system", s->path, text);
 		return -1;
 	}
 	return 0;
@@ -486,20 +473,20 @@ static void rollback_quietly(mb_store *s)
 
 int mb_store_migrate(mb_store *s, const char *const *steps, int n, char *err, size_t errlen)
 {
-	char msg[512];
+	char msg[MB_ERR_MAX];
 	int v;
 	if (n < 0) {
-		set_err(err, errlen, "%s: invalid migration count %d", s->path, n);
+		mb_seterr(err, errlen, "%s: invalid migration count %d", s->path, n);
 		return -1;
 	}
 	if (s->tx_depth > 0) {
-		set_err(err, errlen, "%s: cannot migrate inside a transaction (mb.db.tx)", s->path);
+		mb_seterr(err, errlen, "%s: cannot migrate inside a transaction (mb.db.tx)", s->path);
 		return -1;
 	}
 	reset_leftover(s);
 	if (read_user_version(s, &v) != SQLITE_OK) {
 		sqlite_msg(s->db, msg, sizeof msg);
-		set_err(err, errlen, "%s: cannot read the schema version (SQLite: %s)", s->path, msg);
+		mb_seterr(err, errlen, "%s: cannot read the schema version (SQLite: %s)", s->path, msg);
 		return -1;
 	}
 	if (v > n)
@@ -513,17 +500,17 @@ int mb_store_migrate(mb_store *s, const char *const *steps, int n, char *err, si
 			tables = sqlite3_column_int(st, 0);
 		sqlite3_finalize(st);
 		if (tables != 0) {
-			set_err(err, errlen, "%s: not a moonbox database (it has tables but no moonbox "
-				"schema version); moonbox will not add its tables to it - point --data-dir "
-				"elsewhere or move the file aside", s->path);
+			mb_seterr(err, errlen, "%s: not a moonbox database (it has tables but no moonbox "
+				 "schema version); moonbox will not add its tables to it - point --data-dir "
+				 "elsewhere or move the file aside", s->path);
 			return refuse(s);
 		}
 	}
 	for (int i = v + 1; i <= n; i++) {
 		if (internal_exec(s, "BEGIN IMMEDIATE") != SQLITE_OK) {
 			sqlite_msg(s->db, msg, sizeof msg);
-			set_err(err, errlen, "%s: migration %d of %d: cannot start a transaction "
-				"(SQLite: %s)", s->path, i, n, msg);
+			mb_seterr(err, errlen, "%s: migration %d of %d: cannot start a transaction "
+				 "(SQLite: %s)", s->path, i, n, msg);
 			return -1;
 		}
 		/* Another process may have migrated between our read and our lock. */
@@ -531,8 +518,8 @@ int mb_store_migrate(mb_store *s, const char *const *steps, int n, char *err, si
 		if (read_user_version(s, &cur) != SQLITE_OK) {
 			sqlite_msg(s->db, msg, sizeof msg);
 			rollback_quietly(s);
-			set_err(err, errlen, "%s: cannot read the schema version (SQLite: %s)", s->path,
-				msg);
+			mb_seterr(err, errlen, "%s: cannot read the schema version (SQLite: %s)", s->path,
+				 msg);
 			return -1;
 		}
 		if (cur >= i) {
@@ -545,7 +532,7 @@ int mb_store_migrate(mb_store *s, const char *const *steps, int n, char *err, si
 		}
 		if (!steps || !steps[i - 1]) {
 			rollback_quietly(s);
-			set_err(err, errlen, "%s: migration %d of %d is missing (NULL)", s->path, i, n);
+			mb_seterr(err, errlen, "%s: migration %d of %d is missing (NULL)", s->path, i, n);
 			return -1;
 		}
 		s->denied_tx = 0;
@@ -565,15 +552,15 @@ int mb_store_migrate(mb_store *s, const char *const *steps, int n, char *err, si
 				sqlite_msg(s->db, msg, sizeof msg);
 			s->denied_tx = 0;
 			rollback_quietly(s);
-			set_err(err, errlen, "%s: migration %d of %d failed: %s; the database stays at "
-				"schema version %d", s->path, i, n, msg, i - 1);
+			mb_seterr(err, errlen, "%s: migration %d of %d failed: %s; the database stays at "
+				 "schema version %d", s->path, i, n, msg, i - 1);
 			return refuse(s);
 		}
 	}
 	return switch_to_wal(s, err, errlen);
 newer:
-	set_err(err, errlen, "%s: schema version %d is newer than this moonbox knows (%d); upgrade "
-		"moonbox", s->path, v, n);
+	mb_seterr(err, errlen, "%s: schema version %d is newer than this moonbox knows (%d); upgrade "
+		 "moonbox", s->path, v, n);
 	return refuse(s);
 }
 
@@ -628,7 +615,7 @@ static void check_tx_alive(lua_State *L, mb_store *s)
 /* Takes the message of a failed step, resets the statement, then raises. */
 static int raise_stmt(lua_State *L, mb_store *s, sqlite3_stmt *st)
 {
-	char msg[512];
+	char msg[MB_ERR_MAX];
 	snprintf(msg, sizeof msg, "%s", sqlite3_errmsg(s->db));
 	stmt_done(s, st);
 	return raise_msg(L, s, msg);
@@ -648,7 +635,7 @@ static const char *check_sql(lua_State *L, mb_store *s, size_t *len)
 /* Compiles (or finds) the statement in argument 1 and binds arguments 2.. to it. */
 static sqlite3_stmt *prepare_bind(lua_State *L, mb_store *s)
 {
-	char msg[512];
+	char msg[MB_ERR_MAX];
 	size_t len;
 	const char *sql = check_sql(L, s, &len);
 	sqlite3_stmt *st = cache_get(s, sql, len, msg, sizeof msg);
@@ -746,7 +733,7 @@ static int l_exec(lua_State *L)
 	s->denied_tx = 0;
 	int rc = sqlite3_exec(s->db, sql, NULL, NULL, &emsg);
 	if (rc != SQLITE_OK) {
-		char msg[512];
+		char msg[MB_ERR_MAX];
 		snprintf(msg, sizeof msg, "%s", s->denied_tx ? TX_DENIED :
 			 emsg ? emsg : sqlite3_errmsg(s->db));
 		sqlite3_free(emsg);
@@ -820,7 +807,7 @@ static void tx_undo(mb_store *s, int outer)
 static int l_tx(lua_State *L)
 {
 	mb_store *s = store_of(L);
-	char msg[512];
+	char msg[MB_ERR_MAX];
 	luaL_checktype(L, 1, LUA_TFUNCTION);
 	int outer = s->tx_depth == 0;
 	reset_leftover(s);
@@ -869,7 +856,7 @@ static int l_migrate(lua_State *L)
 					  s->path);
 		lua_pop(L, 1);
 	}
-	char err[1024];
+	char err[MB_ERR_MAX];
 	if (mb_store_migrate(s, steps, (int)n, err, sizeof err) != 0)
 		return luaL_error(L, "store: %s", err);
 	lua_pushboolean(L, 1);

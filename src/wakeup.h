@@ -3,8 +3,9 @@
  * It does what uv_async_t does, without the busy-wait of libuv 1.44 (Debian 12): there the loop
  * thread spins (up to 997 `pause` instructions, then sched_yield) whenever a sending thread was
  * preempted between marking the handle busy and finishing its write - which on a 2-core machine
- * is every time the write itself wakes the loop thread onto the sender's core. Measured with perf
- * on the gateway benchmark, that spin was 11% of moonbox's CPU samples; docs/architecture.md.
+ * is every time the write itself wakes the loop thread onto the sender's core. perf on the
+ * gateway benchmark found a large share of moonbox's CPU time in that spin (docs/benchmarks.md,
+ * "After the eventfd wake-up and the fast decoder"; docs/architecture.md says why).
  *
  * Thread rules: mb_wakeup_send may be called from any thread, at any time before
  * mb_wakeup_release; everything else runs on the loop thread. Sends coalesce: any number of

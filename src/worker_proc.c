@@ -339,7 +339,7 @@ static void *serve(void *arg)
 	mb_sandbox_thread_init();
 	mb_sandbox *sb = mb_sandbox_prepare(&cfg);
 
-	char err[512];
+	char err[MB_ERR_MAX];
 	mb_confine_report rep;
 	mb_confine_opts co = {.channel_fd = MB_WORKER_FD, .address_space = 0};
 	if (mb_confine(&co, &rep, err, sizeof err) != 0)
@@ -388,7 +388,7 @@ int mb_worker_main(void)
 	if (mb_codec_init() != 0 || mb_sandbox_global_init() != 0)
 		die("initialisation failed");
 	mb_pii_detector *d = NULL;
-	char err[512];
+	char err[MB_ERR_MAX];
 	if (mb_pii_from_config(&cfg, &d, NULL, err, sizeof err) != 0)
 		die(err);
 	mb_sandbox_pii_set(d, NULL);

@@ -476,7 +476,7 @@ static int on_ws(mb_relay *r, mb_wmsg *m, const mb_exec_request *req)
 	if (mb_wmsg_u64(m, &op) || mb_wmsg_bytes(m, &path, &pn) || mb_wmsg_u64(m, &has_path) ||
 	    mb_wmsg_bytes(m, &data, &dn))
 		return -1;
-	char err[1024] = "";
+	char err[MB_ERR_MAX] = "";
 	mb_wbuf *w = &r->wb;
 	mb_workspace *ws = req->workspace;
 	if (!ws) {
@@ -563,7 +563,7 @@ static void crashed(mb_relay *r, mb_exec_result *res)
 {
 	int st = stop_worker(r, 0);
 	atomic_fetch_add(&n_crashed, 1);
-	char msg[256];
+	char msg[MB_ERR_MAX];
 	if (st >= 0 && WIFSIGNALED(st))
 		snprintf(msg, sizeof msg, "the worker process running this execution died of %s; "
 			 "nothing else was affected", signal_name(WTERMSIG(st)));
@@ -581,7 +581,7 @@ int mb_relay_run(mb_relay *r, const mb_exec_request *req, mb_budget *b, mb_exec_
 	memset(res, 0, sizeof *res);
 	uint64_t t0 = mb_now_ns();
 	mb_codec_hash_hex(req->code, req->code_len, res->code_hash);
-	char err[512];
+	char err[MB_ERR_MAX];
 	if (mb_relay_ready(r, err, sizeof err) != 0) {
 		mb_log(MB_LOG_ERROR, "pool: %s", err);
 		set_failure(res, "crashed", err);
@@ -634,7 +634,7 @@ int mb_relay_run(mb_relay *r, const mb_exec_request *req, mb_budget *b, mb_exec_
 			if (why == MB_STOP_NONE)
 				why = MB_STOP_TIMEOUT;
 			mb_budget_trip(b, why);
-			char msg[256];
+			char msg[MB_ERR_MAX];
 			mb_budget_message(b, msg, sizeof msg);
 			set_failure(res, mb_stop_name(why), msg);
 			break;
@@ -674,7 +674,7 @@ int mb_relay_run(mb_relay *r, const mb_exec_request *req, mb_budget *b, mb_exec_
 out:
 	if (mb_budget_check(b) != MB_STOP_NONE && res->success) {
 		/* as on a thread: a limit decides the outcome */
-		char msg[256];
+		char msg[MB_ERR_MAX];
 		mb_budget_message(b, msg, sizeof msg);
 		set_failure(res, mb_stop_name((mb_stop_reason)atomic_load(&b->stop)), msg);
 	}

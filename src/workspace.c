@@ -24,6 +24,8 @@
  */
 #include "workspace.h"
 
+#include "log.h"
+
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -73,12 +75,10 @@ struct mb_workspaces {
 __attribute__((format(printf, 4, 5)))
 static int fail(char *err, size_t errlen, int rc, const char *fmt, ...)
 {
-	if (err && errlen) {
-		va_list ap;
-		va_start(ap, fmt);
-		vsnprintf(err, errlen, fmt, ap);
-		va_end(ap);
-	}
+	va_list ap;
+	va_start(ap, fmt);
+	mb_vseterr(err, errlen, fmt, ap);
+	va_end(ap);
 	return rc;
 }
 

@@ -15,10 +15,9 @@
 #include <string.h>
 
 #include "json.h"
+#include "log.h"
 #include "workspace.h"
 #include "workspace_push.h"
-
-#define ERRLEN 640
 
 static int fail3(lua_State *L, const char *msg, const char *code)
 {
@@ -45,7 +44,7 @@ static mb_workspace *tenant_ws(lua_State *L, char *err, size_t errlen)
 /* read(tenant, path) -> data | nil, msg, code */
 static int l_read(lua_State *L)
 {
-	char err[ERRLEN];
+	char err[MB_ERR_MAX];
 	mb_workspace *ws = tenant_ws(L, err, sizeof err);
 	size_t plen, n;
 	const char *path = luaL_checklstring(L, 2, &plen);
@@ -66,7 +65,7 @@ static int l_read(lua_State *L)
 /* write(tenant, path, data) -> true | nil, msg, code */
 static int l_write(lua_State *L)
 {
-	char err[ERRLEN];
+	char err[MB_ERR_MAX];
 	mb_workspace *ws = tenant_ws(L, err, sizeof err);
 	size_t plen, n;
 	const char *path = luaL_checklstring(L, 2, &plen);
@@ -84,7 +83,7 @@ static int l_write(lua_State *L)
 /* delete(tenant, path) -> true (deleted) | false (no such file) | nil, msg, code */
 static int l_delete(lua_State *L)
 {
-	char err[ERRLEN];
+	char err[MB_ERR_MAX];
 	mb_workspace *ws = tenant_ws(L, err, sizeof err);
 	size_t plen;
 	const char *path = luaL_checklstring(L, 2, &plen);
@@ -101,7 +100,7 @@ static int l_delete(lua_State *L)
  * does not exist lists as empty. */
 static int l_list(lua_State *L)
 {
-	char err[ERRLEN];
+	char err[MB_ERR_MAX];
 	mb_workspace *ws = tenant_ws(L, err, sizeof err);
 	size_t dlen = 0;
 	const char *dir = luaL_optlstring(L, 2, NULL, &dlen);
@@ -121,7 +120,7 @@ static int l_list(lua_State *L)
 /* stat(tenant, path) -> {size=, modified=, is_dir=} | nil (missing) | nil, msg, code */
 static int l_stat(lua_State *L)
 {
-	char err[ERRLEN];
+	char err[MB_ERR_MAX];
 	mb_workspace *ws = tenant_ws(L, err, sizeof err);
 	size_t plen;
 	const char *path = luaL_checklstring(L, 2, &plen);
@@ -148,7 +147,7 @@ static int l_stat(lua_State *L)
 /* usage(tenant) -> {files=, bytes=, max_files=, max_bytes=, max_file_bytes=} | nil, msg, code */
 static int l_usage(lua_State *L)
 {
-	char err[ERRLEN];
+	char err[MB_ERR_MAX];
 	mb_workspace *ws = tenant_ws(L, err, sizeof err);
 	if (!ws)
 		return fail3(L, err, "invalid");

@@ -15,6 +15,7 @@
 #include <yaml.h>
 
 #include "json.h"
+#include "log.h"
 
 #define MAX_DEPTH_CAP 256
 
@@ -211,7 +212,7 @@ int mb_yaml_decode_lua(lua_State *L)
 {
 	size_t len;
 	const char *s = luaL_checklstring(L, 1, &len);
-	char err[300];
+	char err[MB_ERR_MAX];
 	if (mb_yaml_decode(L, s, len, 64, err, sizeof err) != 0) {
 		lua_pushnil(L);
 		lua_pushstring(L, err);

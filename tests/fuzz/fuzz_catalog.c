@@ -23,14 +23,7 @@ static char builtin[32];
 
 static const char setup[] =
 	"local catalog = require('mcp.catalog')\n"
-	"local function upv(f, name)\n"
-	"  for i = 1, 255 do\n"
-	"    local n, v = debug.getupvalue(f, i)\n"
-	"    if n == nil then break end\n"
-	"    if n == name then return v end\n"
-	"  end\n"
-	"  error('no upvalue ' .. name)\n"
-	"end\n"
+	FZ_LUA_UPV
 	"local ensure = upv(catalog.import, 'ensure_started')\n"
 	"local start = upv(ensure, 'start')\n"
 	"local schedule = upv(upv(start, 'on_change'), 'schedule')\n"

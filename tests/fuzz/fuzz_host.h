@@ -42,6 +42,18 @@
 #include "store.h"
 #include "workspace.h"
 
+/* Lua source of upv(f, name): the upvalue called name of function f, or an error. The harness
+ * chunks reach a module's local functions with it; put it into a chunk's text. */
+#define FZ_LUA_UPV \
+	"local function upv(f, name)\n" \
+	"  for i = 1, 255 do\n" \
+	"    local n, v = debug.getupvalue(f, i)\n" \
+	"    if n == nil then break end\n" \
+	"    if n == name then return v end\n" \
+	"  end\n" \
+	"  error('no upvalue ' .. name)\n" \
+	"end\n"
+
 #define FZ_FAIL(...) do { fprintf(stderr, "FUZZ INVARIANT: " __VA_ARGS__); fputc('\n', stderr); abort(); } while (0)
 
 static struct {

@@ -18,6 +18,7 @@
  *        lua5.4 jansson) -lm -o build/fuzz_json
  */
 #include "budget.h"
+#include "fuzz_utf8.h"
 #include "json.h"
 
 #include <lauxlib.h>
@@ -30,35 +31,6 @@
 
 static lua_State *state;
 static mb_budget budget;
-
-static int valid_utf8(const char *s, size_t n)
-{
-	/* independent re-implementation (no overlongs, no surrogates, max U+10FFFF) */
-	const unsigned char *p = (const unsigned char *)s;
-	size_t i = 0;
-	while (i < n) {
-		unsigned c = p[i];
-		size_t len;
-		uint32_t cp;
-		if (c < 0x80) { i++; continue; }
-		else if ((c & 0xE0) == 0xC0) { len = 2; cp = c & 0x1F; }
-		else if ((c & 0xF0) == 0xE0) { len = 3; cp = c & 0x0F; }
-		else if ((c & 0xF8) == 0xF0) { len = 4; cp = c & 0x07; }
-		else return 0;
-		if (i + len > n)
-			return 0;
-		for (size_t k = 1; k < len; k++) {
-			if ((p[i + k] & 0xC0) != 0x80)
-				return 0;
-			cp = (cp << 6) | (p[i + k] & 0x3F);
-		}
-		if ((len == 2 && cp < 0x80) || (len == 3 && cp < 0x800) || (len == 4 && cp < 0x10000) ||
-		    cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF))
-			return 0;
-		i += len;
-	}
-	return 1;
-}
 
 static int same(lua_State *L, int a, int b)
 {
@@ -106,7 +78,7 @@ static void check_budget(const char *when)
 
 static void check_message(const char *err)
 {
-	if (!valid_utf8(err, strlen(err)))
+	if (!fz_valid_utf8(err, strlen(err)))
 		FAIL("error message is not valid UTF-8: %s", err);
 	if (err[0] == '\0')
 		FAIL("empty error message");
@@ -132,7 +104,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		check_budget("encode");
 		if (!s)
 			FAIL("decoded value does not re-encode: %s", err);
-		if (memchr(s, '\n', len) || strlen(s) != len || !valid_utf8(s, len))
+		if (memchr(s, '\n', len) || strlen(s) != len || !fz_valid_utf8(s, len))
 			FAIL("encoded text has a raw newline, a NUL or invalid UTF-8");
 		if (mb_json_decode(L, s, len, &lim, err, sizeof err) != 0)
 			FAIL("re-encoded text does not decode: %s\n%s", err, s);
@@ -157,7 +129,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	lua_pushlstring(L, (const char *)data, size);
 	char *s = mb_json_encode(L, 1, &lim, 0, &len, err, sizeof err);
 	check_budget("string encode");
-	if ((s != NULL) != valid_utf8((const char *)data, size))
+	if ((s != NULL) != fz_valid_utf8(data, size))
 		FAIL("strict string encode %s valid UTF-8", s ? "accepted in" : "rejected");
 	if (!s)
 		check_message(err);
@@ -166,10 +138,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	check_budget("lenient string encode");
 	if (!s)
 		FAIL("lenient string encode failed: %s", err);
-	if (!valid_utf8(s, len3) || mb_json_decode(L, s, len3, &lim, err, sizeof err) != 0 ||
+	if (!fz_valid_utf8(s, len3) || mb_json_decode(L, s, len3, &lim, err, sizeof err) != 0 ||
 	    lua_type(L, -1) != LUA_TSTRING)
 		FAIL("lenient string encode gave bad JSON: %s", s);
-	if (valid_utf8((const char *)data, size) && !lua_rawequal(L, 1, -1))
+	if (fz_valid_utf8(data, size) && !lua_rawequal(L, 1, -1))
 		FAIL("valid string changed by lenient encode");
 	free(s);
 	lua_settop(L, 0);
@@ -197,7 +169,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	check_budget("table encode");
 	if (!s)
 		FAIL("lenient table encode failed: %s", err);
-	if (memchr(s, '\n', len) || strlen(s) != len || !valid_utf8(s, len))
+	if (memchr(s, '\n', len) || strlen(s) != len || !fz_valid_utf8(s, len))
 		FAIL("table text has a raw newline, a NUL or invalid UTF-8");
 	if (mb_json_decode(L, s, len, &lim, err, sizeof err) == 0) {
 		if (lua_type(L, -1) != LUA_TTABLE)

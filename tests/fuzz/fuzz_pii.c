@@ -28,6 +28,7 @@
  * (the host's vault cache grows between inputs; ASan still checks every access)
  */
 #include "fuzz_host.h"
+#include "fuzz_utf8.h"
 #include "pii.h"
 
 static mb_pii_detector *det[2];   /* built-in only; with the custom patterns */
@@ -122,33 +123,6 @@ static char *restore(const char *s, size_t len, size_t *out_len)
 	out[n] = 0;
 	*out_len = n;
 	return out;
-}
-
-static int valid_utf8(const unsigned char *p, size_t n)
-{
-	size_t i = 0;
-	while (i < n) {
-		unsigned c = p[i];
-		size_t len;
-		uint32_t cp;
-		if (c < 0x80) { i++; continue; }
-		else if ((c & 0xE0) == 0xC0) { len = 2; cp = c & 0x1F; }
-		else if ((c & 0xF0) == 0xE0) { len = 3; cp = c & 0x0F; }
-		else if ((c & 0xF8) == 0xF0) { len = 4; cp = c & 0x07; }
-		else return 0;
-		if (i + len > n)
-			return 0;
-		for (size_t k = 1; k < len; k++) {
-			if ((p[i + k] & 0xC0) != 0x80)
-				return 0;
-			cp = (cp << 6) | (p[i + k] & 0x3F);
-		}
-		if ((len == 2 && cp < 0x80) || (len == 3 && cp < 0x800) || (len == 4 && cp < 0x10000) ||
-		    cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF))
-			return 0;
-		i += len;
-	}
-	return 1;
 }
 
 static void show(const char *what, const char *s, size_t n)
@@ -295,7 +269,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		free(r1);
 		free(r0);
 
-		if (valid_utf8((const unsigned char *)x, len) && !valid_utf8((const unsigned char *)res.text, res.len)) {
+		if (fz_valid_utf8(x, len) && !fz_valid_utf8(res.text, res.len)) {
 			show("text", x, len);
 			show("sanitized", res.text, res.len);
 			FZ_FAIL("valid UTF-8 in, invalid UTF-8 out");

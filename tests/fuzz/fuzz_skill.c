@@ -29,14 +29,7 @@ static char file_path[512], dir_path[512], md_path[600], init_path[600];
 
 static const char setup[] =
 	"local skills = require('mcp.skills')\n"
-	"local function upv(f, name)\n"
-	"  for i = 1, 255 do\n"
-	"    local n, v = debug.getupvalue(f, i)\n"
-	"    if n == nil then break end\n"
-	"    if n == name then return v end\n"
-	"  end\n"
-	"  error('no upvalue ' .. name)\n"
-	"end\n"
+	FZ_LUA_UPV
 	"FZ_INDEX = upv(upv(skills.get_tenant, 'scan'), 'index_skill')\n"
 	"FZ_T = skills.get_tenant('default')\n"
 	"return FZ_T.dir\n";

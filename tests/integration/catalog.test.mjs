@@ -13,10 +13,7 @@ import { tmpdir } from "node:os";
 import path from "node:path";
 import { setTimeout as sleep } from "node:timers/promises";
 
-import { Client } from "@modelcontextprotocol/sdk/client/index.js";
-import { StdioClientTransport } from "@modelcontextprotocol/sdk/client/stdio.js";
-
-import { MOONBOX, TESTS_DIR, requireBinary } from "../lib/moonbox.mjs";
+import { TESTS_DIR, connectClient } from "../lib/moonbox.mjs";
 
 const T = { timeout: 30000 };
 const FIXTURES = path.join(TESTS_DIR, "integration/fixtures/catalog");
@@ -30,41 +27,27 @@ const FIXTURES = path.join(TESTS_DIR, "integration/fixtures/catalog");
  * @param {Record<string, string>} [opts.files] extra files to write into the catalog dir first
  */
 async function start(opts = {}) {
-  requireBinary();
-  const ownData = !opts.dataDir;
   const ownCatalog = !opts.catalogDir;
-  const dataDir = opts.dataDir ?? mkdtempSync(path.join(tmpdir(), "moonbox-cat-data-"));
   const catalogDir = opts.catalogDir ?? mkdtempSync(path.join(tmpdir(), "moonbox-cat-dir-"));
   if (ownCatalog && opts.fixtures !== false) cpSync(FIXTURES, catalogDir, { recursive: true });
   for (const [name, content] of Object.entries(opts.files ?? {})) {
     writeFileSync(path.join(catalogDir, name), content);
   }
-  const transport = new StdioClientTransport({
-    command: MOONBOX,
-    args: ["--data-dir", dataDir, "--catalog-dir", catalogDir, ...(opts.args ?? [])],
-    env: { ...process.env },
-    stderr: "pipe",
-  });
-  let stderr = "";
-  transport.stderr?.on("data", (c) => {
-    if (stderr.length < 1 << 20) stderr += c.toString("utf8");
-  });
-  const client = new Client({ name: "moonbox-catalog-test", version: "0.0.0" });
+  const removeCatalog = () => { if (ownCatalog) rmSync(catalogDir, { recursive: true, force: true }); };
+  let s;
   try {
-    await client.connect(transport);
+    s = await connectClient({ dataDir: opts.dataDir, args: ["--catalog-dir", catalogDir, ...(opts.args ?? [])],
+      name: "moonbox-catalog-test" });
   } catch (e) {
-    e.message += `\nmoonbox stderr:\n${stderr.slice(-2000)}`;
+    removeCatalog();
     throw e;
   }
   return {
-    client,
-    dataDir,
+    ...s,
     catalogDir,
-    stderr: () => stderr,
     async close() {
-      await client.close().catch(() => {});
-      if (ownData) rmSync(dataDir, { recursive: true, force: true });
-      if (ownCatalog) rmSync(catalogDir, { recursive: true, force: true });
+      await s.close();
+      removeCatalog();
     },
   };
 }

@@ -29,7 +29,7 @@ import { setTimeout as sleep } from "node:timers/promises";
 
 import {
   MOONBOX, TESTS_DIR, UPSTREAM_JS, connectWithConfig, execute, makeDataDir, nodeServer,
-  requireBinary, tapProgress, upstreamStats, waitUpstream,
+  requireBinary, tapProgress, toolErrText as errText, upstreamStats, waitUpstream,
 } from "../lib/moonbox.mjs";
 
 const T = { timeout: 60000 };
@@ -91,11 +91,6 @@ const call = (s, name, args) => s.client.callTool({ name, arguments: args });
 function ok(res) {
   assert.notEqual(res.isError, true, `unexpected tool error: ${JSON.stringify(res).slice(0, 800)}`);
   return res.structuredContent;
-}
-
-function errText(res) {
-  assert.equal(res.isError, true, `expected isError: ${JSON.stringify(res).slice(0, 800)}`);
-  return res.content.filter((c) => c.type === "text").map((c) => c.text).join("\n");
 }
 
 /** Polls fn until it returns a truthy value; returns it, or throws after ms. */

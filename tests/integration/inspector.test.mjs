@@ -43,6 +43,16 @@ function parseOut(r) {
   }
 }
 
+/** Asserts that out (the CLI's JSON) is one successful execute_code result with the value 42. */
+function assertAnswered42(out) {
+  assert.deepEqual(Object.keys(out), ["result"], JSON.stringify(out).slice(0, 1000));
+  const res = out.result;
+  assert.notEqual(res.isError, true, JSON.stringify(res).slice(0, 1000));
+  assert.equal(res.structuredContent.success, true);
+  assert.equal(res.structuredContent.result, 42);
+  assert.deepEqual(JSON.parse(res.content[0].text), res.structuredContent);
+}
+
 describe("MCP Inspector CLI", () => {
   before(() => {
     requireBinary();
@@ -68,22 +78,12 @@ describe("MCP Inspector CLI", () => {
   it("tools/call with --tool-arg returns 42", T, async () => {
     const out = parseOut(await inspector(["--method", "tools/call", "--tool-name", "execute_code",
       "--tool-arg", "code=return 6*7", "--format", "json"]));
-    assert.deepEqual(Object.keys(out), ["result"], JSON.stringify(out).slice(0, 1000));
-    const res = out.result;
-    assert.notEqual(res.isError, true, JSON.stringify(res).slice(0, 1000));
-    assert.equal(res.structuredContent.success, true);
-    assert.equal(res.structuredContent.result, 42);
-    assert.deepEqual(JSON.parse(res.content[0].text), res.structuredContent);
+    assertAnswered42(out);
   });
 
   it("tools/call with --tool-args-json returns 42", T, async () => {
     const out = parseOut(await inspector(["--method", "tools/call", "--tool-name", "execute_code",
       "--tool-args-json", JSON.stringify({ code: "return 6*7" }), "--format", "json"]));
-    assert.deepEqual(Object.keys(out), ["result"], JSON.stringify(out).slice(0, 1000));
-    const res = out.result;
-    assert.notEqual(res.isError, true, JSON.stringify(res).slice(0, 1000));
-    assert.equal(res.structuredContent.success, true);
-    assert.equal(res.structuredContent.result, 42);
-    assert.deepEqual(JSON.parse(res.content[0].text), res.structuredContent);
+    assertAnswered42(out);
   });
 });

@@ -12,10 +12,10 @@ import { spawnSync } from "node:child_process";
 import { readFileSync, rmSync, statSync, writeFileSync } from "node:fs";
 import path from "node:path";
 
-import { Client } from "@modelcontextprotocol/sdk/client/index.js";
-import { StdioClientTransport } from "@modelcontextprotocol/sdk/client/stdio.js";
-
-import { MOONBOX, execute, makeDataDir, makeSkillsDir, requireBinary, sqlite3Cli } from "../lib/moonbox.mjs";
+import {
+  MOONBOX, connectClient, connectWithSkills, execute, makeDataDir, requireBinary, sqlite3Cli,
+  toolErrText as errText, toolOk as ok, useServer, withDataDir,
+} from "../lib/moonbox.mjs";
 
 const T = { timeout: 30000 };
 
@@ -49,61 +49,14 @@ const hexOf = (token) => token.match(/_([0-9a-f]+)\]$/)[1];
  * client. opts: { dataDir, args, env, skills (relative path -> text for a --skills-dir) }.
  */
 async function start(opts = {}) {
-  requireBinary();
-  const owns = !opts.dataDir;
-  const dataDir = opts.dataDir ?? makeDataDir();
-  const skillsDir = opts.skills ? makeSkillsDir(opts.skills) : null;
-  const args = ["--data-dir", dataDir, ...(skillsDir ? ["--skills-dir", skillsDir] : []), ...(opts.args ?? [])];
-  const transport = new StdioClientTransport({
-    command: MOONBOX, args, env: { ...process.env, ...(opts.env ?? {}) }, stderr: "pipe",
-  });
-  let stderr = "";
-  transport.stderr?.on("data", (c) => {
-    if (stderr.length < 1 << 20) stderr += c.toString("utf8");
-  });
-  const client = new Client({ name: "moonbox-pii-test", version: "0.0.0" });
-  const cleanup = () => {
-    if (owns) rmSync(dataDir, { recursive: true, force: true });
-    if (skillsDir) rmSync(skillsDir, { recursive: true, force: true });
-  };
-  try {
-    await client.connect(transport);
-  } catch (e) {
-    await transport.close().catch(() => {});
-    cleanup();
-    e.message += `\nmoonbox stderr:\n${stderr.slice(-2000)}`;
-    throw e;
-  }
-  return {
-    client, dataDir, db: path.join(dataDir, "moonbox.db"), stderr: () => stderr,
-    async close() {
-      await client.close().catch(() => {});
-      cleanup();
-    },
-  };
+  const connect = opts.skills ? connectWithSkills : connectClient;
+  const s = await connect({ ...opts, name: "moonbox-pii-test" });
+  return { ...s, db: path.join(s.dataDir, "moonbox.db") };
 }
 
 /** Starts a server, runs fn(s), always closes it (adding stderr to a failure). */
 async function withServer(opts, fn) {
-  const s = await start(opts);
-  try {
-    return await fn(s);
-  } catch (e) {
-    e.message += `\nmoonbox stderr (tail):\n${s.stderr().slice(-1500)}`;
-    throw e;
-  } finally {
-    await s.close();
-  }
-}
-
-/** Runs fn(dir) with a fresh data directory that outlives server restarts; removes it after. */
-async function withDataDir(fn) {
-  const dir = makeDataDir();
-  try {
-    return await fn(dir);
-  } finally {
-    rmSync(dir, { recursive: true, force: true });
-  }
+  return useServer(await start(opts), fn);
 }
 
 /** Runs the binary with stdin closed (it serves nothing and exits); for start-up checks. */
@@ -123,20 +76,6 @@ function startOnce(args, dataDir) {
 
 function call(s, name, args) {
   return s.client.callTool({ name, arguments: args });
-}
-
-/** structuredContent of a successful tool result (asserts isError is false and text = JSON). */
-function ok(res) {
-  assert.notEqual(res.isError, true, `unexpected tool error: ${JSON.stringify(res).slice(0, 800)}`);
-  assert.equal(typeof res.structuredContent, "object", JSON.stringify(res).slice(0, 500));
-  assert.deepEqual(JSON.parse(res.content[0].text), res.structuredContent);
-  return res.structuredContent;
-}
-
-/** The text of an isError tool result. */
-function errText(res) {
-  assert.equal(res.isError, true, `expected isError: ${JSON.stringify(res).slice(0, 800)}`);
-  return res.content.filter((c) => c.type === "text").map((c) => c.text).join("\n");
 }
 
 const sanitize = async (s, text, types) => ok(await call(s, "sanitize_pii", types ? { text, types } : { text }));

@@ -18,7 +18,9 @@ import {
   LoggingMessageNotificationSchema,
 } from "@modelcontextprotocol/sdk/types.js";
 
-import { connectWithSkills, execute, TESTS_DIR } from "../lib/moonbox.mjs";
+import {
+  connectWithSkills, execute, TESTS_DIR, toolErrText as errText, toolOk as ok, useServer,
+} from "../lib/moonbox.mjs";
 
 const T = { timeout: 30000 };
 const MAX_INSTR = 10_000_000_000;
@@ -27,33 +29,11 @@ const SHIPPED_SKILLS = path.resolve(TESTS_DIR, "../skills");
 
 /** Starts a server with its own data and skills directories, runs fn(s), always closes. */
 async function withServer(opts, fn) {
-  const s = await connectWithSkills(opts);
-  try {
-    return await fn(s);
-  } catch (e) {
-    e.message += `\nmoonbox stderr (tail):\n${s.stderr().slice(-1500)}`;
-    throw e;
-  } finally {
-    await s.close();
-  }
+  return useServer(await connectWithSkills(opts), fn);
 }
 
 function call(s, name, args, options) {
   return s.client.callTool({ name, arguments: args }, undefined, options);
-}
-
-/** structuredContent of a successful tool result (asserts isError is false and text = JSON). */
-function ok(res) {
-  assert.notEqual(res.isError, true, `unexpected tool error: ${JSON.stringify(res).slice(0, 800)}`);
-  assert.equal(typeof res.structuredContent, "object", JSON.stringify(res).slice(0, 500));
-  assert.deepEqual(JSON.parse(res.content[0].text), res.structuredContent);
-  return res.structuredContent;
-}
-
-/** The text of an isError tool result. */
-function errText(res) {
-  assert.equal(res.isError, true, `expected isError: ${JSON.stringify(res).slice(0, 800)}`);
-  return res.content.filter((c) => c.type === "text").map((c) => c.text).join("\n");
 }
 
 /** Runs code with execute_code and returns structuredContent (success or not). */

@@ -16,37 +16,20 @@ import path from "node:path";
 
 import { McpError } from "@modelcontextprotocol/sdk/types.js";
 
-import { connectWithSkills, execute, spawnRaw } from "../lib/moonbox.mjs";
+import {
+  connectWithSkills, execute, spawnRaw, toolErrText as errText, toolOk as ok, useServer,
+} from "../lib/moonbox.mjs";
 
 const T = { timeout: 30000 };
 
 async function withServer(opts, fn) {
   const s = await connectWithSkills(opts);
   s.ws = path.join(s.dataDir, "workspaces", "default");
-  try {
-    return await fn(s);
-  } catch (e) {
-    e.message += `\nmoonbox stderr (tail):\n${s.stderr().slice(-1500)}`;
-    throw e;
-  } finally {
-    await s.close();
-  }
+  return useServer(s, fn);
 }
 
 function call(s, name, args) {
   return s.client.callTool({ name, arguments: args });
-}
-
-function ok(res) {
-  assert.notEqual(res.isError, true, `unexpected tool error: ${JSON.stringify(res).slice(0, 800)}`);
-  assert.equal(typeof res.structuredContent, "object");
-  assert.deepEqual(JSON.parse(res.content[0].text), res.structuredContent);
-  return res.structuredContent;
-}
-
-function errText(res) {
-  assert.equal(res.isError, true, `expected isError: ${JSON.stringify(res).slice(0, 800)}`);
-  return res.content.filter((c) => c.type === "text").map((c) => c.text).join("\n");
 }
 
 const write = (s, p, content, encoding) =>

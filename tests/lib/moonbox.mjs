@@ -12,6 +12,7 @@
 // to tests/. Every spawned server gets its own data directory under the OS temp directory, which
 // is removed when the peer or client is closed.
 
+import assert from "node:assert/strict";
 import { spawn, spawnSync } from "node:child_process";
 import { mkdtempSync, rmSync, existsSync, mkdirSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
@@ -38,6 +39,17 @@ export const LATEST_PROTOCOL_VERSION = "2025-11-25";
 /** Creates a fresh, empty temporary data directory. */
 export function makeDataDir() {
   return mkdtempSync(path.join(tmpdir(), "moonbox-test-"));
+}
+
+/** Runs fn(dir) with a fresh data directory (for servers started one after another on it);
+ * removes it afterwards. */
+export async function withDataDir(fn) {
+  const dir = makeDataDir();
+  try {
+    return await fn(dir);
+  } finally {
+    rmSync(dir, { recursive: true, force: true });
+  }
 }
 
 /** Throws a clear error when the binary has not been built. */
@@ -282,47 +294,96 @@ export function spawnRaw(opts) {
 }
 
 /**
- * Spawns moonbox and connects the official SDK Client to it over stdio
- * (initialize + notifications/initialized).
+ * Spawns moonbox with args (which name its --data-dir) and env added to this process's, and
+ * connects the official SDK Client (named name) over stdio. cleanup() runs when connecting fails
+ * (the error then carries the tail of moonbox's stderr) and when close() is called.
  *
- * @param {object} [opts]
- * @param {string[]} [opts.args] extra command-line arguments (after --data-dir DIR)
- * @param {object} [opts.clientOptions] second argument of the Client constructor
- * @returns {Promise<{client: Client, transport: StdioClientTransport, dataDir: string,
+ * @returns {Promise<{client: Client, transport: StdioClientTransport, pid: number,
  *   stderr: () => string, close: () => Promise<void>}>}
  */
-export async function connectClient(opts = {}) {
-  requireBinary();
-  const dataDir = makeDataDir();
+async function connectStdio({ args, env, name, clientOptions, cleanup }) {
   const transport = new StdioClientTransport({
-    command: MOONBOX,
-    args: ["--data-dir", dataDir, ...(opts.args ?? [])],
-    env: { ...process.env },
-    stderr: "pipe",
+    command: MOONBOX, args, env: { ...process.env, ...(env ?? {}) }, stderr: "pipe",
   });
   let stderr = "";
   transport.stderr?.on("data", (c) => {
     if (stderr.length < 1 << 20) stderr += c.toString("utf8");
   });
-  const client = new Client({ name: "moonbox-sdk-test", version: "0.0.0" }, opts.clientOptions ?? {});
+  const client = new Client({ name, version: "0.0.0" }, clientOptions ?? {});
   try {
     await client.connect(transport);
   } catch (e) {
     await transport.close().catch(() => {});
-    rmSync(dataDir, { recursive: true, force: true });
+    cleanup();
     e.message += `\nmoonbox stderr:\n${stderr.slice(-2000)}`;
     throw e;
   }
   return {
     client,
     transport,
-    dataDir,
+    pid: transport.pid,
     stderr: () => stderr,
     async close() {
       await client.close().catch(() => {});
-      rmSync(dataDir, { recursive: true, force: true });
+      cleanup();
     },
   };
+}
+
+/**
+ * Spawns moonbox and connects the official SDK Client to it over stdio
+ * (initialize + notifications/initialized).
+ *
+ * @param {object} [opts]
+ * @param {string[]} [opts.args] extra command-line arguments (after --data-dir DIR)
+ * @param {string} [opts.dataDir] the data directory (kept on close); default a fresh one,
+ *   removed on close
+ * @param {object} [opts.env] extra environment variables for moonbox
+ * @param {string} [opts.name] the client's name (default "moonbox-sdk-test")
+ * @param {object} [opts.clientOptions] second argument of the Client constructor
+ * @returns {Promise<{client: Client, transport: StdioClientTransport, pid: number,
+ *   dataDir: string, stderr: () => string, close: () => Promise<void>}>}
+ */
+export async function connectClient(opts = {}) {
+  requireBinary();
+  const owned = !opts.dataDir;
+  const dataDir = opts.dataDir ?? makeDataDir();
+  const s = await connectStdio({
+    args: ["--data-dir", dataDir, ...(opts.args ?? [])], env: opts.env,
+    name: opts.name ?? "moonbox-sdk-test", clientOptions: opts.clientOptions,
+    cleanup: () => { if (owned) rmSync(dataDir, { recursive: true, force: true }); },
+  });
+  return { ...s, dataDir };
+}
+
+/**
+ * Runs fn(s) on a connected server s (from connectClient and its kin) and always closes s; a
+ * failure gets the tail of moonbox's stderr added to its message.
+ */
+export async function useServer(s, fn) {
+  try {
+    return await fn(s);
+  } catch (e) {
+    e.message += `\nmoonbox stderr (tail):\n${s.stderr().slice(-1500)}`;
+    throw e;
+  } finally {
+    await s.close();
+  }
+}
+
+/** structuredContent of a successful tool result (asserts isError is not true and that the text
+ * block is the same JSON). */
+export function toolOk(res) {
+  assert.notEqual(res.isError, true, `unexpected tool error: ${JSON.stringify(res).slice(0, 800)}`);
+  assert.equal(typeof res.structuredContent, "object", JSON.stringify(res).slice(0, 500));
+  assert.deepEqual(JSON.parse(res.content[0].text), res.structuredContent);
+  return res.structuredContent;
+}
+
+/** The text of an isError tool result (its text blocks, one per line). */
+export function toolErrText(res) {
+  assert.equal(res.isError, true, `expected isError: ${JSON.stringify(res).slice(0, 800)}`);
+  return res.content.filter((c) => c.type === "text").map((c) => c.text).join("\n");
 }
 
 /**
@@ -386,17 +447,14 @@ export function makeSkillsDir(files = {}) {
  * connectClient() with its own temporary --skills-dir (filled with opts.skills, see
  * makeSkillsDir) placed before opts.args; close() also removes the skills directory.
  *
- * @param {object} [opts]
+ * @param {object} [opts] connectClient's options, and:
  * @param {object} [opts.skills] relative path -> file text to put in the skills directory
- * @param {string[]} [opts.args] extra command-line arguments
- * @param {object} [opts.clientOptions] second argument of the Client constructor
  */
 export async function connectWithSkills(opts = {}) {
   const skillsDir = makeSkillsDir(opts.skills);
   let s;
   try {
-    s = await connectClient({ args: ["--skills-dir", skillsDir, ...(opts.args ?? [])],
-      clientOptions: opts.clientOptions });
+    s = await connectClient({ ...opts, args: ["--skills-dir", skillsDir, ...(opts.args ?? [])] });
   } catch (e) {
     rmSync(skillsDir, { recursive: true, force: true });
     throw e;
@@ -471,39 +529,15 @@ export async function connectWithConfig(config, opts = {}) {
   const configPath = opts.viaFlag ? path.join(dataDir, "..", `${path.basename(dataDir)}-config.json`)
     : path.join(dataDir, "config.json");
   writeFileSync(configPath, JSON.stringify(config, null, 2));
-  const args = ["--data-dir", dataDir, ...(opts.viaFlag ? ["--config", configPath] : []), ...(opts.args ?? [])];
-  const transport = new StdioClientTransport({
-    command: MOONBOX, args, env: { ...process.env, ...(opts.env ?? {}) }, stderr: "pipe",
-  });
-  let stderr = "";
-  transport.stderr?.on("data", (c) => {
-    if (stderr.length < 1 << 20) stderr += c.toString("utf8");
-  });
-  const client = new Client({ name: "moonbox-gateway-test", version: "0.0.0" }, opts.clientOptions ?? {});
-  const cleanup = () => {
-    rmSync(dataDir, { recursive: true, force: true });
-    if (opts.viaFlag) rmSync(configPath, { force: true });
-  };
-  try {
-    await client.connect(transport);
-  } catch (e) {
-    await transport.close().catch(() => {});
-    cleanup();
-    e.message += `\nmoonbox stderr:\n${stderr.slice(-2000)}`;
-    throw e;
-  }
-  return {
-    client,
-    transport,
-    pid: transport.pid,
-    dataDir,
-    configPath,
-    stderr: () => stderr,
-    async close() {
-      await client.close().catch(() => {});
-      cleanup();
+  const s = await connectStdio({
+    args: ["--data-dir", dataDir, ...(opts.viaFlag ? ["--config", configPath] : []), ...(opts.args ?? [])],
+    env: opts.env, name: "moonbox-gateway-test", clientOptions: opts.clientOptions,
+    cleanup: () => {
+      rmSync(dataDir, { recursive: true, force: true });
+      if (opts.viaFlag) rmSync(configPath, { force: true });
     },
-  };
+  });
+  return { ...s, dataDir, configPath };
 }
 
 /** The `upstreams` section of get_execution_stats (server name -> its figures). */

@@ -13,7 +13,8 @@ import path from "node:path";
 import { setTimeout as sleep } from "node:timers/promises";
 
 import {
-  MOONBOX, RawPeer, connectClient, execute, makeDataDir, requireBinary, sqlite3Cli,
+  MOONBOX, RawPeer, connectClient, execute, requireBinary, sqlite3Cli, useServer,
+  withDataDir,
 } from "../lib/moonbox.mjs";
 
 const T = { timeout: 60000 };
@@ -24,15 +25,7 @@ const LIMIT = 4096; // --regex-max-subject-bytes for the size tests
 // ---------------------------------------------------------------------------------------------
 
 async function withClient(args, fn) {
-  const s = await connectClient({ args });
-  try {
-    return await fn(s);
-  } catch (e) {
-    e.message += `\nmoonbox stderr (tail):\n${s.stderr().slice(-1500)}`;
-    throw e;
-  } finally {
-    await s.close();
-  }
+  return useServer(await connectClient({ args }), fn);
 }
 
 const call = (s, name, args) => s.client.callTool({ name, arguments: args });
@@ -64,15 +57,6 @@ function startOnce(dataDir, args = []) {
   requireBinary();
   const r = spawnSync(MOONBOX, ["--data-dir", dataDir, ...args], { input: "", encoding: "utf8", timeout: 10000 });
   return { status: r.status, stderr: r.stderr };
-}
-
-async function withDataDir(fn) {
-  const dir = makeDataDir();
-  try {
-    return await fn(dir);
-  } finally {
-    rmSync(dir, { recursive: true, force: true });
-  }
 }
 
 // ---------------------------------------------------------------------------------------------

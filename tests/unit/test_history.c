@@ -171,8 +171,7 @@ TEST(refuses_a_database_without_the_table)
 
 int main(void)
 {
-	snprintf(dir, sizeof dir, "/tmp/mb-history-XXXXXX");
-	if (!mkdtemp(dir))
+	if (unit_tmpdir(dir, sizeof dir, "/tmp/mb-history-XXXXXX") != 0)
 		return 1;
 	RUN(rows_arrive_with_their_fields);
 	RUN(flush_with_nothing_queued_returns);
@@ -181,9 +180,6 @@ int main(void)
 	RUN(close_commits_what_is_queued);
 	RUN(max_rows_zero_records_nothing);
 	RUN(refuses_a_database_without_the_table);
-	char cmd[128];
-	snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
-	if (system(cmd) != 0)
-		fprintf(stderr, "could not remove %s\n", dir);
+	unit_rmtree(dir);
 	return UNIT_END();
 }

@@ -6,6 +6,7 @@
 #include "codec.h"
 #include "config.h"
 #include "host.h"
+#include "host_state.h"
 #include "json.h"
 #include "store.h"
 #include "workspace.h"
@@ -17,29 +18,6 @@
 #include <uv.h>
 
 static char *doc;
-
-static void on_send(void *ud, uint64_t s, uint64_t e, int f, char *d, size_t l)
-{
-	(void)ud, (void)s, (void)e, (void)f, (void)l;
-	free(d);
-}
-
-static char *read_all(const char *path)
-{
-	FILE *f = fopen(path, "rb");
-	if (!f)
-		return NULL;
-	fseek(f, 0, SEEK_END);
-	long n = ftell(f);
-	rewind(f);
-	char *b = malloc((size_t)n + 1);
-	if (b && fread(b, 1, (size_t)n, f) != (size_t)n)
-		n = 0;
-	if (b)
-		b[n] = 0;
-	fclose(f);
-	return b;
-}
 
 /* "`name" followed by '(', '`', ' ' or '{' appears in the doc */
 static int documented(const char *name)
@@ -68,8 +46,8 @@ static const char LIST[] =
 TEST(every_function_is_documented_and_every_documented_one_exists)
 {
 	static mb_config cfg;
-	char dir[] = "/tmp/mb-test-hostapi-XXXXXX";
-	CHECK(mkdtemp(dir) != NULL);
+	char dir[64];
+	CHECK(unit_tmpdir(dir, sizeof dir, "/tmp/mb-test-hostapi-XXXXXX") == 0);
 	char *args[] = { "t", "--data-dir", dir, NULL };
 	CHECK(mb_config_load(&cfg, 3, args) == 0);
 	char err[512], path[4200];
@@ -80,7 +58,7 @@ TEST(every_function_is_documented_and_every_documented_one_exists)
 	mb_workspace_limits wl = { 1 << 20, 1 << 24, 1000 };
 	mb_workspaces *ws = mb_workspaces_new(path, &wl, err, sizeof err);
 	CHECK(ws != NULL);
-	mb_host_io io = { on_send, NULL };
+	mb_host_io io = { unit_host_discard, NULL };
 	mb_host_deps deps = { .loop = uv_default_loop(), .store = store, .workspaces = ws };
 	mb_host *h = mb_host_new(&cfg, &io, &deps);
 	CHECK(h != NULL);
@@ -126,15 +104,15 @@ TEST(every_function_is_documented_and_every_documented_one_exists)
 	mb_host_free(h);
 	mb_store_close(store);
 	mb_workspaces_free(ws);
-	snprintf(path, sizeof path, "rm -rf '%s'", dir);
-	CHECK(system(path) == 0);
+	CHECK(unit_rmtree(dir) == 0);
 }
 
 int main(void)
 {
 	mb_json_global_init();
 	mb_codec_init();
-	doc = read_all("docs/host-api.md");
+	size_t doc_len;
+	doc = unit_read_file("docs/host-api.md", &doc_len);
 	if (!doc) {
 		fprintf(stderr, "docs/host-api.md not found (run from the repository root)\n");
 		return 1;

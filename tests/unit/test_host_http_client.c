@@ -24,17 +24,10 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "budget.h"
 #include "host_http_client.h"
 #include "log.h"
 #include "host_test.h"
 #include "unit.h"
-
-static uv_loop_t loop;
-static lua_State *L;
-static char out[8192];
-static char logbuf[32768];
-static unit_log ulog;
 
 /* ---- the test server -------------------------------------------------------------------------- */
 
@@ -301,21 +294,6 @@ static void server_stop(void)
 
 /* ---- helpers ---------------------------------------------------------------------------------- */
 
-static void log_capture(void)
-{
-	unit_log_start(&ulog);
-}
-
-static const char *log_text(void)
-{
-	return unit_log_text(&ulog, logbuf, sizeof logbuf);
-}
-
-static const char *lua(const char *code)
-{
-	return unit_lua_eval(L, code, out, sizeof out);
-}
-
 /* lua() with every "%d" replaced by the server port and "%%" by "%" */
 static const char *luap(const char *code)
 {
@@ -336,21 +314,6 @@ static const char *luap(const char *code)
 	return lua(buf);
 }
 
-static void stop_loop(uv_timer_t *t)
-{
-	uv_stop(t->loop);
-}
-
-static void run_for(int ms)
-{
-	uv_timer_t t;
-	uv_timer_init(&loop, &t);
-	uv_timer_start(&t, stop_loop, (uint64_t)ms, 0);
-	uv_run(&loop, UV_RUN_DEFAULT);
-	uv_close((uv_handle_t *)&t, NULL);
-	uv_run(&loop, UV_RUN_NOWAIT);
-}
-
 /* Runs the loop until the Lua expression is true or max_ms passed; returns whether it held. */
 static int wait_for(const char *expr, int max_ms)
 {
@@ -369,13 +332,7 @@ static int wait_for(const char *expr, int max_ms)
 
 static lua_State *new_state(void)
 {
-	lua_State *s = luaL_newstate();
-	*(mb_budget **)lua_getextraspace(s) = NULL;
-	luaL_openlibs(s);
-	lua_newtable(s);
-	mb_host_http_open(s, &loop);
-	lua_setglobal(s, "mb");
-	return s;
+	return host_test_state(mb_host_http_open);
 }
 
 static void count_polls(uv_handle_t *h, void *arg)

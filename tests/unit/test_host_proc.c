@@ -18,33 +18,11 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "budget.h"
 #include "host_proc.h"
 #include "host_test.h"
 #include "unit.h"
 
-static uv_loop_t loop;
-static lua_State *L;
 static char tmpdir[64];
-static char out[8192];
-static char logbuf[65536];
-static unit_log ulog;
-
-/* stderr (mb_log) goes to a temporary file while a test runs; log_text() reads it back. */
-static void log_capture(void)
-{
-	unit_log_start(&ulog);
-}
-
-static const char *log_text(void)
-{
-	return unit_log_text(&ulog, logbuf, sizeof logbuf);
-}
-
-static const char *lua(const char *code)
-{
-	return unit_lua_eval(L, code, out, sizeof out);
-}
 
 /* ---- running the loop ------------------------------------------------------------------------ */
 
@@ -99,11 +77,6 @@ static int no_live(void)
 	return mb_host_proc_live(L) == 0;
 }
 
-static void run_for(int ms)
-{
-	wait_until(NULL, NULL, ms);
-}
-
 /* uv_run until it returns by itself (an unreferenced 5 s guard stops a hang); returns the ms it
  * took and checks that nothing referenced is left. */
 static uint64_t run_to_end(void)
@@ -123,12 +96,7 @@ static uint64_t run_to_end(void)
 
 static lua_State *new_state(void)
 {
-	lua_State *s = luaL_newstate();
-	*(mb_budget **)lua_getextraspace(s) = NULL;
-	luaL_openlibs(s);
-	lua_newtable(s);
-	mb_host_proc_open(s, &loop);
-	lua_setglobal(s, "mb");
+	lua_State *s = host_test_state(mb_host_proc_open);
 	char buf[256];
 	/* rec(t): an on_line that records lines, and "ERR:<message>" for drop notices */
 	unit_lua_eval(s, "function rec(t) return function(line, err) t[#t + 1] = line or ('ERR:' .. err)"
@@ -697,11 +665,8 @@ TEST(shutdown_loop_closes_cleanly)
 int main(void)
 {
 	signal(SIGPIPE, SIG_IGN); /* as the server does (server.c) */
-	strcpy(tmpdir, "/tmp/mb-proc-XXXXXX");
-	if (!mkdtemp(tmpdir)) {
-		perror("mkdtemp");
+	if (unit_tmpdir(tmpdir, sizeof tmpdir, "/tmp/mb-proc-XXXXXX") != 0)
 		return 1;
-	}
 	uv_loop_init(&loop);
 	L = new_state();
 	RUN(cat_echoes_many_lines);
@@ -722,9 +687,6 @@ int main(void)
 	RUN(shutdown_with_live_children);
 	RUN(lua_close_with_running_children);
 	RUN(shutdown_loop_closes_cleanly);
-	char cmd[128];
-	snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);
-	if (system(cmd) != 0)
-		perror("rm");
+	unit_rmtree(tmpdir);
 	return UNIT_END();
 }

@@ -13,59 +13,15 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "budget.h"
 #include "host_uv.h"
 #include "host_test.h"
 #include "unit.h"
 
-static uv_loop_t loop;
-static lua_State *L;
 static char tmpdir[64];
-static char out[4096];
-static char logbuf[16384];
-static unit_log ulog;
-
-/* stderr (mb_log) goes to a temporary file while a test runs; log_text() reads it back. */
-static void log_capture(void)
-{
-	unit_log_start(&ulog);
-}
-
-static const char *log_text(void)
-{
-	return unit_log_text(&ulog, logbuf, sizeof logbuf);
-}
-
-static const char *lua(const char *code)
-{
-	return unit_lua_eval(L, code, out, sizeof out);
-}
-
-static void stop_loop(uv_timer_t *t)
-{
-	uv_stop(t->loop);
-}
-
-/* Runs the loop for about ms milliseconds (a referenced timer of ours keeps it running). */
-static void run_for(int ms)
-{
-	uv_timer_t t;
-	uv_timer_init(&loop, &t);
-	uv_timer_start(&t, stop_loop, (uint64_t)ms, 0);
-	uv_run(&loop, UV_RUN_DEFAULT);
-	uv_close((uv_handle_t *)&t, NULL);
-	uv_run(&loop, UV_RUN_NOWAIT); /* finish the close */
-}
 
 static lua_State *new_state(void)
 {
-	lua_State *s = luaL_newstate();
-	*(mb_budget **)lua_getextraspace(s) = NULL;
-	luaL_openlibs(s);
-	lua_newtable(s);
-	mb_host_uv_open(s, &loop);
-	lua_setglobal(s, "mb");
-	return s;
+	return host_test_state(mb_host_uv_open);
 }
 
 static void touch(const char *name)
@@ -346,11 +302,8 @@ TEST(shutdown_loop_closes_cleanly)
 
 int main(void)
 {
-	strcpy(tmpdir, "/tmp/mb-uv-XXXXXX");
-	if (!mkdtemp(tmpdir)) {
-		perror("mkdtemp");
+	if (unit_tmpdir(tmpdir, sizeof tmpdir, "/tmp/mb-uv-XXXXXX") != 0)
 		return 1;
-	}
 	uv_loop_init(&loop);
 	L = new_state();
 	RUN(timer_fires_once_and_does_not_hold_the_loop);
@@ -366,9 +319,6 @@ int main(void)
 	RUN(watch_gc_and_close_variable);
 	RUN(close_all_then_lua_close);
 	RUN(shutdown_loop_closes_cleanly);
-	char cmd[128];
-	snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);
-	if (system(cmd) != 0)
-		perror("rm");
+	unit_rmtree(tmpdir);
 	return UNIT_END();
 }

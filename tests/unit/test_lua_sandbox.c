@@ -13,30 +13,10 @@
 
 static mb_config cfg;
 
-static char *slurp(const char *path, size_t *len)
-{
-	FILE *f = fopen(path, "rb");
-	if (!f)
-		return NULL;
-	fseek(f, 0, SEEK_END);
-	long n = ftell(f);
-	fseek(f, 0, SEEK_SET);
-	char *buf = malloc((size_t)n + 1);
-	if (buf && fread(buf, 1, (size_t)n, f) != (size_t)n) {
-		free(buf);
-		buf = NULL;
-	}
-	fclose(f);
-	if (buf)
-		buf[n] = 0;
-	*len = (size_t)n;
-	return buf;
-}
-
 static void run_script(const char *path)
 {
 	size_t len;
-	char *code = slurp(path, &len);
+	char *code = unit_read_file(path, &len);
 	CHECK(code != NULL);
 	if (!code)
 		return;

@@ -983,17 +983,12 @@ static char tmpdir[256];
 
 static void make_tmpdir(void)
 {
-	snprintf(tmpdir, sizeof tmpdir, "/tmp/mb-pii-test.XXXXXX");
-	if (!mkdtemp(tmpdir))
-		perror("mkdtemp");
+	unit_tmpdir(tmpdir, sizeof tmpdir, "/tmp/mb-pii-test.XXXXXX");
 }
 
 static void rm_tmpdir(void)
 {
-	char cmd[512];
-	snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);
-	if (system(cmd) != 0)
-		fprintf(stderr, "  could not remove %s\n", tmpdir);
+	unit_rmtree(tmpdir);
 }
 
 TEST(secret_file)

@@ -11,6 +11,7 @@
 #include "codec.h"
 #include "config.h"
 #include "host.h"
+#include "host_state.h"
 #include "json.h"
 #include "pii_config.h"
 #include "store.h"
@@ -24,16 +25,6 @@ static mb_pii_detector *det;
 static unsigned char key[MB_PII_KEY_BYTES];
 static mb_host *host;
 
-static void on_send(void *ud, uint64_t session, uint64_t exchange, int final, char *data, size_t len)
-{
-	(void)ud;
-	(void)session;
-	(void)exchange;
-	(void)final;
-	(void)len;
-	free(data);
-}
-
 static void start(void)
 {
 	char err[512], path[4200];
@@ -42,7 +33,7 @@ static void start(void)
 		fprintf(stderr, "%s\n", err);
 		exit(1);
 	}
-	mb_host_io io = { on_send, NULL };
+	mb_host_io io = { unit_host_discard, NULL };
 	mb_host_deps deps = { uv_default_loop(), store, wss, det, key };
 	host = mb_host_new(&cfg, &io, &deps);
 	if (!host)
@@ -60,18 +51,7 @@ static void stop(void)
  * string (static buffer) or "ERR: message". */
 static const char *run(const char *code)
 {
-	static char out[4096];
-	lua_State *L = mb_host_state(host);
-	char chunk[8192];
-	snprintf(chunk, sizeof chunk, "local pii = require('mcp.pii') %s", code);
-	if (luaL_dostring(L, chunk) != LUA_OK) {
-		snprintf(out, sizeof out, "ERR: %s", lua_tostring(L, -1));
-		lua_settop(L, 0);
-		return out;
-	}
-	snprintf(out, sizeof out, "%s", luaL_tolstring(L, -1, NULL));
-	lua_settop(L, 0);
-	return out;
+	return unit_host_run(host, "local pii = require('mcp.pii')", code);
 }
 
 TEST(tenants_are_isolated)
@@ -145,8 +125,8 @@ TEST(restore_leaves_malformed_and_unknown_tokens)
 
 int main(void)
 {
-	char dir[] = "/tmp/mb-vault-XXXXXX";
-	if (!mkdtemp(dir))
+	char dir[64];
+	if (unit_tmpdir(dir, sizeof dir, "/tmp/mb-vault-XXXXXX") != 0)
 		return 1;
 	char *args[] = { "test", "--data-dir", dir, NULL };
 	if (mb_config_load(&cfg, 3, args) != 0)
@@ -170,9 +150,6 @@ int main(void)
 	stop();
 	mb_workspaces_free(wss);
 	mb_pii_detector_free(det);
-	char cmd[128];
-	snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
-	if (system(cmd) != 0)
-		fprintf(stderr, "could not remove %s\n", dir);
+	unit_rmtree(dir);
 	return UNIT_END();
 }

@@ -62,9 +62,7 @@ static void config(mb_config *c, const char *share)
 
 static void fresh(void)
 {
-	char cmd[600];
-	snprintf(cmd, sizeof cmd, "rm -rf '%s'", root);
-	CHECK(system(cmd) == 0);
+	CHECK(unit_rmtree(root) == 0);
 	CHECK(mkdir(root, 0700) == 0);
 	dir("share");
 	dir("share/skills");
@@ -203,9 +201,7 @@ int main(void)
 	RUN(none_or_a_missing_share_dir_copies_nothing);
 	RUN(a_failed_copy_leaves_no_directory);
 	RUN(share_dir_defaults_to_prefix_share_beside_the_binary);
-	char cmd[600];
-	snprintf(cmd, sizeof cmd, "rm -rf '%s'", root);
-	if (system(cmd) != 0)
+	if (unit_rmtree(root) != 0)
 		return 1;
 	return UNIT_END();
 }

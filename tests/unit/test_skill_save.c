@@ -15,6 +15,7 @@
 #include "codec.h"
 #include "config.h"
 #include "host.h"
+#include "host_state.h"
 #include "json.h"
 #include "log.h"
 #include "store.h"
@@ -24,31 +25,10 @@
 static mb_config cfg;
 static mb_host *host;
 
-static void on_send(void *ud, uint64_t session, uint64_t exchange, int final, char *data, size_t len)
-{
-	(void)ud;
-	(void)session;
-	(void)exchange;
-	(void)final;
-	(void)len;
-	free(data);
-}
-
-/* Runs Lua in the host state with `skills` and `fmt` in scope; the first result as a string. */
+/* Runs Lua in the host state with `skills` and `fs` in scope; the first result as a string. */
 static const char *run(const char *code)
 {
-	static char out[4096];
-	lua_State *L = mb_host_state(host);
-	char chunk[8192];
-	snprintf(chunk, sizeof chunk, "local skills = require('mcp.skills') local fs = mb.fs %s", code);
-	if (luaL_dostring(L, chunk) != LUA_OK) {
-		snprintf(out, sizeof out, "ERR: %s", lua_tostring(L, -1));
-		lua_settop(L, 0);
-		return out;
-	}
-	snprintf(out, sizeof out, "%s", luaL_tolstring(L, -1, NULL));
-	lua_settop(L, 0);
-	return out;
+	return unit_host_run(host, "local skills = require('mcp.skills') local fs = mb.fs", code);
 }
 
 TEST(leading_comments_of_the_code_are_code)
@@ -111,8 +91,8 @@ TEST(code_without_leading_comments_is_unchanged)
 
 int main(void)
 {
-	char dir[] = "/tmp/mb-skillsave-XXXXXX";
-	if (!mkdtemp(dir))
+	char dir[64];
+	if (unit_tmpdir(dir, sizeof dir, "/tmp/mb-skillsave-XXXXXX") != 0)
 		return 1;
 	char skills[300];
 	snprintf(skills, sizeof skills, "%s/skills", dir);
@@ -132,7 +112,7 @@ int main(void)
 	snprintf(path, sizeof path, "%s/workspaces", dir);
 	mb_workspace_limits wl = { 1 << 20, 1 << 24, 100 };
 	mb_workspaces *wss = mb_workspaces_new(path, &wl, err, sizeof err);
-	mb_host_io io = { on_send, NULL };
+	mb_host_io io = { unit_host_discard, NULL };
 	mb_host_deps deps = { uv_default_loop(), store, wss, NULL, NULL };
 	host = mb_host_new(&cfg, &io, &deps);
 	if (!host)
@@ -147,9 +127,6 @@ int main(void)
 	mb_host_free(host);
 	mb_store_close(store);
 	mb_workspaces_free(wss);
-	char cmd[128];
-	snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
-	if (system(cmd) != 0)
-		fprintf(stderr, "could not remove %s\n", dir);
+	unit_rmtree(dir);
 	return UNIT_END();
 }

@@ -37,24 +37,6 @@ static const char *P(const char *name)
 	return b;
 }
 
-static char *slurp(const char *path, size_t *len)
-{
-	FILE *f = fopen(path, "rb");
-	if (!f)
-		return NULL;
-	fseek(f, 0, SEEK_END);
-	long n = ftell(f);
-	fseek(f, 0, SEEK_SET);
-	char *buf = malloc((size_t)n + 1);
-	if (buf && fread(buf, 1, (size_t)n, f) != (size_t)n) {
-		free(buf);
-		buf = NULL;
-	}
-	fclose(f);
-	*len = (size_t)n;
-	return buf;
-}
-
 static void write_bytes(const char *path, const void *data, size_t n)
 {
 	FILE *f = fopen(path, "wb");
@@ -171,7 +153,7 @@ TEST(open_empty_file_is_a_new_database)
 static void check_refused(const char *path, const char *expect_part)
 {
 	size_t n0 = 0, n1 = 0;
-	char *before = slurp(path, &n0);
+	char *before = unit_read_file(path, &n0);
 	char wal[600], shm[600];
 	snprintf(wal, sizeof wal, "%s-wal", path);
 	snprintf(shm, sizeof shm, "%s-shm", path);
@@ -182,7 +164,7 @@ static void check_refused(const char *path, const char *expect_part)
 	CHECK(strncmp(err, path, strlen(path)) == 0);
 	CHECK(contains(err, expect_part));
 	CHECK(contains(err, "moonbox will not start over it"));
-	char *after = slurp(path, &n1);
+	char *after = unit_read_file(path, &n1);
 	CHECK(before && after && n0 == n1 && memcmp(before, after, n0) == 0);
 	CHECK(!exists(wal));
 	CHECK(!exists(shm));
@@ -197,7 +179,7 @@ TEST(refuses_garbage_header)
 	const char *path = P("garbage_header.db");
 	make_db(path);
 	size_t n;
-	char *b = slurp(path, &n);
+	char *b = unit_read_file(path, &n);
 	CHECK(b && n > 8192);
 	if (!b)
 		return;
@@ -214,7 +196,7 @@ TEST(refuses_garbage_pages)
 	const char *path = P("garbage_pages.db");
 	make_db_mode(path, 1);
 	size_t n;
-	char *b = slurp(path, &n);
+	char *b = unit_read_file(path, &n);
 	CHECK(b && n > 8192);
 	if (!b)
 		return;
@@ -311,7 +293,7 @@ TEST(refuses_unreadable_and_readonly)
 	chmod(P("perm/readonly.db"), 0444);
 	size_t n0, n1;
 	make_db(P("perm/unreadable.db"));
-	char *before = slurp(P("perm/unreadable.db"), &n0);
+	char *before = unit_read_file(P("perm/unreadable.db"), &n0);
 	if (geteuid() != 0) {
 		CHECK(perm_checks() == 0);
 	} else {
@@ -333,7 +315,7 @@ TEST(refuses_unreadable_and_readonly)
 			CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
 	}
 	chmod(P("perm/unreadable.db"), 0600);
-	char *after = slurp(P("perm/unreadable.db"), &n1);
+	char *after = unit_read_file(P("perm/unreadable.db"), &n1);
 	CHECK(before && after && n0 == n1 && memcmp(before, after, n0) == 0);
 	free(before);
 	free(after);
@@ -905,13 +887,6 @@ TEST(lua_tx_busy)
 	mb_store_close(other);
 }
 
-static int rm_dir(const char *dir)
-{
-	char cmd[600];
-	snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
-	return system(cmd);
-}
-
 /* Over 64 MiB the start-up check reads the header and schema instead of every page: a big,
  * valid database opens; one whose header is garbage is still refused, unchanged. */
 TEST(big_database_checked_by_header)
@@ -943,11 +918,8 @@ TEST(big_database_checked_by_header)
 
 int main(void)
 {
-	strcpy(tmpdir, "/tmp/mb-store-XXXXXX");
-	if (!mkdtemp(tmpdir)) {
-		perror("mkdtemp");
+	if (unit_tmpdir(tmpdir, sizeof tmpdir, "/tmp/mb-store-XXXXXX") != 0)
 		return 1;
-	}
 	umask(022);
 	RUN(open_creates_0600_wal);
 	RUN(big_database_checked_by_header);
@@ -974,6 +946,6 @@ int main(void)
 	RUN(lua_tx_busy);
 	lua_close(L);
 	mb_store_close(LS);
-	rm_dir(tmpdir);
+	unit_rmtree(tmpdir);
 	return UNIT_END();
 }

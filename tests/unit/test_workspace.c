@@ -963,11 +963,8 @@ TEST(error_codes)
 
 int main(void)
 {
-	snprintf(base, sizeof base, "/tmp/mb-ws-XXXXXX");
-	if (!mkdtemp(base)) {
-		perror("mkdtemp");
+	if (unit_tmpdir(base, sizeof base, "/tmp/mb-ws-XXXXXX") != 0)
 		return 1;
-	}
 	if (sandbox_setup(&cfg) != 0)
 		return 1;
 	alarm(120); /* a FIFO that blocked would hang the run: fail it instead */
