@@ -4,8 +4,9 @@
 # pass/fail test: it exits 0 whatever the numbers are, and non-zero only when it cannot measure.
 #
 # What it does (docs/benchmarks.md explains each figure):
-#   1. builds tests/bench/bench_client.c (the stdio MCP client that measures) and
-#      tests/bench/bench_sandbox.c (one execution in-process, linked like the unit tests);
+#   1. builds tests/bench/bench_client.c (the stdio MCP client that measures),
+#      tests/bench/bench_sandbox.c (one execution in-process, linked like the unit tests) and
+#      tests/bench/bench_parallel.c (the sandbox's side of mcp.parallel, the same way);
 #   2. installs the comparison server from tests/bench/package-lock.json into
 #      tests/bench/node_modules (only here, never in `make test`; skipped when npm is missing or
 #      the install fails, or with BENCH_NO_PROXY=1);
@@ -34,7 +35,7 @@ WINDOW=${BENCH_WINDOW:-256}
 SPAWNS=${BENCH_SPAWNS:-20}
 CG_RUNS=${BENCH_CALLGRIND_RUNS:-200}
 LUA_PKG=${LUA_PKG:-lua5.4}
-PKGS="$LUA_PKG libuv libpcre2-8 jansson sqlite3 libsodium"
+PKGS="$LUA_PKG libuv libpcre2-8 jansson sqlite3 libsodium yaml-0.1"
 CC=${CC:-gcc}
 MOONBOX=$OUT/moonbox # a copy: others may rebuild $BUILD/moonbox while this runs
 PROXY_JS=tests/bench/node_modules/@karashiiro/my-cool-proxy/bin/my-cool-proxy.mjs
@@ -45,7 +46,7 @@ rm -f "$OUT"/*.txt "$OUT"/*.log "$OUT"/callgrind*
 [ -x "$BUILD/moonbox" ] || { echo "bench: $BUILD/moonbox is missing; run make first" >&2; exit 1; }
 cp "$BUILD/moonbox" "$MOONBOX" || exit 1
 
-# ---- build the two measuring programs ----------------------------------------------------------
+# ---- build the measuring programs --------------------------------------------------------------
 $CC -O2 -g -std=c11 -Wall -Wextra -Werror -pthread tests/bench/bench_client.c \
   -o "$OUT/bench_client" || exit 1
 # Linked like the Makefile's unit tests: the object of every src/*.c but main.c, and the
@@ -60,6 +61,12 @@ $CC -O2 -g -std=c11 -D_GNU_SOURCE -Wall -Wextra -Werror -fno-strict-aliasing \
   $(pkg-config --cflags $PKGS) -iquote src -iquote "$BUILD/gen" tests/bench/bench_sandbox.c \
   $LIB_OBJ $(pkg-config --libs $PKGS) -lhttp_parser -ldl -lpthread -lm -lrt -o "$OUT/bench_sandbox" ||
   { echo "bench: bench_sandbox did not build; skipping its figures" >&2; HAVE_SANDBOX_BENCH=0; }
+HAVE_PARALLEL_BENCH=1
+# shellcheck disable=SC2086,SC2046
+$CC -O2 -g -std=c11 -D_GNU_SOURCE -Wall -Wextra -Werror -fno-strict-aliasing \
+  $(pkg-config --cflags $PKGS) -iquote src -iquote "$BUILD/gen" tests/bench/bench_parallel.c \
+  $LIB_OBJ $(pkg-config --libs $PKGS) -lhttp_parser -ldl -lpthread -lm -lrt -o "$OUT/bench_parallel" ||
+  { echo "bench: bench_parallel did not build; skipping its figures" >&2; HAVE_PARALLEL_BENCH=0; }
 
 # ---- the comparison server ---------------------------------------------------------------------
 HAVE_PROXY=0
@@ -267,6 +274,9 @@ row() { # label lower moonbox-shown proxy-shown moonbox-raw proxy-raw
 echo
 if command -v valgrind >/dev/null && [ $HAVE_SANDBOX_BENCH = 1 ]; then
   "$OUT/bench_sandbox" 2000 | sed 's/^/in-process, native: /'
+  # mcp.parallel's sandbox side: the upstream answered at once by a stand-in host
+  [ $HAVE_PARALLEL_BENCH = 1 ] &&
+    "$OUT/bench_parallel" 400 | sed 's/^/in-process, mcp.parallel: /' | tee -a "$OUT/results.txt"
   cg=$OUT/callgrind.out
   # Only what runs inside mb_sandbox_run is counted: one-time set-up and the timing loop are not.
   valgrind --tool=callgrind --toggle-collect=mb_sandbox_run --callgrind-out-file="$cg" \
