@@ -1058,6 +1058,31 @@ describe("gateway security: policy bypass attempts from sandbox code", () => {
     await stillServes(g);
   }));
 
+  // lua/prelude/parallel.lua runs in the sandbox's own state, loaded at the first mcp.parallel of
+  // an execution: it must not pick up anything sandbox code replaced before (or after) that,
+  // nor let a replaced global bypass a policy or change its messages.
+  it("mcp.parallel's scheduler cannot be tampered with through globals", T, withLog(get, async () => {
+    const tamper = "local err, P, S = error, mcp.parallel, servers " +
+      "local function boom() err('tampered function called', 0) end " +
+      "coroutine.create, coroutine.resume, coroutine.status, coroutine.wrap, coroutine.yield = boom, boom, boom, boom, boom " +
+      "type, rawget, rawlen, rawequal, select, error, pcall, next, tostring, getmetatable = boom, boom, boom, boom, boom, boom, boom, boom, boom, boom " +
+      "string.format, string.sub, table.concat, table.unpack = boom, boom, boom, boom ";
+    const work = "P({ { 'good', 'echo', { a = 1 } }, function() return S.good.echo({ b = S.good.echo({ c = 2 }).args.c }) end, " +
+      "{ server = 'good', tool = 'echo' } })";
+    const want = [{ args: { a: 1 } }, { args: { b: 2 } }, { args: {} }];
+    assert.deepEqual(await g.ok(`${tamper} return ${work}`), want);
+    assert.deepEqual(await g.ok(`local first = mcp.parallel({ { 'good', 'echo', {} } }) ${tamper} return ${work}`), want);
+    // globals that raise on any read or write, set after taking what the code itself needs
+    assert.deepEqual(await g.ok(`local setmt = setmetatable ${tamper} setmt(_G, { __index = boom, __newindex = boom }) return ${work}`), want);
+    // policies and messages are unchanged
+    assert.equal(await g.err(`${tamper} return P({ { 'pol', 'delete_all', {} } })`), `code:1: mcp.parallel: item 1: ${denied}`);
+    assert.equal(await g.err(`${tamper} return P({ 42 })`),
+      "code:1: mcp.parallel: item 1 must be a function or {server, tool, args}, got number");
+    assert.equal(await g.err(`${tamper} return P({ function() return S.pol.delete_all({}) end })`),
+      `code:1: mcp.parallel: item 1: ${denied}`);
+    await stillServes(g);
+  }));
+
   // upstream.lua resolve_tool runs catalog_text.levenshtein against every tool for a name it does
   // not know; the early exit (rowmin > max) never fires for names that share a long prefix, so
   // each comparison fills the whole table in Lua on the loop thread. Cutting names at 64 bytes
