@@ -152,28 +152,20 @@ static int l_json_encode(lua_State *L)
 	return 1;
 }
 
-/* mb.json_decode(text [, unique_keys [, raw_path]]) -> value | nil, err (unique_keys: a repeated
- * key in any object is an error, for client requests; raw_path: an array of up to 8 keys from the
- * root to an object handed on as a raw value of its text, see mb_json_limits) */
+/* mb.json_decode(text [, unique_keys [, raw_context]]) -> value | nil, err (unique_keys: a
+ * repeated key in any object is an error, for client requests; raw_context: a request's
+ * params.arguments.context_vars, when an object, is handed on as a raw value of its text) */
 static int l_json_decode(lua_State *L)
 {
+	static const char *const context_path[] = {"params", "arguments", "context_vars", NULL};
 	mb_host *h = host_of(L);
 	size_t len;
 	const char *s = luaL_checklstring(L, 1, &len);
 	char err[MB_ERR_MAX];
 	mb_json_limits jl = h->jl;
 	jl.unique_keys = lua_toboolean(L, 2);
-	const char *path[9] = {NULL};
-	if (lua_istable(L, 3)) { /* keys to an object kept as its text: strings held by the table */
-		for (int i = 0; i < 8; i++) {
-			int t = lua_rawgeti(L, 3, i + 1);
-			path[i] = t == LUA_TSTRING ? lua_tostring(L, -1) : NULL;
-			lua_pop(L, 1);
-			if (!path[i])
-				break;
-		}
-		jl.raw_path = path;
-	}
+	if (lua_toboolean(L, 3))
+		jl.raw_path = context_path;
 	if (mb_json_decode(L, s, len, &jl, err, sizeof err) != 0) {
 		lua_pushnil(L);
 		lua_pushstring(L, err);

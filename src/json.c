@@ -267,7 +267,10 @@ static int fast_protected(lua_State *L)
 {
 	fast *f = lua_touserdata(L, 1);
 	json_push_array_mt(L); /* index 2 */
-	mb_json_raw_at raw = {f->raw_path, mb_json_push_raw};
+	size_t lens[MB_JSON_RAW_PATH_MAX];
+	for (int i = 0; f->raw_path && i < MB_JSON_RAW_PATH_MAX && f->raw_path[i]; i++)
+		lens[i] = strlen(f->raw_path[i]);
+	mb_json_raw_at raw = {f->raw_path, lens, mb_json_push_raw};
 	f->ok = mb_json_dec_fast(L, f->buf, f->len, f->max_depth, f->unique_keys, f->b, 2,
 				 f->raw_path ? &raw : NULL);
 	return 1;

@@ -38,7 +38,8 @@ typedef struct {
 	                                * NULL = "max_output_bytes" */
 	int unique_keys;               /* decode: a key repeated in one object is an error
 	                                * ("duplicate object key near '"k"'"), not last-wins */
-	const char *const *raw_path;   /* decode: keys from the root (NULL-terminated) of an object
+	const char *const *raw_path;   /* decode: keys from the root (NULL-terminated, at most
+	                                * MB_JSON_RAW_PATH_MAX) of an object
 	                                * to hand on as its text, a raw value (mb_json_push_raw),
 	                                * instead of a table (read and checked like the rest, its
 	                                * table dropped). Only the fast path does it (json_dec.h),
@@ -55,6 +56,7 @@ enum {
 };
 
 #define MB_JSON_DEFAULT_DEPTH 128
+#define MB_JSON_RAW_PATH_MAX 8
 #define MB_JSON_MAX_DEPTH 1000
 
 /// Sets jansson's allocator to the budget-aware one (mb_budget_malloc/mb_budget_free) and seeds

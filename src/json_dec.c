@@ -319,16 +319,18 @@ static int flush_object(lua_State *L, int base, int n, int unique_keys)
 	return 1;
 }
 
-/* The path level of the value under the key just read (at the top of the stack) in an object at
- * level lvl: lvl + 1 when the key is the next one of r->raw's path, else -1. */
-static int child_level(rd *r, int lvl)
+/* The path level of the value under the key at r->p (just after its opening quote) in an object
+ * at level lvl: lvl + 1 when the key is the next one of r->raw's path, else -1. Compared as raw
+ * bytes before the key is read: a key written with escapes is not the path (its value is then
+ * decoded as usual, which is always correct). */
+static int child_level(const rd *r, int lvl)
 {
 	if (lvl < 0)
 		return -1;
 	const char *want = r->raw->path[lvl];
-	size_t n;
-	const char *k = lua_tolstring(r->L, -1, &n);
-	return strlen(want) == n && memcmp(want, k, n) == 0 ? lvl + 1 : -1;
+	size_t n = r->raw->len[lvl];
+	return (size_t)(r->end - r->p) > n && memcmp(r->p, want, n) == 0 && r->p[n] == '"' ? lvl + 1
+											    : -1;
 }
 
 /* lvl: how many keys of r->raw's path lead to this object (-1: off the path). */
@@ -346,13 +348,13 @@ static int read_object(rd *r, int depth, int lvl)
 		if (r->p >= r->end || *r->p != '"')
 			return 0;
 		r->p++;
+		int child = child_level(r, lvl);
 		if (!read_string(r, 1))
 			return 0;
 		skip_ws(r);
 		if (r->p >= r->end || *r->p != ':')
 			return 0;
 		r->p++;
-		int child = child_level(r, lvl);
 		if (child >= 0 && !r->raw->path[child]) {
 			/* the value at the end of the path: read (and checked) as any other, then
 			 * replaced by a stand-in holding its text, when it is an object */

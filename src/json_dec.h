@@ -27,6 +27,7 @@
 /// not an object is left as decoded.
 typedef struct {
 	const char *const *path;
+	const size_t *len; /* strlen of each key of path */
 	void (*push)(lua_State *L, const char *text, size_t len);
 } mb_json_raw_at;
 

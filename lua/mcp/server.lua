@@ -537,9 +537,9 @@ end
 
 -- session: the session id (1 on stdio); exchange: the HTTP POST this message came on (0 on
 -- stdio); tenant: the tenant of the session (HTTP tokens), "default" on stdio.
--- execute_code's context_vars is decoded on the worker, not here: the request decoder hands it
--- on as a raw value of its text (checked like the rest of the message)
-local RAW_CONTEXT = { "params", "arguments", "context_vars" }
+-- execute_code's context_vars is decoded on the worker, not here: the request decoder hands
+-- params.arguments.context_vars on as a raw value of its text (checked like the rest)
+local RAW_CONTEXT = true
 
 function host_api.handle_line(line, sid, exchange, tenant)
   local t0 = mb.now_ms()
