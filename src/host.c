@@ -360,25 +360,17 @@ static int l_pool_stats(lua_State *L)
 	mb_pool_stats s = { 0 };
 	if (h->pool)
 		mb_pool_get_stats(h->pool, &s);
-	lua_createtable(L, 0, 9);
-	lua_pushinteger(L, (lua_Integer)s.workers);
-	lua_setfield(L, -2, "workers");
-	lua_pushinteger(L, (lua_Integer)s.busy);
-	lua_setfield(L, -2, "busy");
-	lua_pushinteger(L, (lua_Integer)s.queued);
-	lua_setfield(L, -2, "queued");
-	lua_pushinteger(L, (lua_Integer)s.abandoned);
-	lua_setfield(L, -2, "stuck_threads");
-	lua_pushinteger(L, (lua_Integer)s.threads);
-	lua_setfield(L, -2, "threads");
-	lua_pushinteger(L, (lua_Integer)s.threads_peak);
-	lua_setfield(L, -2, "threads_peak");
-	lua_pushinteger(L, (lua_Integer)s.submitted);
-	lua_setfield(L, -2, "submitted");
-	lua_pushinteger(L, (lua_Integer)s.completed);
-	lua_setfield(L, -2, "completed");
-	lua_pushinteger(L, (lua_Integer)s.refused);
-	lua_setfield(L, -2, "refused");
+	lua_createtable(L, 0, 14);
+#define SI(k, v) (lua_pushinteger(L, (lua_Integer)(v)), lua_setfield(L, -2, k))
+	SI("workers", s.workers);
+	SI("busy", s.busy);
+	SI("queued", s.queued);
+	SI("stuck_threads", s.abandoned);
+	SI("threads", s.threads);
+	SI("threads_peak", s.threads_peak);
+	SI("submitted", s.submitted);
+	SI("completed", s.completed);
+	SI("refused", s.refused);
 	lua_pushnumber(L, (lua_Number)(mb_now_ns() - h->start_ns) / 1e9);
 	lua_setfield(L, -2, "uptime_s");
 	lua_pushstring(L, h->cfg->isolation);
@@ -386,13 +378,11 @@ static int l_pool_stats(lua_State *L)
 	if (strcmp(h->cfg->isolation, "process") == 0) {
 		mb_relay_stats rs;
 		mb_relay_stats_get(&rs);
-		lua_pushinteger(L, (lua_Integer)rs.started);
-		lua_setfield(L, -2, "processes_started");
-		lua_pushinteger(L, (lua_Integer)rs.crashed);
-		lua_setfield(L, -2, "processes_crashed");
-		lua_pushinteger(L, (lua_Integer)rs.killed);
-		lua_setfield(L, -2, "processes_killed");
+		SI("processes_started", rs.started);
+		SI("processes_crashed", rs.crashed);
+		SI("processes_killed", rs.killed);
 	}
+#undef SI
 	return 1;
 }
 

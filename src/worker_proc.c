@@ -88,16 +88,6 @@ static uint64_t u64_or_die(mb_wmsg *m)
 	return v;
 }
 
-static char *dup_n(const char *s, size_t n)
-{
-	char *d = malloc(n + 1);
-	if (d) {
-		memcpy(d, s, n);
-		d[n] = 0;
-	}
-	return d;
-}
-
 /* ---- what the execution asks of the server ------------------------------------------------ */
 
 static void chan_notify(void *ud, mb_notify_kind kind, int level, const char *json, size_t len)
@@ -130,7 +120,7 @@ static int chan_call(void *ud, const char *name, const char *args, size_t len, c
 										    : MB_STOP_TIMEOUT);
 		return -1;
 	}
-	*reply = dup_n(s, n);
+	*reply = mb_wire_copy(s, n);
 	if (!*reply) {
 		*reply = strdup("out of memory");
 		*reply_len = *reply ? strlen(*reply) : 0;
@@ -234,7 +224,7 @@ static int ws_list(void *ud, const char *dir, size_t dlen, mb_workspace_entry **
 		const char *s;
 		size_t k;
 		bytes_or_die(&m, &s, &k);
-		(*e)[i].path = dup_n(s, k);
+		(*e)[i].path = mb_wire_copy(s, k);
 		(*e)[i].size = (int64_t)u64_or_die(&m);
 		(*e)[i].mtime_ms = (int64_t)u64_or_die(&m);
 		*n = i + 1;

@@ -120,18 +120,12 @@ void mb_relay_free(mb_relay *r)
 static void worker_config(const mb_config *in, mb_config *out)
 {
 	*out = *in;
-	memset(out->data_dir, 0, sizeof out->data_dir);
-	memset(out->config_file, 0, sizeof out->config_file);
-	memset(out->skills_dir, 0, sizeof out->skills_dir);
-	memset(out->catalog_dir, 0, sizeof out->catalog_dir);
-	memset(out->workflows_dir, 0, sizeof out->workflows_dir);
-	memset(out->share_dir, 0, sizeof out->share_dir);
-	memset(out->http_listen, 0, sizeof out->http_listen);
-	memset(out->http_tokens, 0, sizeof out->http_tokens);
-	memset(out->http_allowed_origins, 0, sizeof out->http_allowed_origins);
-	memset(out->http_allowed_hosts, 0, sizeof out->http_allowed_hosts);
-	memset(out->http_cors_origin, 0, sizeof out->http_cors_origin);
-	memset(out->mcp_servers, 0, sizeof out->mcp_servers);
+#define BLANK(f) memset(out->f, 0, sizeof out->f)
+	BLANK(data_dir), BLANK(config_file), BLANK(skills_dir), BLANK(catalog_dir);
+	BLANK(workflows_dir), BLANK(share_dir), BLANK(http_listen), BLANK(http_tokens);
+	BLANK(http_allowed_origins), BLANK(http_allowed_hosts), BLANK(http_cors_origin);
+	BLANK(mcp_servers);
+#undef BLANK
 }
 
 static int spawn_worker(mb_relay *r, char *err, size_t errlen)
@@ -296,16 +290,6 @@ static const char *known_type(const char *s, size_t n)
 	return "runtime";
 }
 
-static char *dup_n(const char *s, size_t n)
-{
-	char *d = malloc(n + 1);
-	if (d) {
-		memcpy(d, s, n);
-		d[n] = 0;
-	}
-	return d;
-}
-
 static void set_failure(mb_exec_result *res, const char *type, const char *msg)
 {
 	free(res->error);
@@ -355,7 +339,7 @@ static int read_done(mb_relay *r, mb_wmsg *m, const mb_exec_request *req, mb_exe
 	    mb_wmsg_u64(m, &nfound))
 		return -1;
 	res->success = success == 1;
-	res->output = dup_n(out, out_n);
+	res->output = mb_wire_copy(out, out_n);
 	res->output_len = res->output ? out_n : 0;
 	res->instructions = instr;
 	res->memory_peak_bytes = peak > req->memory_bytes ? req->memory_bytes : (size_t)peak;
@@ -365,14 +349,14 @@ static int read_done(mb_relay *r, mb_wmsg *m, const mb_exec_request *req, mb_exe
 				set_failure(res, "result", "the worker process returned a result that is not JSON");
 				return 0;
 			}
-			res->result_json = dup_n(result, result_n);
+			res->result_json = mb_wire_copy(result, result_n);
 			res->result_len = res->result_json ? result_n : 0;
 		}
 	} else {
 		res->error_type = known_type(type, type_n);
-		res->error = dup_n(err_n ? err : "error", err_n ? err_n : 5);
+		res->error = mb_wire_copy(err_n ? err : "error", err_n ? err_n : 5);
 		if (tb_n)
-			res->traceback = dup_n(tb, tb_n);
+			res->traceback = mb_wire_copy(tb, tb_n);
 	}
 	if (nfound > (uint64_t)(m->end - m->p) / 16)
 		return -1;
@@ -394,7 +378,7 @@ static int read_done(mb_relay *r, mb_wmsg *m, const mb_exec_request *req, mb_exe
 		mb_pii_found *f = &res->pii_found[res->pii_nfound];
 		memcpy(f->token, tok, tn);
 		f->token[tn] = 0;
-		f->value = dup_n(val, vn);
+		f->value = mb_wire_copy(val, vn);
 		if (!f->value)
 			continue;
 		f->value_len = vn;

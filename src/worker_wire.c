@@ -213,6 +213,16 @@ int mb_wire_read(mb_wreader *r, int fd, int timeout_ms, mb_wmsg *m)
 	}
 }
 
+char *mb_wire_copy(const char *s, size_t n)
+{
+	char *d = malloc(n + 1);
+	if (d) {
+		memcpy(d, s, n);
+		d[n] = 0;
+	}
+	return d;
+}
+
 void mb_wreader_free(mb_wreader *r)
 {
 	free(r->buf);

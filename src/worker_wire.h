@@ -75,4 +75,7 @@ typedef struct {
 int mb_wire_read(mb_wreader *r, int fd, int timeout_ms, mb_wmsg *m);
 void mb_wreader_free(mb_wreader *r);
 
+/// A malloc'd NUL-terminated copy of n bytes of a field (which may hold NULs), or NULL.
+char *mb_wire_copy(const char *s, size_t n);
+
 #endif

@@ -13,50 +13,8 @@ local ROOT = (arg and arg[0] and arg[0]:match("^(.*)tests/lua/[^/]*$")) or ""
 package.path = ROOT .. "lua/?.lua;" .. package.path
 local text = require("mcp.catalog_text")
 
-local passed, failed = 0, 0
-local NULL = debug.upvalueid(function() return passed end, 1) -- a light userdata like json.null
-local ARRAY_MT = { __metatable = "json.array" }
-local function arr(t) return setmetatable(t or {}, ARRAY_MT) end
-
-local function show(v, depth)
-  depth = depth or 0
-  if v == NULL then return "null" end
-  if type(v) == "string" then return string.format("%q", v) end
-  if type(v) ~= "table" then return tostring(v) end
-  if depth > 6 then return "{...}" end
-  local keys = {}
-  for k in pairs(v) do keys[#keys + 1] = k end
-  table.sort(keys, function(a, b) return tostring(a) < tostring(b) end)
-  local parts = {}
-  for _, k in ipairs(keys) do parts[#parts + 1] = "[" .. show(k) .. "]=" .. show(v[k], depth + 1) end
-  return "{" .. table.concat(parts, ", ") .. "}"
-end
-
-local function deep_eq(a, b)
-  if a == b then return true end
-  if type(a) ~= "table" or type(b) ~= "table" then return false end
-  for k, v in pairs(a) do if not deep_eq(v, b[k]) then return false end end
-  for k in pairs(b) do if a[k] == nil then return false end end
-  return true
-end
-
-local function check(name, got, want)
-  if deep_eq(got, want) then
-    passed = passed + 1
-  else
-    failed = failed + 1
-    print("FAIL " .. name .. "\n  got:  " .. show(got) .. "\n  want: " .. show(want))
-  end
-end
-
-local function check_match(name, got, pattern)
-  if type(got) == "string" and got:find(pattern) then
-    passed = passed + 1
-  else
-    failed = failed + 1
-    print("FAIL " .. name .. "\n  got:  " .. show(got) .. "\n  want pattern: " .. pattern)
-  end
-end
+local H = dofile(ROOT .. "tests/lua/harness.lua")
+local NULL, arr, show, check, check_match = H.NULL, H.arr, H.show, H.check, H.check_match
 
 -- A small JSON encoder for scalars, standing in for mb.json_encode in canonical_json.
 local function enc(v)
@@ -564,5 +522,4 @@ do
   end
 end
 
-print(string.format("%d passed, %d failed", passed, failed))
-if failed > 0 then os.exit(1) end
+H.done()

@@ -6,26 +6,8 @@
 -- the repo root. Ends with "N passed, N failed"; exits 1 on any failure.
 
 local ROOT = (arg and arg[0] and arg[0]:match("^(.*)tests/lua/[^/]*$")) or ""
-local passed, failed = 0, 0
-
-local function show(v)
-	if type(v) ~= "table" then return type(v) == "string" and string.format("%q", v) or tostring(v) end
-	local keys = {}
-	for k in pairs(v) do keys[#keys + 1] = k end
-	table.sort(keys, function(a, b) return tostring(a) < tostring(b) end)
-	local parts = {}
-	for _, k in ipairs(keys) do parts[#parts + 1] = tostring(k) .. "=" .. show(v[k]) end
-	return "{" .. table.concat(parts, ", ") .. "}"
-end
-
-local function check(name, got, want)
-	if show(got) == show(want) then
-		passed = passed + 1
-	else
-		failed = failed + 1
-		print("FAIL " .. name .. "\n  got:  " .. show(got) .. "\n  want: " .. show(want))
-	end
-end
+local H = dofile(ROOT .. "tests/lua/harness.lua")
+local check = H.check
 
 local NULL = setmetatable({}, { __tostring = function() return "null" end })
 local calls, answers, asked = {}, {}, {}
@@ -141,5 +123,4 @@ check("form still invalid after its tries", err(form, { who = "A" }),
 answers = { { action = "decline" } }
 check("form declined", err(form, { who = "A" }), 'workflow f, step 1 "d" (form): the person did not fill in the form (decline)')
 
-print(string.format("%d passed, %d failed", passed, failed))
-os.exit(failed == 0 and 0 or 1)
+H.done()
