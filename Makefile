@@ -34,7 +34,7 @@ UNIT_SRC  := $(sort $(wildcard tests/unit/test_*.c))
 UNIT_BIN  := $(patsubst tests/unit/%.c,$(BUILD)/tests/%,$(UNIT_SRC))
 
 .PHONY: all deps test-deps run test test-fresh test-unit test-tsan test-lua test-valgrind test-integration test-security \
-        test-asan test-arch test-fuzz-smoke bench fuzz print-pkgs clean conformance
+        test-asan test-arch test-fuzz-smoke test-isolation bench fuzz print-pkgs clean conformance
 
 # `make` alone installs missing build packages first, as `make run` does (deps is silent when
 # all are present); the build runs after it, never alongside it under -j.
@@ -187,7 +187,7 @@ test-install: test-deps all
 test: test-deps
 	@$(MAKE) --no-print-directory all
 	@$(MAKE) --no-print-directory test-asan test-tsan test-fuzz-smoke
-	@$(MAKE) --no-print-directory test-arch test-lua test-valgrind test-integration test-security conformance test-install
+	@$(MAKE) --no-print-directory test-arch test-lua test-valgrind test-integration test-security test-isolation conformance test-install
 
 test-unit: $(UNIT_BIN)
 	@tests/run-unit.sh $(UNIT_BIN)
@@ -227,6 +227,15 @@ test-arch: $(BUILD)/moonbox
 
 test-integration: $(BUILD)/moonbox
 	@cd tests && MOONBOX=../$(BUILD)/moonbox $(TEST_NODE) run-node.mjs integration
+
+# Both isolation modes stay tested by the whole suite: the default (auto) runs stdio in threads
+# and HTTP in worker processes, so run the suites again with every server in worker processes,
+# and the HTTP files with threads.
+test-isolation: $(BUILD)/moonbox $(HOOKS_BUILD)/moonbox
+	@cd tests && MOONBOX_ISOLATION=process MOONBOX=../$(BUILD)/moonbox MOONBOX_HOOKS=../$(HOOKS_BUILD)/moonbox \
+		$(TEST_NODE) run-node.mjs integration security
+	@cd tests && MOONBOX_ISOLATION=thread MOONBOX=../$(BUILD)/moonbox $(TEST_NODE) run-node.mjs \
+		integration/http.test.mjs security/http.test.mjs
 
 # The test build (-DMB_TEST_HOOKS: a __test global of unsafe calls, src/sandbox_testhooks.c) that
 # tests/security/process.test.mjs uses to stand in for a VM bug; never installed.

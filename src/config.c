@@ -49,7 +49,7 @@ static const option options[] = {
 	I(max_notifications, 1000, 0, 1000000, "mcp.log / mcp.progress calls per execution"),
 	I(max_code_jumps, 4096, 16, 32767, "goto/break statements and labels in one chunk of code or load() (the parser resolves them in quadratic time)"),
 	I(max_c_stack_kb, 1024, 128, 65536, "C stack for calls nested through C in one execution (coroutine.close/resume, pcall, metamethods, callbacks); worker threads get this plus 6 MiB"),
-	S(isolation, "thread", "where executions run: thread (worker threads of the server) or process (pre-started worker processes confined by seccomp and Landlock, one per worker; docs/security.md)"),
+	S(isolation, "auto", "where executions run: thread (worker threads of the server), process (pre-started worker processes confined by seccomp and Landlock, one per worker; docs/security.md) or auto (process when serving HTTP, thread on stdio)"),
 	I(workers, 0, 0, 256, "concurrent executions, each on its own thread (0 = number of CPUs)"),
 	I(max_queue, 1024, 0, 1000000, "executions waiting for a worker; more are refused"),
 	I(max_queue_bytes, 268435456, 1024, (int64_t)1 << 40, "code and context bytes held by queued executions"),
@@ -155,9 +155,9 @@ static int set_value(mb_config *cfg, const option *o, const char *value, const c
 			}
 		}
 		if (strcmp(o->name, "isolation") == 0 && strcmp(value, "thread") != 0 &&
-		    strcmp(value, "process") != 0) {
-			fprintf(stderr, "moonbox: %s: isolation \"%s\" is not one of thread, process\n",
-				source, value);
+		    strcmp(value, "process") != 0 && strcmp(value, "auto") != 0) {
+			fprintf(stderr, "moonbox: %s: isolation \"%s\" is not one of auto, thread, "
+				"process\n", source, value);
 			return -1;
 		}
 		memcpy((char *)cfg + o->offset, value, n + 1);
@@ -362,6 +362,12 @@ int mb_config_load(mb_config *cfg, int argc, char **argv)
 		if (set_value(cfg, o, val, flag))
 			return -1;
 	}
+
+	/* auto: worker processes where many tenants share the server (HTTP), threads for one
+	 * desktop client on stdio, where a process per execution costs latency (docs/benchmarks.md,
+	 * "Isolation") */
+	if (strcmp(cfg->isolation, "auto") == 0)
+		snprintf(cfg->isolation, sizeof cfg->isolation, "%s", cfg->http_listen[0] ? "process" : "thread");
 
 	/* Cross-checks. */
 	if (cfg->default_timeout_ms > cfg->max_timeout_ms) {
