@@ -44,6 +44,11 @@
 
 _Static_assert(sizeof(mb_budget) <= MB_WORKER_SHM_BYTES, "the shared page holds a budget");
 
+/* A reply to a call is often microseconds away (a workspace operation, a token): look for it
+ * this long before sleeping. Not while waiting for the next job (that would burn CPU the other
+ * executions need). */
+#define REPLY_SPIN_NS 20000
+
 static mb_config cfg;
 static mb_wreader rd;
 static mb_wbuf wb;
@@ -65,7 +70,9 @@ static void send_or_die(void)
 static mb_wmsg wait_reply(void)
 {
 	mb_wmsg m;
+	rd.spin_ns = REPLY_SPIN_NS;
 	int k = mb_wire_read(&rd, MB_WORKER_FD, -1, &m);
+	rd.spin_ns = 0;
 	if (k < 0)
 		_exit(0);
 	if (m.type != W_REPLY)
@@ -372,7 +379,6 @@ int mb_worker_main(void)
 	if ((uint64_t)cfg.workspace_max_file_bytes > most)
 		most = (uint64_t)cfg.workspace_max_file_bytes;
 	rd.max = (size_t)most + (1u << 20);
-	rd.spin_ns = 20000; /* a reply from the server is often microseconds away */
 
 	mb_json_global_init();
 	if (mb_codec_init() != 0 || mb_sandbox_global_init() != 0)
