@@ -9,7 +9,6 @@
  * mb.send, which encodes with the shared JSON codec and hands the line to the transport.
  */
 #include "host.h"
-#include "worker_relay.h"
 
 #include <lauxlib.h>
 #include <lualib.h>
@@ -376,11 +375,10 @@ static int l_pool_stats(lua_State *L)
 	lua_pushstring(L, h->cfg->isolation);
 	lua_setfield(L, -2, "isolation");
 	if (strcmp(h->cfg->isolation, "process") == 0) {
-		mb_relay_stats rs;
-		mb_relay_stats_get(&rs);
-		SI("processes_started", rs.started);
-		SI("processes_crashed", rs.crashed);
-		SI("processes_killed", rs.killed);
+		SI("processes", s.processes);
+		SI("processes_started", s.processes_started);
+		SI("processes_crashed", s.processes_crashed);
+		SI("processes_killed", s.processes_killed);
 	}
 #undef SI
 	return 1;

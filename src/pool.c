@@ -23,7 +23,7 @@
 #include "arena.h"
 #include "log.h"
 #include "sandbox.h"
-#include "worker_relay.h"
+#include "worker_pool.h"
 #include "wakeup.h"
 
 typedef enum { JOB_QUEUED, JOB_RUNNING, JOB_DONE, JOB_ABANDONED } job_state;
@@ -97,6 +97,7 @@ struct mb_pool {
 	uint64_t next_id;
 	uint64_t submitted, completed, refused;
 	size_t unanswered;      /* submitted, on_done not yet called */
+	mb_wpool *wp;           /* isolation = process: every call goes there */
 };
 
 static void worker_main(void *arg);
@@ -255,18 +256,8 @@ static void worker_main(void *arg)
 	}
 	mb_sandbox_thread_init();
 	/* The next execution's state is built while the thread would otherwise wait, so a request
-	 * finds its libraries and environment ready; with isolation = process that is a worker
-	 * process, started (and restarted after a crash or a kill) the same way. */
-	mb_relay *relay = NULL;
-	mb_sandbox *next = NULL;
-	char rerr[MB_ERR_MAX];
-	if (strcmp(p->cfg->isolation, "process") == 0) {
-		relay = mb_relay_new(p->cfg);
-		if (!relay || mb_relay_ready(relay, rerr, sizeof rerr) != 0)
-			mb_log(MB_LOG_ERROR, "pool: %s", relay ? rerr : "out of memory");
-	} else {
-		next = mb_sandbox_prepare(p->cfg);
-	}
+	 * finds its libraries and environment ready. */
+	mb_sandbox *next = mb_sandbox_prepare(p->cfg);
 	for (;;) {
 		uv_mutex_lock(&p->mu);
 		while (!p->q_head && !p->stopping && !w->abandoned)
@@ -294,7 +285,6 @@ static void worker_main(void *arg)
 			/* p may be gone from here on (an abandoned thread outliving the pool's close):
 			 * touch only what this thread owns. */
 			mb_sandbox_discard(next);
-			mb_relay_free(relay);
 			mb_sandbox_thread_exit();
 			mb_arena_free_thread();
 			return;
@@ -323,8 +313,6 @@ static void worker_main(void *arg)
 			j->res.error_type = "cancelled";
 			j->res.output = strdup("");
 			mb_exec_result_shape(&j->res);
-		} else if (relay) {
-			mb_relay_run(relay, &j->req, &j->budget, &j->res);
 		} else {
 			mb_sandbox_run_prepared(next ? next : mb_sandbox_prepare(p->cfg), &j->req,
 						&j->budget, &j->res);
@@ -342,9 +330,7 @@ static void worker_main(void *arg)
 		uv_mutex_lock(&p->mu);
 		int leaving = w->abandoned;
 		uv_mutex_unlock(&p->mu);
-		if (relay && !leaving && mb_relay_ready(relay, rerr, sizeof rerr) != 0)
-			mb_log(MB_LOG_ERROR, "pool: %s", rerr);
-		else if (!relay && !next && !leaving)
+		if (!next && !leaving)
 			next = mb_sandbox_prepare(p->cfg);
 	}
 }
@@ -542,6 +528,15 @@ mb_pool *mb_pool_new(uv_loop_t *loop, const mb_config *cfg, const mb_job_callbac
 	p->cfg = cfg;
 	p->cb = *cb;
 	p->next_id = 1;
+	if (strcmp(cfg->isolation, "process") == 0) {
+		p->wp = mb_wpool_new(loop, cfg, cb);
+		if (!p->wp) {
+			mb_log(MB_LOG_ERROR, "pool: no worker process could be set up");
+			free(p);
+			return NULL;
+		}
+		return p;
+	}
 	if (uv_mutex_init(&p->mu) || uv_cond_init(&p->cv)) {
 		free(p);
 		return NULL;
@@ -579,6 +574,8 @@ static char *dup_bytes(const char *s, size_t n)
 
 int mb_pool_submit(mb_pool *p, const mb_exec_request *req, uint64_t *id_out, char *err, size_t errlen)
 {
+	if (p->wp)
+		return mb_wpool_submit(p->wp, req, id_out, err, errlen);
 	uv_mutex_lock(&p->mu);
 	size_t queued = p->queued, stuck = p->abandoned_alive, qbytes = p->queued_bytes;
 	size_t live = p->live_workers, idle = live - stuck - p->busy;
@@ -665,6 +662,8 @@ int mb_pool_submit(mb_pool *p, const mb_exec_request *req, uint64_t *id_out, cha
 
 int mb_pool_cancel(mb_pool *p, uint64_t job_id)
 {
+	if (p->wp)
+		return mb_wpool_cancel(p->wp, job_id);
 	for (mb_job *j = p->pending; j; j = j->pending_next) {
 		if (j->id != job_id)
 			continue;
@@ -684,6 +683,8 @@ int mb_pool_cancel(mb_pool *p, uint64_t job_id)
 
 int mb_pool_reply(mb_pool *p, uint64_t job_id, uint64_t seq, int status, const char *data, size_t len)
 {
+	if (p->wp)
+		return mb_wpool_reply(p->wp, job_id, seq, status, data, len);
 	for (mb_job *j = p->pending; j; j = j->pending_next) {
 		if (j->id != job_id)
 			continue;
@@ -715,11 +716,17 @@ int mb_pool_reply(mb_pool *p, uint64_t job_id, uint64_t seq, int status, const c
 
 size_t mb_pool_pending(const mb_pool *p)
 {
+	if (p->wp)
+		return mb_wpool_pending(p->wp);
 	return p->unanswered;
 }
 
 void mb_pool_get_stats(mb_pool *p, mb_pool_stats *out)
 {
+	if (p->wp) {
+		mb_wpool_get_stats(p->wp, out);
+		return;
+	}
 	uv_mutex_lock(&p->mu);
 	out->workers = p->live_workers - p->abandoned_alive;
 	out->busy = p->busy;
@@ -760,6 +767,11 @@ static void wake_closed(uv_handle_t *h)
 
 void mb_pool_close(mb_pool *p)
 {
+	if (p->wp) {
+		mb_wpool_close(p->wp);
+		free(p);
+		return;
+	}
 	uv_mutex_lock(&p->mu);
 	p->stopping = 1;
 	uv_cond_broadcast(&p->cv);

@@ -1,4 +1,5 @@
-/* pool.h - where executions run: a fixed set of worker threads fed from a bounded queue.
+/* pool.h - where executions run: a fixed set of worker threads fed from a bounded queue (or,
+ * with isolation = process, worker processes: worker_pool.h, behind the same functions).
  *
  * The loop thread submits jobs; a worker thread runs each in a fresh sandbox (built ahead while
  * the worker is idle); events (notifications, completion) come back to the loop thread through one ordered queue and
@@ -60,6 +61,10 @@ typedef struct {
 	size_t workers, busy, queued, abandoned;
 	size_t threads, threads_peak; /* worker threads alive (stuck ones included), and the most */
 	uint64_t submitted, completed, refused;
+	/* isolation = process (worker_pool.h): processes alive, started, died on their own while
+	 * running an execution, SIGKILLed at the deadline plus the grace */
+	size_t processes;
+	uint64_t processes_started, processes_crashed, processes_killed;
 } mb_pool_stats;
 void mb_pool_get_stats(mb_pool *p, mb_pool_stats *out);
 

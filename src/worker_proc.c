@@ -67,17 +67,31 @@ static void send_or_die(void)
 }
 
 /* The server's answer to the request just sent (nothing else may come in between). */
+/* The job the server sent ahead while this one waited for a reply (at most one). */
+static char *ahead_job;
+static size_t ahead_len;
+
+/* The server's answer to the request just sent. A job sent ahead may come first: it is kept
+ * for when this one ends. */
 static mb_wmsg wait_reply(void)
 {
 	mb_wmsg m;
-	rd.spin_ns = REPLY_SPIN_NS;
-	int k = mb_wire_read(&rd, MB_WORKER_FD, -1, &m);
-	rd.spin_ns = 0;
-	if (k < 0)
-		_exit(0);
-	if (m.type != W_REPLY)
-		die("the server sent something else than a reply");
-	return m;
+	for (;;) {
+		rd.spin_ns = REPLY_SPIN_NS;
+		int k = mb_wire_read(&rd, MB_WORKER_FD, -1, &m);
+		rd.spin_ns = 0;
+		if (k < 0)
+			_exit(0);
+		if (m.type == W_REPLY)
+			return m;
+		if (m.type != W_JOB || ahead_job)
+			die("the server sent something else than a reply");
+		ahead_len = (size_t)(m.end - m.p);
+		ahead_job = malloc(ahead_len ? ahead_len : 1);
+		if (!ahead_job)
+			die("out of memory keeping a job sent ahead");
+		memcpy(ahead_job, m.p, ahead_len);
+	}
 }
 
 static int bytes_or_die(mb_wmsg *m, const char **s, size_t *n)
@@ -281,6 +295,9 @@ static void send_done(const mb_exec_result *res)
 	mb_wbuf_bytes(&wb, res->output, res->output ? res->output_len : 0);
 	mb_wbuf_u64(&wb, res->instructions);
 	mb_wbuf_u64(&wb, res->memory_peak_bytes);
+	uint64_t ms_bits;
+	memcpy(&ms_bits, &res->execution_time_ms, sizeof ms_bits);
+	mb_wbuf_u64(&wb, ms_bits);
 	mb_wbuf_u64(&wb, res->pii_nfound);
 	for (size_t i = 0; i < res->pii_nfound; i++) {
 		mb_wbuf_bytes(&wb, res->pii_found[i].token, strlen(res->pii_found[i].token));
@@ -293,6 +310,7 @@ static mb_sandbox *run_job(mb_wmsg *m, mb_sandbox *sb)
 {
 	mb_exec_request req;
 	memset(&req, 0, sizeof req);
+	int ahead = (int)u64_or_die(m);
 	req.timeout_ms = u64_or_die(m);
 	req.memory_bytes = u64_or_die(m);
 	req.instruction_limit = u64_or_die(m);
@@ -313,9 +331,15 @@ static mb_sandbox *run_job(mb_wmsg *m, mb_sandbox *sb)
 		req.ws_port = &chan_ws;
 
 	mb_budget *b = shared_budget;
-	int cancelled = atomic_load(&b->cancel); /* the server may cancel before the job starts */
+	/* a job that starts at once may be cancelled already (the server set the page); one sent
+	 * ahead starts clean, and the server sets the page after W_START */
+	int cancelled = ahead ? 0 : atomic_load(&b->cancel);
 	mb_budget_init(b, req.memory_bytes, req.instruction_limit, 0);
 	atomic_store(&b->cancel, cancelled);
+	if (ahead) {
+		mb_wbuf_start(&wb, W_START);
+		send_or_die();
+	}
 	b->timeout_ms = req.timeout_ms;
 	b->deadline_ns = mb_now_ns() + req.timeout_ms * 1000000ull;
 	req.host_ud = b;
@@ -349,6 +373,14 @@ static void *serve(void *arg)
 
 	for (;;) {
 		mb_wmsg m;
+		if (ahead_job) { /* kept while the last job waited for a reply */
+			char *kept = ahead_job;
+			m = (mb_wmsg){W_JOB, (const unsigned char *)kept, (const unsigned char *)kept + ahead_len};
+			ahead_job = NULL;
+			sb = run_job(&m, sb);
+			free(kept);
+			continue;
+		}
 		if (mb_wire_read(&rd, MB_WORKER_FD, -1, &m) < 0)
 			_exit(0);
 		if (m.type != W_JOB)

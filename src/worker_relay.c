@@ -1,22 +1,23 @@
-/* worker_relay.c - runs executions in a worker process for one pool thread (worker_relay.h).
+/* worker_relay.c - the server's side of one worker process, apart from the loop: starting it,
+ * and checking everything it sends (worker_int.h; worker_pool.c drives them on the loop).
  *
- * Start: socketpair, then posix_spawn of /proc/self/exe --worker with /dev/null on 0 and 1, the
- * channel dup'ed to 3, every descriptor above closed (posix_spawn_file_actions_addclosefrom_np)
- * and an empty environment (MOONBOX_TEST_STALL_MS, a test knob, is the one variable passed), so
- * the worker starts from a clean image whatever this process holds: no store handle, no key,
- * no client socket, no upstream credentials in memory. W_INIT then gives it the configuration
- * with every secret field blanked (HTTP tokens, mcpServers, paths), and it answers W_READY once
- * confined.
+ * Start (mb_worker_spawn, on a thread-pool thread): socketpair, a memfd page for the worker's
+ * budget, then posix_spawn of /proc/self/exe --worker with /dev/null on 0 and 1, the channel
+ * dup'ed to 3, the page to 4, every descriptor above closed
+ * (posix_spawn_file_actions_addclosefrom_np) and an empty environment (MOONBOX_TEST_STALL_MS, a
+ * test knob, is the one variable passed), so the worker starts from a clean image whatever this
+ * process holds: no store handle, no key, no client socket, no upstream credentials in memory.
+ * W_INIT then gives it the configuration with every secret field blanked (HTTP tokens,
+ * mcpServers, paths).
  *
- * Every byte from the worker is hostile. Frames are bounded (max_result_bytes plus
- * max_output_bytes plus 1 MiB, or a file); JSON it hands on - log data, host-call arguments,
+ * Every byte from a worker is hostile. JSON it hands on - log data, host-call arguments,
  * upstream arguments, the result - is checked with jansson before anything splices it; the
  * error type is one of a fixed list; the tokens it reports as minted are recomputed with the
  * key and dropped when they do not match (so a worker cannot bind a token to a value in the
- * vault); notifications are counted against max_notifications; the time, the code hash and the
- * shape of the result are the relay's own.
+ * vault). Workspace operations run here on the tenant's workspace, with workspace.c's own
+ * confinement and quotas.
  */
-#include "worker_relay.h"
+#include "worker_int.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -38,84 +39,6 @@
 #include "worker_proc.h"
 #include "worker_wire.h"
 
-#define READY_TIMEOUT_MS 10000 /* start-up of a worker: exec, Lua, PCRE2 JIT, confinement */
-#define SPIN_NS 0              /* spinning here takes the CPU the worker needs (docs/benchmarks.md) */
-
-struct mb_relay {
-	const mb_config *cfg;
-	pid_t pid;             /* 0: none */
-	int fd;                /* the channel, -1: none */
-	mb_budget *shared;     /* the worker's budget (MB_WORKER_SHM_FD), or NULL */
-	int ready;             /* W_READY received */
-	mb_wreader rd;
-	mb_wbuf wb;
-};
-
-static atomic_uint_fast64_t n_started, n_crashed, n_killed;
-
-void mb_relay_stats_get(mb_relay_stats *s)
-{
-	s->started = atomic_load(&n_started);
-	s->crashed = atomic_load(&n_crashed);
-	s->killed = atomic_load(&n_killed);
-}
-
-mb_relay *mb_relay_new(const mb_config *cfg)
-{
-	mb_relay *r = calloc(1, sizeof *r);
-	if (!r)
-		return NULL;
-	r->cfg = cfg;
-	r->fd = -1;
-	/* the largest frame a worker may send: a result with its output, or a file */
-	uint64_t most = (uint64_t)cfg->max_result_bytes + (uint64_t)cfg->max_output_bytes * 6;
-	if ((uint64_t)cfg->workspace_max_file_bytes > most)
-		most = (uint64_t)cfg->workspace_max_file_bytes;
-	if ((uint64_t)cfg->max_message_bytes > most)
-		most = (uint64_t)cfg->max_message_bytes;
-	r->rd.max = (size_t)most + (1u << 20);
-	r->rd.spin_ns = SPIN_NS;
-	return r;
-}
-
-/* Kills (when alive) and reaps the worker; returns its wait status, or -1. */
-static int stop_worker(mb_relay *r, int sig)
-{
-	int status = -1;
-	if (r->pid > 0) {
-		/* a worker that already died keeps its own cause */
-		pid_t k = waitpid(r->pid, &status, WNOHANG);
-		if (k == 0 && sig)
-			kill(r->pid, sig);
-		while (k == 0 && waitpid(r->pid, &status, 0) < 0 && errno == EINTR)
-			;
-	}
-	if (r->fd >= 0)
-		close(r->fd);
-	if (r->shared)
-		munmap(r->shared, MB_WORKER_SHM_BYTES);
-	r->shared = NULL;
-	r->fd = -1;
-	r->pid = 0;
-	r->ready = 0;
-	size_t max = r->rd.max;
-	mb_wreader_free(&r->rd); /* a partial frame of the old worker must not meet the new one */
-	r->rd.max = max;
-	return status;
-}
-
-void mb_relay_free(mb_relay *r)
-{
-	if (!r)
-		return;
-	if (r->fd >= 0)
-		shutdown(r->fd, SHUT_RDWR); /* a worker between jobs exits on its own */
-	stop_worker(r, SIGKILL);
-	mb_wreader_free(&r->rd);
-	mb_wbuf_free(&r->wb);
-	free(r);
-}
-
 /* The configuration a worker gets: what executions need, nothing that is a secret or a path. */
 static void worker_config(const mb_config *in, mb_config *out)
 {
@@ -128,7 +51,7 @@ static void worker_config(const mb_config *in, mb_config *out)
 #undef BLANK
 }
 
-static int spawn_worker(mb_relay *r, char *err, size_t errlen)
+int mb_worker_spawn(const mb_config *cfg, mb_wspawn *out, char *err, size_t errlen)
 {
 	int sv[2];
 	if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) != 0) {
@@ -189,66 +112,43 @@ static int spawn_worker(mb_relay *r, char *err, size_t errlen)
 		snprintf(err, errlen, "cannot start a worker process: %s", strerror(rc));
 		return -1;
 	}
-	r->pid = pid;
-	r->fd = sv[0];
-	r->shared = page;
-	atomic_fetch_add(&n_started, 1);
-	static mb_config wc; /* large: not on the stack; same content for every relay */
+	static mb_config wc; /* large: not on the stack; the same content for every worker */
 	static pthread_mutex_t wc_lock = PTHREAD_MUTEX_INITIALIZER;
+	mb_wbuf b = {0};
 	pthread_mutex_lock(&wc_lock);
-	worker_config(r->cfg, &wc);
-	mb_wbuf_start(&r->wb, W_INIT);
-	mb_wbuf_bytes(&r->wb, &wc, sizeof wc);
+	worker_config(cfg, &wc);
+	mb_wbuf_start(&b, W_INIT);
+	mb_wbuf_bytes(&b, &wc, sizeof wc);
 	pthread_mutex_unlock(&wc_lock);
-	if (mb_wire_send(r->fd, &r->wb) != 0) {
-		stop_worker(r, SIGKILL);
+	out->pid = pid;
+	out->fd = sv[0];
+	out->shared = page;
+	int sent = mb_wire_send(sv[0], &b);
+	mb_wbuf_free(&b);
+	if (sent != 0) {
+		kill(pid, SIGKILL);
+		while (waitpid(pid, NULL, 0) < 0 && errno == EINTR)
+			;
+		mb_worker_spawn_release(out);
 		snprintf(err, errlen, "a new worker process did not take its configuration");
 		return -1;
 	}
 	return 0;
 }
 
-int mb_relay_ready(mb_relay *r, char *err, size_t errlen)
+void mb_worker_spawn_release(mb_wspawn *w)
 {
-	if (r->ready)
-		return 0;
-	if (r->pid <= 0 && spawn_worker(r, err, errlen) != 0)
-		return -1;
-	uint64_t until = mb_now_ns() + (uint64_t)READY_TIMEOUT_MS * 1000000;
-	for (;;) {
-		uint64_t now = mb_now_ns();
-		if (now >= until) {
-			stop_worker(r, SIGKILL);
-			snprintf(err, errlen, "a new worker process was not ready within %d ms",
-				 READY_TIMEOUT_MS);
-			return -1;
-		}
-		mb_wmsg m;
-		int k = mb_wire_read(&r->rd, r->fd, (int)((until - now) / 1000000) + 1, &m);
-		if (k == 0)
-			continue;
-		if (k < 0 || m.type != W_READY) {
-			int st = stop_worker(r, SIGKILL);
-			snprintf(err, errlen, "a new worker process failed to start (%s)",
-				 st >= 0 && WIFSIGNALED(st) ? strsignal(WTERMSIG(st))
-				 : st >= 0 && WIFEXITED(st) ? "it exited" : "no answer");
-			return -1;
-		}
-		uint64_t sec = 0, ll = 0;
-		mb_wmsg_u64(&m, &sec);
-		mb_wmsg_u64(&m, &ll);
-		static atomic_int told;
-		if (!atomic_exchange(&told, 1))
-			mb_log(MB_LOG_INFO, "worker processes: seccomp %s, Landlock %s", sec ? "on" : "off",
-			       ll ? "on" : "not available in this kernel");
-		r->ready = 1;
-		return 0;
-	}
+	if (w->shared)
+		munmap(w->shared, MB_WORKER_SHM_BYTES);
+	if (w->fd >= 0)
+		close(w->fd);
+	w->shared = NULL;
+	w->fd = -1;
 }
 
 /* ---- checking what a worker sends ----------------------------------------------------------- */
 
-static int valid_json(const char *s, size_t n)
+int mb_worker_valid_json(const char *s, size_t n)
 {
 	json_error_t e;
 	json_t *j = json_loadb(s, n, JSON_DECODE_ANY | JSON_ALLOW_NUL, &e);
@@ -270,7 +170,7 @@ static int valid_upstream(const char *s, size_t n, int batch)
 		const char *b = a ? memchr(a + 1, 0, (size_t)(item_end - a - 1)) : NULL;
 		if (!b)
 			return 0;
-		if (item_end > b + 1 && !valid_json(b + 1, (size_t)(item_end - b - 1)))
+		if (item_end > b + 1 && !mb_worker_valid_json(b + 1, (size_t)(item_end - b - 1)))
 			return 0;
 		if (!batch)
 			return 1;
@@ -290,7 +190,7 @@ static const char *known_type(const char *s, size_t n)
 	return "runtime";
 }
 
-static void set_failure(mb_exec_result *res, const char *type, const char *msg)
+void mb_worker_set_failure(mb_exec_result *res, const char *type, const char *msg)
 {
 	free(res->error);
 	free(res->traceback);
@@ -327,17 +227,19 @@ static int token_checks(const char *tok, size_t tlen, const char *value, size_t 
 }
 
 /* W_DONE into res; returns 0, or -1 for a malformed frame. */
-static int read_done(mb_relay *r, mb_wmsg *m, const mb_exec_request *req, mb_exec_result *res)
+int mb_worker_read_done(mb_wmsg *m, const mb_exec_request *req, mb_exec_result *res)
 {
-	uint64_t success, has_result, instr, peak, nfound;
+	uint64_t success, has_result, instr, peak, ms_bits, nfound;
 	const char *type, *err, *tb, *result, *out;
 	size_t type_n, err_n, tb_n, result_n, out_n;
 	if (mb_wmsg_u64(m, &success) || mb_wmsg_bytes(m, &type, &type_n) ||
 	    mb_wmsg_bytes(m, &err, &err_n) || mb_wmsg_bytes(m, &tb, &tb_n) ||
 	    mb_wmsg_u64(m, &has_result) || mb_wmsg_bytes(m, &result, &result_n) ||
 	    mb_wmsg_bytes(m, &out, &out_n) || mb_wmsg_u64(m, &instr) || mb_wmsg_u64(m, &peak) ||
-	    mb_wmsg_u64(m, &nfound))
+	    mb_wmsg_u64(m, &ms_bits) || mb_wmsg_u64(m, &nfound))
 		return -1;
+	/* the worker's own measure of its run (the caller bounds it by what it saw) */
+	memcpy(&res->execution_time_ms, &ms_bits, sizeof res->execution_time_ms);
 	res->success = success == 1;
 	res->output = mb_wire_copy(out, out_n);
 	res->output_len = res->output ? out_n : 0;
@@ -345,8 +247,8 @@ static int read_done(mb_relay *r, mb_wmsg *m, const mb_exec_request *req, mb_exe
 	res->memory_peak_bytes = peak > req->memory_bytes ? req->memory_bytes : (size_t)peak;
 	if (res->success) {
 		if (has_result && result_n) {
-			if (!valid_json(result, result_n)) {
-				set_failure(res, "result", "the worker process returned a result that is not JSON");
+			if (!mb_worker_valid_json(result, result_n)) {
+				mb_worker_set_failure(res, "result", "the worker process returned a result that is not JSON");
 				return 0;
 			}
 			res->result_json = mb_wire_copy(result, result_n);
@@ -385,53 +287,29 @@ static int read_done(mb_relay *r, mb_wmsg *m, const mb_exec_request *req, mb_exe
 		f->count = 1;
 		res->pii_nfound++;
 	}
-	(void)r;
 	return 0;
 }
 
 /* ---- answering a worker ---------------------------------------------------------------------- */
 
-static int send_reply(mb_relay *r, uint64_t status, uint64_t extra, const char *data, size_t n)
+void mb_worker_reply(mb_wbuf *out, uint64_t status, uint64_t extra, const char *data, size_t n)
 {
-	mb_wbuf_start(&r->wb, W_REPLY);
-	mb_wbuf_u64(&r->wb, status);
-	mb_wbuf_u64(&r->wb, extra);
-	mb_wbuf_bytes(&r->wb, data, n);
-	return mb_wire_send(r->fd, &r->wb);
+	mb_wbuf_start(out, W_REPLY);
+	mb_wbuf_u64(out, status);
+	mb_wbuf_u64(out, extra);
+	mb_wbuf_bytes(out, data, n);
 }
 
-static int on_call(mb_relay *r, mb_wmsg *m, const mb_exec_request *req, mb_budget *b)
+int mb_worker_valid_call(const char *name, const char *args, size_t n)
 {
-	const char *name, *args;
-	size_t nn, an;
-	if (mb_wmsg_bytes(m, &name, &nn) || mb_wmsg_bytes(m, &args, &an) || nn == 0 || nn > 64 ||
-	    memchr(name, 0, nn))
-		return -1;
-	char nm[65];
-	memcpy(nm, name, nn);
-	nm[nn] = 0;
-	int ok = strcmp(nm, "upstream_call") == 0   ? valid_upstream(args, an, 0)
-		 : strcmp(nm, "upstream_batch") == 0 ? valid_upstream(args, an, 1)
-						      : valid_json(args, an);
-	if (!ok) {
-		static const char msg[] = "malformed arguments from the worker process";
-		return send_reply(r, 1, 0, msg, sizeof msg - 1);
-	}
-	if (!req->host_call) {
-		static const char msg[] = "no server calls here";
-		return send_reply(r, 1, 0, msg, sizeof msg - 1);
-	}
-	char *reply = NULL;
-	size_t rlen = 0;
-	int rc = req->host_call(req->host_ud, nm, args, an, &reply, &rlen);
-	int st = rc == 0 ? 0 : rc > 0 ? 1 : 2;
-	int sent = send_reply(r, (uint64_t)st, st == 2 ? (uint64_t)mb_budget_check(b) : 0,
-			      reply ? reply : "", reply ? rlen : 0);
-	free(reply);
-	return sent;
+	if (strcmp(name, "upstream_call") == 0)
+		return valid_upstream(args, n, 0);
+	if (strcmp(name, "upstream_batch") == 0)
+		return valid_upstream(args, n, 1);
+	return mb_worker_valid_json(args, n);
 }
 
-static int on_mint(mb_relay *r, mb_wmsg *m)
+int mb_worker_mint(mb_wmsg *m, mb_wbuf *out)
 {
 	const char *type, *value;
 	size_t tn, vn;
@@ -439,37 +317,35 @@ static int on_mint(mb_relay *r, mb_wmsg *m)
 		return -1;
 	char t[MB_PII_TOKEN_MAX], tok[MB_PII_TOKEN_MAX];
 	if (tn >= sizeof t || !mb_pii_type_name_valid(type, tn)) {
-		static const char msg[] = "invalid type name";
-		return send_reply(r, 1, 0, msg, sizeof msg - 1);
+		mb_worker_reply(out, 1, 0, "invalid type name", 17);
+		return 0;
 	}
 	memcpy(t, type, tn);
 	t[tn] = 0;
 	if (mb_sandbox_pii_token(t, value, vn, MB_PII_HEX_MIN, tok) != 0) {
-		static const char msg[] = "cannot make a token";
-		return send_reply(r, 1, 0, msg, sizeof msg - 1);
+		mb_worker_reply(out, 1, 0, "cannot make a token", 19);
+		return 0;
 	}
-	return send_reply(r, 0, 0, tok, strlen(tok));
+	mb_worker_reply(out, 0, 0, tok, strlen(tok));
+	return 0;
 }
 
-/* W_WS: the operation on the tenant's workspace, answered rc, message, then what it gives. */
-static int on_ws(mb_relay *r, mb_wmsg *m, const mb_exec_request *req)
+int mb_worker_ws(mb_wmsg *m, mb_workspace *ws, mb_wbuf *w)
 {
 	uint64_t op, has_path;
 	const char *path, *data;
 	size_t pn, dn;
 	if (mb_wmsg_u64(m, &op) || mb_wmsg_bytes(m, &path, &pn) || mb_wmsg_u64(m, &has_path) ||
-	    mb_wmsg_bytes(m, &data, &dn))
+	    mb_wmsg_bytes(m, &data, &dn) || op < W_WS_READ || op > W_WS_STAT)
 		return -1;
 	char err[MB_ERR_MAX] = "";
-	mb_wbuf *w = &r->wb;
-	mb_workspace *ws = req->workspace;
 	if (!ws) {
 		mb_wbuf_start(w, W_REPLY);
 		mb_wbuf_u64(w, (uint64_t)(int64_t)-ENOSYS);
 		mb_wbuf_bytes(w, "the workspace is not available here", 35);
-		return mb_wire_send(r->fd, w);
+		return 0;
 	}
-	int rc;
+	int rc = 0;
 	char *bytes = NULL;
 	size_t nbytes = 0;
 	mb_workspace_entry *e = NULL;
@@ -484,7 +360,6 @@ static int on_ws(mb_relay *r, mb_wmsg *m, const mb_exec_request *req)
 		break;
 	case W_WS_DELETE: rc = mb_workspace_delete(ws, path, pn, err, sizeof err); break;
 	case W_WS_STAT: rc = mb_workspace_stat(ws, path, pn, &info, err, sizeof err); break;
-	default: return -1;
 	}
 	mb_wbuf_start(w, W_REPLY);
 	mb_wbuf_u64(w, (uint64_t)(int64_t)rc);
@@ -506,26 +381,8 @@ static int on_ws(mb_relay *r, mb_wmsg *m, const mb_exec_request *req)
 	}
 	free(bytes);
 	mb_workspace_entries_free(e, ne);
-	return mb_wire_send(r->fd, w);
+	return 0;
 }
-
-static void on_notify(mb_wmsg *m, const mb_exec_request *req, uint64_t *count)
-{
-	uint64_t kind, level;
-	const char *json;
-	size_t n;
-	if (mb_wmsg_u64(m, &kind) || mb_wmsg_u64(m, &level) || mb_wmsg_bytes(m, &json, &n))
-		return;
-	if (++*count > (uint64_t)req->cfg->max_notifications || !req->notify)
-		return;
-	int lv = (int)(int64_t)level;
-	if ((kind != MB_NOTIFY_LOG && kind != MB_NOTIFY_PROGRESS) || lv < -1 || lv > 7 ||
-	    !valid_json(json, n))
-		return;
-	req->notify(req->notify_ud, (mb_notify_kind)kind, lv, json, n);
-}
-
-/* ---- one execution ------------------------------------------------------------------------- */
 
 static const char *signal_name(int sig)
 {
@@ -537,138 +394,19 @@ static const char *signal_name(int sig)
 	case SIGFPE: return "SIGFPE (an arithmetic fault)";
 	case SIGILL: return "SIGILL (an illegal instruction)";
 	case SIGKILL: return "SIGKILL (killed, e.g. by the kernel when out of memory)";
-	case SIGXCPU: return "SIGXCPU";
 	case SIGXFSZ: return "SIGXFSZ (a file size limit)";
 	default: return strsignal(sig);
 	}
 }
 
-static void crashed(mb_relay *r, mb_exec_result *res)
+void mb_worker_death_message(int st, char *msg, size_t n)
 {
-	int st = stop_worker(r, 0);
-	atomic_fetch_add(&n_crashed, 1);
-	char msg[MB_ERR_MAX];
 	if (st >= 0 && WIFSIGNALED(st))
-		snprintf(msg, sizeof msg, "the worker process running this execution died of %s; "
-			 "nothing else was affected", signal_name(WTERMSIG(st)));
+		snprintf(msg, n, "the worker process running this execution died of %s; nothing else "
+			 "was affected", signal_name(WTERMSIG(st)));
 	else if (st >= 0 && WIFEXITED(st))
-		snprintf(msg, sizeof msg, "the worker process running this execution exited with status "
-			 "%d", WEXITSTATUS(st));
+		snprintf(msg, n, "the worker process running this execution exited with status %d",
+			 WEXITSTATUS(st));
 	else
-		snprintf(msg, sizeof msg, "the worker process running this execution was lost");
-	mb_log(MB_LOG_WARNING, "%s", msg);
-	set_failure(res, "crashed", msg);
-}
-
-int mb_relay_run(mb_relay *r, const mb_exec_request *req, mb_budget *b, mb_exec_result *res)
-{
-	memset(res, 0, sizeof *res);
-	uint64_t t0 = mb_now_ns();
-	mb_codec_hash_hex(req->code, req->code_len, res->code_hash);
-	char err[MB_ERR_MAX];
-	if (mb_relay_ready(r, err, sizeof err) != 0) {
-		mb_log(MB_LOG_ERROR, "pool: %s", err);
-		set_failure(res, "crashed", err);
-		mb_exec_result_shape(res);
-		return -1;
-	}
-	atomic_store(&r->shared->cancel, 0); /* the page may hold the last job's state */
-	atomic_store(&r->shared->stop, MB_STOP_NONE);
-	mb_wbuf_start(&r->wb, W_JOB);
-	mb_wbuf_u64(&r->wb, req->timeout_ms);
-	mb_wbuf_u64(&r->wb, req->memory_bytes);
-	mb_wbuf_u64(&r->wb, req->instruction_limit);
-	mb_wbuf_u64(&r->wb, (uint64_t)req->pii_policy);
-	mb_wbuf_u64(&r->wb, req->workspace != NULL);
-	mb_wbuf_u64(&r->wb, req->workspace ? (uint64_t)mb_workspace_limits_of(req->workspace)->max_file_bytes : 0);
-	mb_wbuf_bytes(&r->wb, req->code, req->code_len);
-	mb_wbuf_u64(&r->wb, req->context_json != NULL);
-	mb_wbuf_bytes(&r->wb, req->context_json, req->context_json ? req->context_len : 0);
-	if (mb_wire_send(r->fd, &r->wb) != 0) {
-		crashed(r, res);
-		goto out;
-	}
-	uint64_t deadline = b->deadline_ns;
-	uint64_t kill_at = deadline + (uint64_t)r->cfg->timeout_grace_ms * 1000000 / 2;
-	int told_deadline = 0, told_cancel = 0;
-	uint64_t notes = 0;
-	for (;;) {
-		uint64_t now = mb_now_ns();
-		if (atomic_load(&b->cancel) && !told_cancel) {
-			atomic_store(&r->shared->cancel, 1); /* then checked at the next instruction */
-			kill(r->pid, MB_SANDBOX_SIGNAL);
-			told_cancel = 1;
-		}
-		if (now >= deadline && !told_deadline) {
-			kill(r->pid, MB_SANDBOX_SIGNAL);
-			told_deadline = 1;
-		}
-		if (now >= kill_at) {
-			/* stuck in C: the cause is what tripped first in the worker, when that is a
-			 * limit (its budget is in the shared page), else the deadline or the cancel */
-			int first = atomic_load(&r->shared->stop);
-			res->instructions = r->shared->instructions;
-			res->memory_peak_bytes = r->shared->mem_peak > req->memory_bytes
-							 ? req->memory_bytes : r->shared->mem_peak;
-			stop_worker(r, SIGKILL);
-			atomic_fetch_add(&n_killed, 1);
-			if (first > MB_STOP_NONE && first <= MB_STOP_CANCELLED)
-				mb_budget_trip(b, (mb_stop_reason)first);
-			mb_stop_reason why = mb_budget_check(b);
-			if (why == MB_STOP_NONE)
-				why = MB_STOP_TIMEOUT;
-			mb_budget_trip(b, why);
-			char msg[MB_ERR_MAX];
-			mb_budget_message(b, msg, sizeof msg);
-			set_failure(res, mb_stop_name(why), msg);
-			break;
-		}
-		uint64_t until = told_deadline ? kill_at : deadline;
-		mb_wmsg m;
-		int k = mb_wire_read(&r->rd, r->fd, (int)((until - now + 999999) / 1000000), &m);
-		if (k == 0)
-			continue;
-		if (k < 0) {
-			if (errno == EMSGSIZE) {
-				stop_worker(r, SIGKILL);
-				set_failure(res, "result", "the worker process sent a message over the size "
-					    "limit (max_result_bytes and max_output_bytes)");
-			} else {
-				crashed(r, res);
-			}
-			break;
-		}
-		int bad = 0;
-		switch (m.type) {
-		case W_NOTIFY: on_notify(&m, req, &notes); break;
-		case W_CALL: bad = on_call(r, &m, req, b) != 0; break;
-		case W_MINT: bad = on_mint(r, &m) != 0; break;
-		case W_WS: bad = on_ws(r, &m, req) != 0; break;
-		case W_DONE: bad = read_done(r, &m, req, res) != 0; break;
-		default: bad = 1;
-		}
-		if (bad) {
-			stop_worker(r, SIGKILL);
-			set_failure(res, "crashed", "the worker process broke the protocol; it was stopped");
-			break;
-		}
-		if (m.type == W_DONE)
-			break;
-	}
-out:
-	if (mb_budget_check(b) != MB_STOP_NONE && res->success) {
-		/* as on a thread: a limit decides the outcome */
-		char msg[MB_ERR_MAX];
-		mb_budget_message(b, msg, sizeof msg);
-		set_failure(res, mb_stop_name((mb_stop_reason)atomic_load(&b->stop)), msg);
-	}
-	if (!res->output)
-		res->output = strdup("");
-	if (res->success && !res->result_json) {
-		res->result_json = strdup("null");
-		res->result_len = res->result_json ? 4 : 0;
-	}
-	res->execution_time_ms = (double)(mb_now_ns() - t0) / 1e6;
-	mb_exec_result_shape(res);
-	return 0;
+		snprintf(msg, n, "the worker process running this execution was lost");
 }

@@ -152,28 +152,46 @@ static int reserve(mb_wreader *r, size_t want)
 	return 0;
 }
 
-int mb_wire_read(mb_wreader *r, int fd, int timeout_ms, mb_wmsg *m)
+int mb_wreader_next(mb_wreader *r, mb_wmsg *m)
 {
-	if (r->need && r->len >= r->need) { /* the previous frame was handed out: drop it */
+	if (r->handed) { /* the previous frame was handed out: drop it */
 		memmove(r->buf, r->buf + r->need, r->len - r->need);
 		r->len -= r->need;
 		r->need = 0;
+		r->handed = 0;
 	}
+	if (!r->need && r->len >= 4) { /* the header's length is in: check it */
+		uint64_t n = get_le(r->buf, 4);
+		if (n < 1 || n > r->max + 1) {
+			errno = EMSGSIZE;
+			return -1;
+		}
+		r->need = 4 + (size_t)n;
+	}
+	if (!r->need || r->len < r->need)
+		return 0;
+	m->type = r->buf[4];
+	m->p = r->buf + HDR;
+	m->end = r->buf + r->need;
+	r->handed = 1;
+	return 1;
+}
+
+int mb_wreader_feed(mb_wreader *r, const char *data, size_t n)
+{
+	if (n > r->cap - r->len && reserve(r, r->len + n) != 0)
+		return -1;
+	memcpy(r->buf + r->len, data, n);
+	r->len += n;
+	return 0;
+}
+
+int mb_wire_read(mb_wreader *r, int fd, int timeout_ms, mb_wmsg *m)
+{
 	for (;;) {
-		if (!r->need && r->len >= 4) { /* the header's length is in: check it */
-			uint64_t n = get_le(r->buf, 4);
-			if (n < 1 || n > r->max + 1) {
-				errno = EMSGSIZE;
-				return -1;
-			}
-			r->need = 4 + (size_t)n;
-		}
-		if (r->need && r->len >= r->need) {
-			m->type = r->buf[4];
-			m->p = r->buf + HDR;
-			m->end = r->buf + r->need;
-			return 1;
-		}
+		int k = mb_wreader_next(r, m);
+		if (k != 0)
+			return k;
 		if (reserve(r, r->need ? r->need : 4) != 0)
 			return -1;
 		/* A reply or a short execution's result is often microseconds away: look again for
@@ -193,9 +211,9 @@ int mb_wire_read(mb_wreader *r, int fd, int timeout_ms, mb_wmsg *m)
 		}
 		if (timeout_ms >= 0) {
 			struct pollfd pf = {fd, POLLIN, 0};
-			int k = poll(&pf, 1, timeout_ms);
-			if (k <= 0) {
-				if (k < 0 && errno != EINTR)
+			int k2 = poll(&pf, 1, timeout_ms);
+			if (k2 <= 0) {
+				if (k2 < 0 && errno != EINTR)
 					return -1;
 				return 0;
 			}

@@ -7,7 +7,8 @@
  * byte a worker sends as hostile (worker_relay.c). Who sends what:
  *
  *   server -> worker  W_INIT   the configuration (secrets blanked), once after the start
- *                     W_JOB    one execution: limits, code, context JSON, workspace quotas
+ *                     W_JOB    one execution: limits, code, context JSON, workspace quotas; or
+ *                              one sent ahead, to start when the running one ends
  *                     W_REPLY  the answer to a W_CALL, W_WS or W_MINT: status, bytes
  *   worker -> server  W_READY  initialised and confined: what took effect
  *                     W_NOTIFY mcp.log / mcp.progress: kind, level, JSON
@@ -15,6 +16,7 @@
  *                     W_WS     a workspace operation: op, path, data
  *                     W_MINT   a PII token for (type, value): the key stays in the server
  *                     W_DONE   the result's fields
+ *                     W_START  a job that was sent ahead (while another ran) starts now
  *
  * Thread rules: none of its own; a reader or buffer belongs to one thread.
  */
@@ -25,7 +27,7 @@
 #include <stdint.h>
 
 enum {
-	W_INIT = 1, W_READY, W_JOB, W_REPLY, W_NOTIFY, W_CALL, W_WS, W_MINT, W_DONE,
+	W_INIT = 1, W_READY, W_JOB, W_REPLY, W_NOTIFY, W_CALL, W_WS, W_MINT, W_DONE, W_START,
 };
 
 /* Workspace operations of W_WS (the sandbox's port, sandbox.h). */
@@ -66,6 +68,7 @@ typedef struct {
 	size_t len, cap, need; /* need: bytes of the frame being read (0: header first) */
 	size_t max;            /* largest payload accepted */
 	uint64_t spin_ns;      /* look for data this long before sleeping (0: never) */
+	int handed;            /* the frame at the start was handed out (dropped at the next call) */
 } mb_wreader;
 
 /// Reads until a whole frame is in, waiting at most timeout_ms (-1: no limit).
@@ -74,6 +77,15 @@ typedef struct {
 ///          (errno EMSGSIZE)
 int mb_wire_read(mb_wreader *r, int fd, int timeout_ms, mb_wmsg *m);
 void mb_wreader_free(mb_wreader *r);
+
+/// Appends n bytes read elsewhere (an event loop's read callback).
+/// @returns 0, or -1 when out of memory
+int mb_wreader_feed(mb_wreader *r, const char *data, size_t n);
+
+/// The next whole frame among the bytes fed (the one handed out before is dropped first).
+/// @returns 1 with *m set (valid until the next call), 0 when more bytes are needed, -1 for a
+///          frame over max (errno EMSGSIZE)
+int mb_wreader_next(mb_wreader *r, mb_wmsg *m);
 
 /// A malloc'd NUL-terminated copy of n bytes of a field (which may hold NULs), or NULL.
 char *mb_wire_copy(const char *s, size_t n);

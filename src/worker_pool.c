@@ -1,0 +1,924 @@
+/* worker_pool.c - the execution pool of isolation = process: worker processes driven from the
+ * loop thread (the mb_pool API of pool.h; pool.c hands every call here in that mode).
+ *
+ * Each worker process (worker_proc.c) has a uv_pipe on the loop over its channel. A job goes to
+ * an idle worker as one W_JOB write; what the worker sends back arrives on the loop as it does
+ * from a client: notifications and host calls go straight to the pool's callbacks (a host call is
+ * answered when mb_pool_reply comes, as on a thread), a PII token is made at once, a workspace
+ * operation runs on libuv's thread pool (it may touch the disk) and is answered from there, and
+ * W_DONE is checked and shaped (on the thread pool when it is large) and reported. So an
+ * execution costs two wake-ups, as on a worker thread: the worker's and the loop's.
+ *
+ * Limits from outside: a timer per job, armed when the job is sent, signals the worker at the
+ * deadline (and ends a host call it waits on), and SIGKILLs it half of timeout_grace_ms later if
+ * it has not answered; the answer is then the limit that tripped first in the worker (its budget
+ * is in the page it shares with us), else the deadline or the cancel. A worker that dies fails
+ * only its job ("crashed", naming the signal). Dead and killed workers are replaced by starting
+ * a new process on the thread pool (posix_spawn waits for the exec, so never on the loop);
+ * queued jobs wait for it. A worker that cannot be started is retried after a pause.
+ *
+ * Ownership: jobs belong to the pool from submit until their on_done returns and their timer is
+ * closed; workers until their pipe is closed and the process reaped. Everything here runs on the
+ * loop thread but the work callbacks, which touch only what their request holds.
+ */
+#include "worker_pool.h"
+
+#include <errno.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+
+#include "codec.h"
+#include "log.h"
+#include "worker_int.h"
+#include "worker_proc.h"
+
+#define BIG_DONE (256u << 10)  /* a result this large is checked and shaped off the loop */
+#define RESPAWN_PAUSE_MS 1000  /* after a worker failed to start */
+
+typedef struct wjob wjob;
+typedef struct wproc wproc;
+
+enum { J_QUEUED, J_SENT, J_RUNNING, J_DONE }; /* J_SENT: waits in its worker's channel */
+enum { P_SPAWNING, P_STARTING, P_IDLE, P_BUSY, P_DEAD };
+
+struct wjob {
+	mb_wpool *pp;
+	uint64_t id;
+	mb_exec_request req;
+	char *code, *context;
+	mb_budget budget;       /* limits (for messages), the deadline, the stop reason */
+	uv_timer_t timer;
+	int timer_stage;        /* 1: until the deadline; 2: until the kill */
+	int state;
+	wproc *proc;
+	uint64_t t0, calls, notes, seq;
+	int call_waiting, answered;
+	wjob *next;             /* queue */
+	wjob *all_next, *all_prev;
+};
+
+struct wproc {
+	mb_wpool *pp;
+	int state;
+	mb_wspawn sp;           /* pid, fd (owned by pipe once open), shared page */
+	uv_pipe_t pipe;
+	int pipe_open;
+	mb_wreader rd;
+	char rbuf[65536];
+	wjob *job;              /* running */
+	wjob *next_job;         /* sent ahead, starts when job ends (W_START) */
+	uv_work_t work;         /* the spawn */
+	int spawn_rc;
+	char spawn_err[MB_ERR_MAX];
+	uv_timer_t retry;
+	int retry_open;
+	wproc *next;
+};
+
+struct mb_wpool {
+	uv_loop_t *loop;
+	const mb_config *cfg;
+	mb_job_callbacks cb;
+	wproc *procs;
+	wjob *q_head, *q_tail, *all;
+	size_t queued, queued_bytes, busy, alive, handles, unanswered;
+	uint64_t next_id, submitted, completed, refused, started, crashed, killed;
+	int stopping;
+	mb_wbuf wb;
+};
+
+static void dispatch(mb_wpool *pp);
+static void start_worker(mb_wpool *pp, wproc *w);
+static void finish(wjob *j, mb_exec_result *res);
+
+/* ---- sending -------------------------------------------------------------------------------- */
+
+typedef struct {
+	uv_write_t req;
+	char *buf;
+} wsend;
+
+static void sent(uv_write_t *req, int status)
+{
+	(void)status; /* a worker gone: its end of file says so */
+	wsend *s = (wsend *)req;
+	free(s->buf);
+	free(s);
+}
+
+/* Writes the frame in b to w (b's buffer is taken over). */
+static void send_frame(wproc *w, mb_wbuf *b)
+{
+	if (b->failed || !w->pipe_open || w->state == P_DEAD)
+		return;
+	wsend *s = malloc(sizeof *s);
+	if (!s)
+		return;
+	uint64_t n = b->len - 4;
+	for (int i = 0; i < 4; i++)
+		b->buf[i] = (char)(n >> (8 * i));
+	s->buf = b->buf;
+	uv_buf_t ub = uv_buf_init(b->buf, (unsigned)b->len);
+	memset(b, 0, sizeof *b);
+	if (uv_write(&s->req, (uv_stream_t *)&w->pipe, &ub, 1, sent) != 0) {
+		free(s->buf);
+		free(s);
+	}
+}
+
+/* ---- workers -------------------------------------------------------------------------------- */
+
+/* One handle or request of the pool is done; the last one after mb_wpool_close frees it. */
+static void pool_release(mb_wpool *pp)
+{
+	pp->handles--;
+	if (!pp->stopping || pp->handles)
+		return;
+	for (wproc *w = pp->procs, *next; w; w = next) {
+		next = w->next;
+		mb_wreader_free(&w->rd);
+		free(w);
+	}
+	mb_wbuf_free(&pp->wb);
+	free(pp);
+}
+
+static void retry_closed(uv_handle_t *h)
+{
+	wproc *w = h->data;
+	pool_release(w->pp);
+}
+
+static void proc_closed(uv_handle_t *h)
+{
+	wproc *w = h->data;
+	mb_wpool *pp = w->pp;
+	w->pipe_open = 0;
+	w->sp.fd = -1; /* the pipe closed it */
+	mb_worker_spawn_release(&w->sp);
+	size_t max = w->rd.max;
+	mb_wreader_free(&w->rd);
+	w->rd.max = max;
+	if (!pp->stopping)
+		start_worker(pp, w); /* the slot gets a new process */
+	pool_release(pp);
+}
+
+/* Ends a worker: killed when sig, reaped; returns its wait status. The pipe closes after. */
+static int end_worker(wproc *w, int sig)
+{
+	int st = -1;
+	if (w->sp.pid > 0) {
+		pid_t k = waitpid(w->sp.pid, &st, WNOHANG);
+		if (k == 0) {
+			kill(w->sp.pid, sig ? sig : SIGKILL);
+			while (waitpid(w->sp.pid, &st, 0) < 0 && errno == EINTR)
+				;
+		}
+		w->sp.pid = 0;
+	}
+	if (w->state == P_BUSY)
+		w->pp->busy--;
+	if (w->state != P_DEAD && w->state != P_SPAWNING)
+		w->pp->alive--;
+	w->state = P_DEAD;
+	w->job = NULL;
+	wjob *ahead = w->next_job;
+	if (ahead) { /* never started: back to the head of the queue (still counted there) */
+		w->next_job = NULL;
+		ahead->state = J_QUEUED;
+		ahead->proc = NULL;
+		ahead->next = w->pp->q_head;
+		w->pp->q_head = ahead;
+		if (!w->pp->q_tail)
+			w->pp->q_tail = ahead;
+	}
+	if (w->pipe_open && !uv_is_closing((uv_handle_t *)&w->pipe))
+		uv_close((uv_handle_t *)&w->pipe, proc_closed);
+	return st;
+}
+
+static void on_frame(wproc *w, mb_wmsg *m);
+
+static void alloc_cb(uv_handle_t *h, size_t hint, uv_buf_t *buf)
+{
+	(void)hint;
+	wproc *w = h->data;
+	*buf = uv_buf_init(w->rbuf, sizeof w->rbuf);
+}
+
+static void died(wproc *w, const char *why)
+{
+	wjob *j = w->job;
+	mb_wpool *pp = w->pp;
+	int st = end_worker(w, SIGKILL);
+	if (!j)
+		return;
+	mb_exec_result res;
+	memset(&res, 0, sizeof res);
+	char msg[MB_ERR_MAX];
+	if (why) {
+		snprintf(msg, sizeof msg, "%s", why);
+	} else {
+		mb_worker_death_message(st, msg, sizeof msg);
+		pp->crashed++;
+	}
+	mb_log(MB_LOG_WARNING, "%s", msg);
+	mb_worker_set_failure(&res, "crashed", msg);
+	finish(j, &res);
+}
+
+static void read_cb(uv_stream_t *s, ssize_t n, const uv_buf_t *buf)
+{
+	wproc *w = s->data;
+	if (n < 0) {
+		died(w, NULL);
+		return;
+	}
+	if (n == 0)
+		return;
+	if (mb_wreader_feed(&w->rd, buf->base, (size_t)n) != 0) {
+		died(w, "out of memory reading from a worker process");
+		return;
+	}
+	mb_wmsg m;
+	int k;
+	while (w->state != P_DEAD && (k = mb_wreader_next(&w->rd, &m)) != 0) {
+		if (k < 0) {
+			died(w, "the worker process sent a message over the size limit (max_result_bytes "
+			     "and max_output_bytes); it was stopped");
+			return;
+		}
+		on_frame(w, &m);
+	}
+}
+
+static void spawn_work(uv_work_t *req)
+{
+	wproc *w = req->data;
+	w->spawn_rc = mb_worker_spawn(w->pp->cfg, &w->sp, w->spawn_err, sizeof w->spawn_err);
+}
+
+static void retry_fired(uv_timer_t *t)
+{
+	wproc *w = t->data;
+	if (!w->pp->stopping)
+		start_worker(w->pp, w);
+}
+
+static void spawned(uv_work_t *req, int status)
+{
+	wproc *w = req->data;
+	mb_wpool *pp = w->pp;
+	if (pp->stopping) {
+		if (status == 0 && w->spawn_rc == 0) {
+			kill(w->sp.pid, SIGKILL);
+			waitpid(w->sp.pid, NULL, 0);
+			mb_worker_spawn_release(&w->sp);
+		}
+		w->state = P_DEAD;
+		pool_release(pp);
+		return;
+	}
+	pp->handles--;
+	if (status != 0 || w->spawn_rc != 0) {
+		mb_log(MB_LOG_ERROR, "pool: %s; trying again in %d ms",
+		       status ? "the spawn was cancelled" : w->spawn_err, RESPAWN_PAUSE_MS);
+		w->state = P_DEAD;
+		uv_timer_start(&w->retry, retry_fired, RESPAWN_PAUSE_MS, 0);
+		return;
+	}
+	pp->started++;
+	uv_pipe_init(pp->loop, &w->pipe, 0);
+	w->pipe.data = w;
+	if (uv_pipe_open(&w->pipe, w->sp.fd) != 0) {
+		kill(w->sp.pid, SIGKILL);
+		waitpid(w->sp.pid, NULL, 0);
+		mb_worker_spawn_release(&w->sp);
+		w->state = P_DEAD;
+		uv_close((uv_handle_t *)&w->pipe, NULL);
+		uv_timer_start(&w->retry, retry_fired, RESPAWN_PAUSE_MS, 0);
+		return;
+	}
+	w->pipe_open = 1;
+	pp->handles++;
+	w->state = P_STARTING; /* until its W_READY */
+	pp->alive++;
+	uv_read_start((uv_stream_t *)&w->pipe, alloc_cb, read_cb);
+}
+
+static void start_worker(mb_wpool *pp, wproc *w)
+{
+	w->state = P_SPAWNING;
+	w->job = NULL;
+	w->sp.fd = -1;
+	w->sp.pid = 0;
+	w->sp.shared = NULL;
+	size_t max = w->rd.max;
+	mb_wreader_free(&w->rd);
+	w->rd.max = max;
+	w->work.data = w;
+	pp->handles++;
+	if (uv_queue_work(pp->loop, &w->work, spawn_work, spawned) != 0) {
+		pp->handles--;
+		w->state = P_DEAD;
+		uv_timer_start(&w->retry, retry_fired, RESPAWN_PAUSE_MS, 0);
+	}
+}
+
+/* ---- jobs ----------------------------------------------------------------------------------- */
+
+static void job_closed(uv_handle_t *h)
+{
+	wjob *j = h->data;
+	mb_wpool *pp = j->pp;
+	if (j->all_prev)
+		j->all_prev->all_next = j->all_next;
+	else
+		pp->all = j->all_next;
+	if (j->all_next)
+		j->all_next->all_prev = j->all_prev;
+	free(j->code);
+	free(j->context);
+	free(j);
+	pool_release(pp);
+}
+
+/* Reports res as j's answer (shaped here), frees what it holds, and lets its worker take the
+ * next job. */
+static void finish(wjob *j, mb_exec_result *res)
+{
+	mb_wpool *pp = j->pp;
+	if (j->answered)
+		return;
+	j->answered = 1;
+	if (j->state == J_RUNNING && j->proc && j->proc->job == j) {
+		j->proc->job = NULL;
+		if (j->proc->state == P_BUSY && !j->proc->next_job) { /* else it starts that one */
+			j->proc->state = P_IDLE;
+			pp->busy--;
+		}
+	}
+	j->state = J_DONE;
+	pp->unanswered--;
+	mb_codec_hash_hex(j->code, j->req.code_len, res->code_hash);
+	if (!res->output)
+		res->output = strdup("");
+	if (res->success && !res->result_json) {
+		res->result_json = strdup("null");
+		res->result_len = res->result_json ? 4 : 0;
+	}
+	/* the worker's measure of its run, which leaves out the trip through the channel; never
+	 * more than what the loop saw */
+	double seen = j->t0 ? (double)(mb_now_ns() - j->t0) / 1e6 : 0;
+	if (!(res->execution_time_ms >= 0 && res->execution_time_ms <= seen))
+		res->execution_time_ms = seen;
+	mb_exec_result_shape(res);
+	pp->completed++;
+	if (pp->cb.on_done)
+		pp->cb.on_done(pp->cb.ud, j->id, res);
+	mb_exec_result_free(res);
+	uv_timer_stop(&j->timer);
+	uv_close((uv_handle_t *)&j->timer, job_closed);
+	dispatch(pp);
+}
+
+/* The answer of a job stopped by a limit from outside (cancelled while queued, killed). */
+static void finish_stopped(wjob *j, mb_stop_reason why)
+{
+	mb_budget_trip(&j->budget, why);
+	char msg[MB_ERR_MAX];
+	mb_budget_message(&j->budget, msg, sizeof msg);
+	mb_exec_result res;
+	memset(&res, 0, sizeof res);
+	mb_worker_set_failure(&res, mb_stop_name(why), msg);
+	finish(j, &res);
+}
+
+static void reply_stopped(wjob *j, mb_stop_reason why)
+{
+	if (!j->call_waiting || !j->proc)
+		return;
+	j->call_waiting = 0;
+	const char *msg = why == MB_STOP_CANCELLED ? "cancelled" : "the deadline passed";
+	mb_worker_reply(&j->pp->wb, 2, (uint64_t)why, msg, strlen(msg));
+	send_frame(j->proc, &j->pp->wb);
+}
+
+static void on_timer(uv_timer_t *t)
+{
+	wjob *j = t->data;
+	if (j->state != J_RUNNING || !j->proc)
+		return;
+	wproc *w = j->proc;
+	if (j->timer_stage == 1) {
+		/* the deadline: the worker's hook fires on its next instruction; a call it waits on
+		 * ends */
+		kill(w->sp.pid, MB_SANDBOX_SIGNAL);
+		reply_stopped(j, MB_STOP_TIMEOUT);
+		j->timer_stage = 2;
+		uint64_t grace = (uint64_t)j->pp->cfg->timeout_grace_ms / 2;
+		uv_timer_start(t, on_timer, grace ? grace : 1, 0);
+		return;
+	}
+	/* still running half the grace later: stuck in C, or compromised. The cause is what
+	 * tripped first in it, when that was a limit. */
+	int first = atomic_load(&w->sp.shared->stop);
+	mb_exec_result res;
+	memset(&res, 0, sizeof res);
+	res.instructions = w->sp.shared->instructions;
+	res.memory_peak_bytes = w->sp.shared->mem_peak > j->req.memory_bytes ? j->req.memory_bytes
+									      : w->sp.shared->mem_peak;
+	mb_log(MB_LOG_WARNING, "pool: execution %llu still running %lld ms after its deadline; "
+	       "killing its worker process", (unsigned long long)j->id,
+	       (long long)j->pp->cfg->timeout_grace_ms / 2);
+	j->proc = NULL;
+	w->job = NULL;
+	end_worker(w, SIGKILL);
+	j->pp->killed++;
+	if (first > MB_STOP_NONE && first <= MB_STOP_CANCELLED)
+		mb_budget_trip(&j->budget, (mb_stop_reason)first);
+	mb_stop_reason why = mb_budget_check(&j->budget);
+	if (why == MB_STOP_NONE)
+		why = MB_STOP_TIMEOUT;
+	mb_budget_trip(&j->budget, why);
+	char msg[MB_ERR_MAX];
+	mb_budget_message(&j->budget, msg, sizeof msg);
+	mb_worker_set_failure(&res, mb_stop_name(why), msg);
+	finish(j, &res);
+}
+
+/* The job's code starts now: its clock and its timer. */
+static void job_started(wproc *w, wjob *j)
+{
+	j->state = J_RUNNING;
+	w->job = j;
+	j->t0 = mb_now_ns();
+	j->budget.deadline_ns = j->t0 + j->budget.timeout_ms * 1000000ull;
+	j->timer_stage = 1;
+	uv_timer_start(&j->timer, on_timer, j->budget.timeout_ms, 0);
+}
+
+/* Writes j to w. ahead: w is running another job, and j waits in the channel until that one
+ * ends; the worker then says W_START (so the clock starts when the code does). */
+static void send_job(wproc *w, wjob *j, int ahead)
+{
+	mb_wpool *pp = w->pp;
+	j->proc = w;
+	if (ahead) {
+		j->state = J_SENT;
+		w->next_job = j;
+	} else {
+		w->state = P_BUSY;
+		pp->busy++;
+		/* the page is the running job's: set only for a job that starts at once */
+		atomic_store(&w->sp.shared->cancel, atomic_load(&j->budget.cancel));
+		atomic_store(&w->sp.shared->stop, MB_STOP_NONE);
+	}
+	mb_wbuf *b = &pp->wb;
+	mb_wbuf_start(b, W_JOB);
+	mb_wbuf_u64(b, (uint64_t)ahead);
+	mb_wbuf_u64(b, j->req.timeout_ms);
+	mb_wbuf_u64(b, j->req.memory_bytes);
+	mb_wbuf_u64(b, j->req.instruction_limit);
+	mb_wbuf_u64(b, (uint64_t)j->req.pii_policy);
+	mb_wbuf_u64(b, j->req.workspace != NULL);
+	mb_wbuf_u64(b, j->req.workspace ? (uint64_t)mb_workspace_limits_of(j->req.workspace)->max_file_bytes
+					 : 0);
+	mb_wbuf_bytes(b, j->code, j->req.code_len);
+	mb_wbuf_u64(b, j->context != NULL);
+	mb_wbuf_bytes(b, j->context, j->context ? j->req.context_len : 0);
+	send_frame(w, b);
+	if (!ahead)
+		job_started(w, j);
+}
+
+/* The next queued job. One sent ahead stays counted in queued and queued_bytes (the limits of
+ * mb_wpool_submit) until it starts. */
+static wjob *pop(mb_wpool *pp)
+{
+	wjob *j = pp->q_head;
+	pp->q_head = j->next;
+	if (!pp->q_head)
+		pp->q_tail = NULL;
+	j->next = NULL;
+	return j;
+}
+
+static void unqueue(mb_wpool *pp, wjob *j)
+{
+	pp->queued--;
+	pp->queued_bytes -= j->req.code_len + j->req.context_len;
+}
+
+/* Idle workers get a job first; then, while jobs still wait, each busy worker gets one more
+ * ahead, so under load a worker goes from one job to the next without waiting for the loop. */
+static void dispatch(mb_wpool *pp)
+{
+	for (wproc *w = pp->procs; w && pp->q_head; w = w->next)
+		if (w->state == P_IDLE) {
+			wjob *j = pop(pp);
+			unqueue(pp, j);
+			send_job(w, j, 0);
+		}
+	for (wproc *w = pp->procs; w && pp->q_head; w = w->next)
+		if (w->state == P_BUSY && !w->next_job && w->job)
+			send_job(w, pop(pp), 1);
+}
+
+/* ---- what a worker sends -------------------------------------------------------------------- */
+
+typedef struct {
+	uv_work_t work;
+	mb_wpool *pp;
+	uint64_t job_id;
+	wproc *w;
+	char *frame;          /* a copy of the payload */
+	size_t len;
+	int type;
+	mb_workspace *ws;
+	const mb_exec_request *req;
+	mb_exec_result res;
+	mb_wbuf out;
+	int bad;
+} offload;
+
+static void offload_work(uv_work_t *req)
+{
+	offload *o = req->data;
+	mb_wmsg m = {o->type, (const unsigned char *)o->frame, (const unsigned char *)o->frame + o->len};
+	if (o->type == W_WS) {
+		o->bad = mb_worker_ws(&m, o->ws, &o->out) != 0;
+	} else {
+		o->bad = mb_worker_read_done(&m, o->req, &o->res) != 0;
+	}
+}
+
+/* The job still waiting for this answer, or NULL (it ended meanwhile). */
+static wjob *live_job(mb_wpool *pp, uint64_t id, wproc *w)
+{
+	for (wjob *j = pp->all; j; j = j->all_next)
+		if (j->id == id)
+			return j->state == J_RUNNING && j->proc == w && w->job == j ? j : NULL;
+	return NULL;
+}
+
+static void offload_done(uv_work_t *req, int status)
+{
+	offload *o = req->data;
+	mb_wpool *pp = o->pp;
+	wjob *j = pp->stopping ? NULL : live_job(pp, o->job_id, o->w);
+	if (j && status == 0 && !o->bad) {
+		if (o->type == W_WS) {
+			send_frame(o->w, &o->out);
+		} else {
+			finish(j, &o->res);
+			memset(&o->res, 0, sizeof o->res);
+		}
+	} else if (j) {
+		died(o->w, "the worker process broke the protocol; it was stopped");
+	}
+	mb_exec_result_free(&o->res);
+	mb_wbuf_free(&o->out);
+	free(o->frame);
+	free(o);
+	pool_release(pp);
+}
+
+static int offload_frame(wproc *w, wjob *j, mb_wmsg *m)
+{
+	offload *o = calloc(1, sizeof *o);
+	size_t len = (size_t)(m->end - m->p);
+	char *copy = o ? malloc(len ? len : 1) : NULL;
+	if (!copy) {
+		free(o);
+		return -1;
+	}
+	memcpy(copy, m->p, len);
+	o->pp = w->pp;
+	o->job_id = j->id;
+	o->w = w;
+	o->frame = copy;
+	o->len = len;
+	o->type = m->type;
+	o->ws = j->req.workspace;
+	o->req = &j->req; /* read-only by the work; the job outlives it (it waits for this) */
+	o->work.data = o;
+	w->pp->handles++;
+	if (uv_queue_work(w->pp->loop, &o->work, offload_work, offload_done) != 0) {
+		w->pp->handles--;
+		free(copy);
+		free(o);
+		return -1;
+	}
+	return 0;
+}
+
+static int on_call(wproc *w, wjob *j, mb_wmsg *m)
+{
+	mb_wpool *pp = w->pp;
+	const char *name, *args;
+	size_t nn, an;
+	if (mb_wmsg_bytes(m, &name, &nn) || mb_wmsg_bytes(m, &args, &an) || nn == 0 || nn > 64 ||
+	    memchr(name, 0, nn) || j->call_waiting)
+		return -1;
+	char nm[65];
+	memcpy(nm, name, nn);
+	nm[nn] = 0;
+	const char *refusal = NULL;
+	char msg[128];
+	if (!mb_worker_valid_call(nm, args, an)) {
+		refusal = "malformed arguments from the worker process";
+	} else if (j->calls >= (uint64_t)pp->cfg->max_host_calls) {
+		snprintf(msg, sizeof msg, "too many calls to the server in one execution "
+			 "(max_host_calls=%lld)", (long long)pp->cfg->max_host_calls);
+		refusal = msg;
+	} else if (!pp->cb.on_call) {
+		refusal = "no server calls here";
+	}
+	if (refusal) {
+		mb_worker_reply(&pp->wb, 1, 0, refusal, strlen(refusal));
+		send_frame(w, &pp->wb);
+		return 0;
+	}
+	j->calls++;
+	j->seq++;
+	j->call_waiting = 1;
+	pp->cb.on_call(pp->cb.ud, j->id, j->seq, nm, args, an);
+	return 0;
+}
+
+static void on_notify(wproc *w, wjob *j, mb_wmsg *m)
+{
+	uint64_t kind, level;
+	const char *json;
+	size_t n;
+	if (mb_wmsg_u64(m, &kind) || mb_wmsg_u64(m, &level) || mb_wmsg_bytes(m, &json, &n))
+		return;
+	if (++j->notes > (uint64_t)w->pp->cfg->max_notifications || !w->pp->cb.on_notify)
+		return;
+	int lv = (int)(int64_t)level;
+	if ((kind != MB_NOTIFY_LOG && kind != MB_NOTIFY_PROGRESS) || lv < -1 || lv > 7 ||
+	    !mb_worker_valid_json(json, n))
+		return;
+	w->pp->cb.on_notify(w->pp->cb.ud, j->id, (mb_notify_kind)kind, lv, json, n);
+}
+
+static void on_frame(wproc *w, mb_wmsg *m)
+{
+	mb_wpool *pp = w->pp;
+	if (w->state == P_STARTING) {
+		if (m->type != W_READY) {
+			died(w, NULL);
+			return;
+		}
+		uint64_t sec = 0, ll = 0;
+		mb_wmsg_u64(m, &sec);
+		mb_wmsg_u64(m, &ll);
+		static int told;
+		if (!told) {
+			told = 1;
+			mb_log(MB_LOG_INFO, "worker processes: seccomp %s, Landlock %s",
+			       sec ? "on" : "off", ll ? "on" : "not available in this kernel");
+		}
+		w->state = P_IDLE;
+		dispatch(pp);
+		return;
+	}
+	if (m->type == W_START) { /* the job sent ahead starts */
+		wjob *n = w->next_job;
+		if (!n || w->job) {
+			died(w, "the worker process broke the protocol; it was stopped");
+			return;
+		}
+		w->next_job = NULL;
+		unqueue(pp, n);
+		atomic_store(&w->sp.shared->stop, MB_STOP_NONE);
+		job_started(w, n);
+		if (atomic_load(&n->budget.cancel)) { /* cancelled while it waited */
+			atomic_store(&w->sp.shared->cancel, 1);
+			kill(w->sp.pid, MB_SANDBOX_SIGNAL);
+		}
+		dispatch(pp);
+		return;
+	}
+	wjob *j = w->job;
+	if (!j) { /* nothing to say between jobs */
+		died(w, NULL);
+		return;
+	}
+	int bad = 0;
+	switch (m->type) {
+	case W_NOTIFY: on_notify(w, j, m); break;
+	case W_CALL: bad = on_call(w, j, m) != 0; break;
+	case W_MINT:
+		bad = mb_worker_mint(m, &pp->wb) != 0;
+		if (!bad)
+			send_frame(w, &pp->wb);
+		break;
+	case W_WS: bad = offload_frame(w, j, m) != 0; break;
+	case W_DONE:
+		if ((size_t)(m->end - m->p) > BIG_DONE) {
+			bad = offload_frame(w, j, m) != 0;
+		} else {
+			mb_exec_result res;
+			memset(&res, 0, sizeof res);
+			bad = mb_worker_read_done(m, &j->req, &res) != 0;
+			if (bad)
+				mb_exec_result_free(&res);
+			else
+				finish(j, &res);
+		}
+		break;
+	default: bad = 1;
+	}
+	if (bad)
+		died(w, "the worker process broke the protocol; it was stopped");
+}
+
+/* ---- the pool API --------------------------------------------------------------------------- */
+
+mb_wpool *mb_wpool_new(uv_loop_t *loop, const mb_config *cfg, const mb_job_callbacks *cb)
+{
+	mb_wpool *pp = calloc(1, sizeof *pp);
+	if (!pp)
+		return NULL;
+	pp->loop = loop;
+	pp->cfg = cfg;
+	pp->cb = *cb;
+	pp->next_id = 1;
+	/* the largest frame a worker may send: a result with its output, or a file */
+	uint64_t most = (uint64_t)cfg->max_result_bytes + (uint64_t)cfg->max_output_bytes * 6;
+	if ((uint64_t)cfg->workspace_max_file_bytes > most)
+		most = (uint64_t)cfg->workspace_max_file_bytes;
+	if ((uint64_t)cfg->max_message_bytes > most)
+		most = (uint64_t)cfg->max_message_bytes;
+	for (int64_t i = 0; i < cfg->workers; i++) {
+		wproc *w = calloc(1, sizeof *w);
+		if (!w)
+			break;
+		w->pp = pp;
+		w->rd.max = (size_t)most + (1u << 20);
+		w->state = P_DEAD;
+		uv_timer_init(loop, &w->retry);
+		w->retry.data = w;
+		w->retry_open = 1;
+		pp->handles++;
+		w->next = pp->procs;
+		pp->procs = w;
+		start_worker(pp, w);
+	}
+	if (!pp->procs) {
+		free(pp);
+		return NULL;
+	}
+	return pp;
+}
+
+int mb_wpool_submit(mb_wpool *pp, const mb_exec_request *req, uint64_t *id_out, char *err,
+		    size_t errlen)
+{
+	if (pp->queued >= (size_t)pp->cfg->max_queue ||
+	    pp->queued_bytes + req->code_len + req->context_len > (size_t)pp->cfg->max_queue_bytes) {
+		pp->refused++;
+		snprintf(err, errlen, "server busy: %zu executions queued (max_queue=%lld, "
+			 "max_queue_bytes=%lld); try again later", pp->queued,
+			 (long long)pp->cfg->max_queue, (long long)pp->cfg->max_queue_bytes);
+		return -1;
+	}
+	wjob *j = calloc(1, sizeof *j);
+	if (!j) {
+		snprintf(err, errlen, "out of memory");
+		return -1;
+	}
+	j->pp = pp;
+	j->id = pp->next_id++;
+	j->req = *req;
+	j->code = mb_wire_copy(req->code, req->code_len);
+	j->context = req->context_json ? mb_wire_copy(req->context_json, req->context_len) : NULL;
+	if (!j->code || (req->context_json && !j->context)) {
+		free(j->code);
+		free(j->context);
+		free(j);
+		snprintf(err, errlen, "out of memory");
+		return -1;
+	}
+	j->req.code = j->code;
+	j->req.context_json = j->context;
+	j->req.notify = NULL;
+	j->req.host_call = NULL;
+	mb_budget_init(&j->budget, req->memory_bytes, req->instruction_limit, 0);
+	j->budget.timeout_ms = req->timeout_ms;
+	uv_timer_init(pp->loop, &j->timer);
+	j->timer.data = j;
+	pp->handles++;
+	j->all_next = pp->all;
+	if (pp->all)
+		pp->all->all_prev = j;
+	pp->all = j;
+	j->state = J_QUEUED;
+	if (pp->q_tail)
+		pp->q_tail->next = j;
+	else
+		pp->q_head = j;
+	pp->q_tail = j;
+	pp->queued++;
+	pp->queued_bytes += req->code_len + req->context_len;
+	pp->submitted++;
+	pp->unanswered++;
+	*id_out = j->id;
+	dispatch(pp);
+	return 0;
+}
+
+static wjob *find(mb_wpool *pp, uint64_t id)
+{
+	for (wjob *j = pp->all; j; j = j->all_next)
+		if (j->id == id && !j->answered)
+			return j;
+	return NULL;
+}
+
+int mb_wpool_cancel(mb_wpool *pp, uint64_t id)
+{
+	wjob *j = find(pp, id);
+	if (!j)
+		return -1;
+	atomic_store(&j->budget.cancel, 1);
+	if (j->state == J_QUEUED) {
+		wjob **pj = &pp->q_head, *prev = NULL;
+		while (*pj && *pj != j) {
+			prev = *pj;
+			pj = &(*pj)->next;
+		}
+		if (*pj) {
+			*pj = j->next;
+			if (pp->q_tail == j)
+				pp->q_tail = prev;
+			pp->queued--;
+			pp->queued_bytes -= j->req.code_len + j->req.context_len;
+		}
+		finish_stopped(j, MB_STOP_CANCELLED);
+		return 0;
+	}
+	if (j->state == J_RUNNING && j->proc) {
+		atomic_store(&j->proc->sp.shared->cancel, 1); /* checked at its next instruction */
+		kill(j->proc->sp.pid, MB_SANDBOX_SIGNAL);
+		reply_stopped(j, MB_STOP_CANCELLED);
+	} /* J_SENT: its worker is told when it starts (W_START) */
+	return 0;
+}
+
+int mb_wpool_reply(mb_wpool *pp, uint64_t id, uint64_t seq, int status, const char *data, size_t len)
+{
+	wjob *j = find(pp, id);
+	if (!j || j->state != J_RUNNING || !j->call_waiting || j->seq != seq || !j->proc)
+		return -1;
+	j->call_waiting = 0;
+	mb_worker_reply(&pp->wb, status ? 1 : 0, 0, data, len);
+	send_frame(j->proc, &pp->wb);
+	return 0;
+}
+
+size_t mb_wpool_pending(const mb_wpool *pp)
+{
+	return pp->unanswered;
+}
+
+void mb_wpool_get_stats(mb_wpool *pp, mb_pool_stats *out)
+{
+	memset(out, 0, sizeof *out);
+	out->workers = (size_t)pp->cfg->workers;
+	out->busy = pp->busy;
+	out->queued = pp->queued;
+	out->submitted = pp->submitted;
+	out->completed = pp->completed;
+	out->refused = pp->refused;
+	out->processes = pp->alive;
+	out->processes_started = pp->started;
+	out->processes_crashed = pp->crashed;
+	out->processes_killed = pp->killed;
+}
+
+void mb_wpool_close(mb_wpool *pp)
+{
+	pp->stopping = 1;
+	for (wproc *w = pp->procs; w; w = w->next) {
+		if (w->retry_open) {
+			uv_timer_stop(&w->retry);
+			uv_close((uv_handle_t *)&w->retry, retry_closed);
+			w->retry_open = 0;
+		}
+		if (w->state != P_SPAWNING)
+			end_worker(w, SIGKILL);
+	}
+	for (wjob *j = pp->all; j; j = j->all_next)
+		if (!uv_is_closing((uv_handle_t *)&j->timer))
+			uv_close((uv_handle_t *)&j->timer, job_closed);
+	pp->handles++; /* this call's own reference */
+	pool_release(pp);
+}
