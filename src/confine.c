@@ -53,6 +53,10 @@
  *   clock_gettime   any                             os.clock (CLOCK_THREAD_CPUTIME_ID is a real
  *                                                   system call, no vDSO); the vDSO's fallback for
  *                                                   the monotonic and real-time clocks
+ *   nanosleep,      any                             sleeping reaches nothing and holds only this
+ *   clock_nanosleep                                 worker, which the server kills at its
+ *                                                   deadline anyway; the test build's stuck-in-C
+ *                                                   fault (MOONBOX_TEST_STALL) sleeps
  *   getpid gettid   -                               abort() and raise(): glibc asks the kernel for
  *                                                   both before tgkill
  *   tgkill          tgid and tid are this process   abort() ends the process with SIGABRT as it
@@ -258,6 +262,8 @@ static const struct {
 	{ SCMP_SYS(rt_sigreturn), ANY_ARGS },
 	{ SCMP_SYS(rt_sigprocmask), ANY_ARGS },
 	{ SCMP_SYS(clock_gettime), ANY_ARGS },
+	{ SCMP_SYS(nanosleep), ANY_ARGS },
+	{ SCMP_SYS(clock_nanosleep), ANY_ARGS },
 	{ SCMP_SYS(getpid), ANY_ARGS },
 	{ SCMP_SYS(gettid), ANY_ARGS },
 	{ SCMP_SYS(tgkill), SELF_THREAD },

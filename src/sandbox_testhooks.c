@@ -10,7 +10,6 @@
  *   __test.socket()              socket(2) + connect to 127.0.0.1:1
  *   __test.fork()                fork(2): the child exits at once
  *   __test.env()                 the number of environment variables
- *   __test.fds()                 the open descriptors among 0..255, as a list
  * Each reports failure as nil plus the reason, so a test can tell "refused" from "killed".
  */
 #include "sandbox_int.h"
@@ -126,23 +125,11 @@ static int t_env(lua_State *L)
 	return 1;
 }
 
-static int t_fds(lua_State *L)
-{
-	lua_newtable(L);
-	lua_Integer k = 0;
-	for (int fd = 0; fd < 256; fd++)
-		if (fcntl(fd, F_GETFD) != -1) {
-			lua_pushinteger(L, fd);
-			lua_rawseti(L, -2, ++k);
-		}
-	return 1;
-}
-
 int mb_sandbox_testhooks_open(lua_State *L)
 {
 	static const luaL_Reg fns[] = {
 		{"crash", t_crash}, {"open", t_open}, {"exec", t_exec}, {"socket", t_socket},
-		{"fork", t_fork},   {"env", t_env},   {"fds", t_fds},   {NULL, NULL},
+		{"fork", t_fork},   {"env", t_env},   {NULL, NULL},
 	};
 	luaL_newlib(L, fns);
 	lua_setglobal(L, "__test");

@@ -2,27 +2,26 @@
  * the server, confined (worker_proc.h says what it holds and what it cannot do).
  *
  * Start-up, before any untrusted byte: read W_INIT (the configuration with every secret
- * blanked, worker_relay.c), initialise the JSON allocator, libsodium (code hashes), the
- * sandbox's signal handler and precompiled prelude, the PII detector without a key and the time
- * zone, then start the one thread that runs executions - with the stack a worker thread of the
- * server gets, so deep recursion meets the same C-stack limit - and confine the process from
- * it (the filter covers both threads). The main thread only waits.
+ * blanked, worker_relay.c), raise the stack limit to what a worker thread of the server gets
+ * (so deep recursion meets the same C-stack limit), initialise the JSON allocator, libsodium
+ * (code hashes), the sandbox's signal handler and precompiled prelude, the PII detector without
+ * a key, map the page shared with the server, prepare the first state, and confine the process
+ * (confine.h: seccomp, Landlock, rlimits; one thread, the filter takes no more). Then W_READY.
  *
- * One execution: W_JOB gives the code, the context JSON, the limits and the workspace quota.
- * The request's host calls, notifications, workspace port and PII mint are round trips on the
- * channel; the server answers each with W_REPLY, and while a call waits nothing else arrives.
- * The execution's budget lives in a page shared with the server (MB_WORKER_SHM_FD): the server
- * sets its cancel flag there and sends MB_SANDBOX_SIGNAL (blocked in the main thread, so it
- * reaches the running one) at the deadline or on cancellation, exactly as on a worker thread,
- * and reads the stop reason there when it has to kill a worker stuck in C - so a memory limit
- * that tripped first is still answered as memory. At the end W_DONE carries the result's
+ * One execution: W_JOB gives the code, the context JSON, the limits and the workspace quota
+ * (and whether it was sent ahead, to announce with W_START). The request's host calls,
+ * notifications, workspace port and PII mint are round trips on the channel; the server answers
+ * each with W_REPLY (a job sent ahead may arrive first: it is kept). The execution's budget
+ * lives in the page shared with the server (MB_WORKER_SHM_FD): the server sets its cancel flag
+ * there and sends MB_SANDBOX_SIGNAL at the deadline or on cancellation, exactly as on a worker
+ * thread, and reads the stop reason there when it has to kill a worker stuck in C - so a memory
+ * limit that tripped first is still answered as memory. At the end W_DONE carries the result's
  * fields; the server checks and shapes them. A protocol error, or the server gone, ends the
  * process.
  */
 #include "worker_proc.h"
 
 #include <errno.h>
-#include <pthread.h>
 #include <signal.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -30,6 +29,7 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/prctl.h>
+#include <sys/resource.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -350,19 +350,20 @@ static mb_sandbox *run_job(mb_wmsg *m, mb_sandbox *sb)
 	return mb_sandbox_prepare(&cfg);
 }
 
-static void *serve(void *arg)
+/* Confines the process and serves jobs until the server closes the channel. */
+static _Noreturn void serve(void)
 {
-	(void)arg;
-	sigset_t set;
-	sigemptyset(&set);
-	sigaddset(&set, MB_SANDBOX_SIGNAL);
-	pthread_sigmask(SIG_UNBLOCK, &set, NULL);
 	mb_sandbox_thread_init();
 	mb_sandbox *sb = mb_sandbox_prepare(&cfg);
 
 	char err[MB_ERR_MAX];
 	mb_confine_report rep;
-	mb_confine_opts co = {.channel_fd = MB_WORKER_FD, .address_space = 0};
+	/* the address space as a backstop to the allocator's cap: the largest memory_mb, the C
+	 * stack and 1 GiB for the rest (code, PCRE2's JIT, the next state being prepared) */
+	mb_confine_opts co = {.channel_fd = MB_WORKER_FD,
+			      .address_space = ((uint64_t)cfg.max_memory_mb << 20) +
+					       ((uint64_t)cfg.max_c_stack_kb << 10) +
+					       MB_SANDBOX_STACK_RESERVE + ((uint64_t)1 << 30)};
 	if (mb_confine(&co, &rep, err, sizeof err) != 0)
 		die(err);
 	mb_wbuf_start(&wb, W_READY);
@@ -387,7 +388,6 @@ static void *serve(void *arg)
 			die("expected a job");
 		sb = run_job(&m, sb);
 	}
-	return NULL;
 }
 
 int mb_worker_main(void)
@@ -412,6 +412,17 @@ int mb_worker_main(void)
 		most = (uint64_t)cfg.workspace_max_file_bytes;
 	rd.max = (size_t)most + (1u << 20);
 
+	/* Executions run on this thread (the filter takes one thread only), which needs the stack
+	 * a worker thread of the server gets. The main stack grows up to RLIMIT_STACK as it is
+	 * when the pages are touched, and exec leaves at least 128 MiB below it, so raising the
+	 * limit now is enough (max_c_stack_kb is at most 64 MiB). */
+	struct rlimit rl;
+	rlim_t want = ((rlim_t)cfg.max_c_stack_kb << 10) + MB_SANDBOX_STACK_RESERVE + (1u << 20);
+	if (getrlimit(RLIMIT_STACK, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY && rl.rlim_cur < want) {
+		rl.rlim_cur = rl.rlim_max == RLIM_INFINITY || rl.rlim_max >= want ? want : rl.rlim_max;
+		setrlimit(RLIMIT_STACK, &rl);
+	}
+
 	mb_json_global_init();
 	if (mb_codec_init() != 0 || mb_sandbox_global_init() != 0)
 		die("initialisation failed");
@@ -421,24 +432,10 @@ int mb_worker_main(void)
 		die(err);
 	mb_sandbox_pii_set(d, NULL);
 	mb_sandbox_pii_set_mint(chan_mint);
-	tzset();
 	shared_budget = mmap(NULL, MB_WORKER_SHM_BYTES, PROT_READ | PROT_WRITE, MAP_SHARED,
 			     MB_WORKER_SHM_FD, 0);
 	close(MB_WORKER_SHM_FD);
 	if (shared_budget == MAP_FAILED)
 		die("cannot map the page shared with the server");
-
-	sigset_t set;
-	sigemptyset(&set);
-	sigaddset(&set, MB_SANDBOX_SIGNAL);
-	pthread_sigmask(SIG_BLOCK, &set, NULL); /* the serving thread unblocks it */
-
-	pthread_attr_t attr;
-	pthread_t t;
-	pthread_attr_init(&attr);
-	pthread_attr_setstacksize(&attr, ((size_t)cfg.max_c_stack_kb << 10) + MB_SANDBOX_STACK_RESERVE);
-	if (pthread_create(&t, &attr, serve, NULL) != 0)
-		die("cannot start the serving thread");
-	pthread_join(t, NULL);
-	return 0;
+	serve();
 }

@@ -9,7 +9,7 @@
 
 import { test, describe, after } from "node:test";
 import assert from "node:assert/strict";
-import { existsSync, writeFileSync } from "node:fs";
+import { existsSync, readFileSync, readdirSync, readlinkSync, writeFileSync } from "node:fs";
 import path from "node:path";
 import { fileURLToPath } from "node:url";
 
@@ -31,6 +31,18 @@ async function start(binary, args = [], env = {}) {
 after(async () => {
   for (const p of peers) await p.dispose();
 });
+
+/** The pids of the worker processes of the server with this pid. */
+function workers(serverPid) {
+  return readdirSync("/proc").filter((d) => /^\d+$/.test(d)).filter((d) => {
+    try {
+      const st = readFileSync(`/proc/${d}/stat`, "utf8");
+      return st.slice(st.lastIndexOf(")") + 2).split(" ")[1] === String(serverPid);
+    } catch {
+      return false;
+    }
+  }).map(Number);
+}
 
 /** An execution that must end as a crash of its worker by this signal. */
 function crashedBy(sc, signal) {
@@ -70,12 +82,23 @@ describe("a crash fails only its own execution", { skip: !existsSync(HOOKS) && "
 });
 
 describe("a compromised worker cannot reach outside", { skip: !existsSync(HOOKS) && "no test build" }, () => {
-  test("no environment, no descriptor but its channel and stdio", async () => {
-    const p = await start(HOOKS, [], { MOONBOX_SECRET_FOR_TEST: "hunter2" });
-    const { sc } = await p.exec({ code: "return __test.env(), __test.fds()" });
+  test("no environment but TZ, no descriptor but its channel and stdio, confined (seen from /proc)", async () => {
+    const p = await start(HOOKS, ["--workers", "1"], { MOONBOX_SECRET_FOR_TEST: "hunter2" });
+    const { sc } = await p.exec({ code: "return __test.env()" });
     assert.equal(sc.success, true, JSON.stringify(sc));
-    assert.equal(sc.result[0], 0, "the environment is empty");
-    assert.deepEqual(sc.result[1], [0, 1, 2, 3], "descriptors 0-2 and the channel only");
+    assert.equal(sc.result, 1, "one variable: the TZ confine.c sets");
+    const kids = workers(p.child.pid);
+    assert.equal(kids.length, 1, `one worker process: ${kids}`);
+    const pid = kids[0];
+    const environ = readFileSync(`/proc/${pid}/environ`, "utf8").split("\0").filter(Boolean);
+    assert.deepEqual(environ, [], "the worker was started with an empty environment");
+    assert.deepEqual(readdirSync(`/proc/${pid}/fd`).map(Number).sort((a, b) => a - b), [0, 1, 2, 3]);
+    assert.equal(readlinkSync(`/proc/${pid}/fd/0`), "/dev/null");
+    assert.equal(readlinkSync(`/proc/${pid}/fd/1`), "/dev/null");
+    const status = readFileSync(`/proc/${pid}/status`, "utf8");
+    assert.match(status, /^NoNewPrivs:\s+1$/m);
+    assert.match(status, /^Seccomp:\s+2$/m);
+    assert.match(status, /^Threads:\s+1$/m);
   });
 
   const attempts = [
