@@ -348,6 +348,11 @@ out:
 	return rc != 0 ? -1 : 0;
 }
 
+static int cmp_int(const void *a, const void *b)
+{
+	return *(const int *)a - *(const int *)b;
+}
+
 int mb_confine(const mb_confine_opts *o, mb_confine_report *rep, char *err, size_t errlen)
 {
 	mb_confine_report r = { 0 };
@@ -371,6 +376,15 @@ int mb_confine(const mb_confine_opts *o, mb_confine_report *rep, char *err, size
 	if (!getenv("TZ") && setenv("TZ", ":/etc/localtime", 1) != 0)
 		return fail(err, errlen, "setenv(TZ): %s", strerror(errno));
 	tzset();
+	/* glibc's qsort asks the kernel for the machine's memory (sysinfo) the first time it sorts
+	 * more than 1 KiB, to choose between a merge sort and an in-place one, and keeps the answer:
+	 * ask now (the PII scanner sorts thousands of matches in one long text). */
+	{
+		static int warm[512];
+		for (int i = 0; i < 512; i++)
+			warm[i] = 511 - i;
+		qsort(warm, 512, sizeof warm[0], cmp_int);
+	}
 	if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0)
 		return fail(err, errlen, "prctl(PR_SET_NO_NEW_PRIVS): %s", strerror(errno));
 	r.no_new_privs = 1;
