@@ -344,6 +344,10 @@ if [ -n "${BENCH_PERF:-}" ] && command -v perf >/dev/null; then
     grep -E '^ +[0-9.]+%' | head -15
 fi
 
+# ---- isolation: thread and process mode in the same run (tests/bench/isolation.mjs) -------------
+command -v node >/dev/null && { echo; node tests/bench/isolation.mjs "$MOONBOX" "$client" "${BENCH_ISOLATION_ROUNDS:-5}" |
+  tee -a "$OUT/results.txt"; }
+
 # ---- the tool catalog: import, search latency, progressive-disclosure sizes (bench_catalog.mjs)
 command -v node >/dev/null && { echo; node tests/bench/bench_catalog.mjs "$MOONBOX" | tee "$OUT/catalog.txt"; }
 
