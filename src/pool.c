@@ -587,16 +587,8 @@ int mb_pool_submit(mb_pool *p, const mb_exec_request *req, uint64_t *id_out, cha
 		p->refused++;
 		return -1;
 	}
-	if (queued >= idle + (size_t)p->cfg->max_queue) {
-		snprintf(err, errlen, "server busy: %zu executions already queued (max_queue=%lld)",
-			 queued, (long long)p->cfg->max_queue);
-		p->refused++;
-		return -1;
-	}
 	size_t bytes = req->code_len + (req->context_json ? req->context_len : 0);
-	if (qbytes + bytes > (size_t)p->cfg->max_queue_bytes) {
-		snprintf(err, errlen, "server busy: queued executions already hold %zu bytes of code and "
-			 "context (max_queue_bytes=%lld)", qbytes, (long long)p->cfg->max_queue_bytes);
+	if (mb_pool_admit(p->cfg, queued, idle, qbytes, bytes, err, errlen) != 0) {
 		p->refused++;
 		return -1;
 	}

@@ -15,6 +15,7 @@
 #ifndef MB_POOL_H
 #define MB_POOL_H
 
+#include <stdio.h>
 #include <uv.h>
 
 #include "sandbox.h"
@@ -33,6 +34,24 @@ typedef struct mb_job_callbacks {
 	void (*on_done)(void *ud, uint64_t job_id, const mb_exec_result *res);
 	void *ud;
 } mb_job_callbacks;
+
+/// The queue limits both pools apply at submit: with idle workers free and queued jobs waiting,
+/// a job of bytes code and context bytes is admitted (0) or refused with the limit named (-1).
+static inline int mb_pool_admit(const mb_config *cfg, size_t queued, size_t idle, size_t qbytes,
+				size_t bytes, char *err, size_t errlen)
+{
+	if (queued >= idle + (size_t)cfg->max_queue) {
+		snprintf(err, errlen, "server busy: %zu executions already queued (max_queue=%lld)",
+			 queued, (long long)cfg->max_queue);
+		return -1;
+	}
+	if (qbytes + bytes > (size_t)cfg->max_queue_bytes) {
+		snprintf(err, errlen, "server busy: queued executions already hold %zu bytes of code and "
+			 "context (max_queue_bytes=%lld)", qbytes, (long long)cfg->max_queue_bytes);
+		return -1;
+	}
+	return 0;
+}
 
 /// Creates the pool and starts cfg->workers threads.
 /// @returns the pool, or NULL on failure (message logged)

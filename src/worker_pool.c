@@ -782,12 +782,12 @@ mb_wpool *mb_wpool_new(uv_loop_t *loop, const mb_config *cfg, const mb_job_callb
 int mb_wpool_submit(mb_wpool *pp, const mb_exec_request *req, uint64_t *id_out, char *err,
 		    size_t errlen)
 {
-	if (pp->queued >= (size_t)pp->cfg->max_queue ||
-	    pp->queued_bytes + req->code_len + req->context_len > (size_t)pp->cfg->max_queue_bytes) {
+	size_t idle = 0;
+	for (wproc *w = pp->procs; w; w = w->next)
+		idle += w->state != P_BUSY; /* a slot being (re)started takes a job soon */
+	if (mb_pool_admit(pp->cfg, pp->queued, idle, pp->queued_bytes,
+			  req->code_len + (req->context_json ? req->context_len : 0), err, errlen) != 0) {
 		pp->refused++;
-		snprintf(err, errlen, "server busy: %zu executions queued (max_queue=%lld, "
-			 "max_queue_bytes=%lld); try again later", pp->queued,
-			 (long long)pp->cfg->max_queue, (long long)pp->cfg->max_queue_bytes);
 		return -1;
 	}
 	wjob *j = calloc(1, sizeof *j);
