@@ -88,8 +88,8 @@ static int load(mb_config *c, char *msg, size_t cap)
 }
 
 /* Where each string option lives in mb_config, found once by loading a file that sets every
- * one of them to a marker (config_file and log_level, which the file cannot set freely, by flag
- * and by their known values), so a new string option needs no change here. */
+ * one of them to a marker (config_file, log_level and isolation, which the file cannot set
+ * freely, by flag and by their known values), so a new string option needs no change here. */
 static size_t str_off[64];
 static int nstr_off;
 
@@ -103,7 +103,8 @@ static void find_string_options(void)
 	mb_option_doc od;
 	int first = 1;
 	for (size_t i = 0; mb_config_option(i, &od) == 0; i++)
-		if (!od.is_int && strcmp(od.name, "config_file") && strcmp(od.name, "log_level")) {
+		if (!od.is_int && strcmp(od.name, "config_file") && strcmp(od.name, "log_level") &&
+		    strcmp(od.name, "isolation")) { /* (those two take a fixed set of values) */
 			fprintf(t, "%s\"%s\": \"\\u0001%s\"", first ? "" : ",", od.name, od.name);
 			first = 0;
 		}
@@ -114,8 +115,9 @@ static void find_string_options(void)
 		FZ_FAIL("cannot write %s", path);
 	free(text);
 	static mb_config mc;
-	char *args[] = { "fuzz", "--config", path, "--log-level", "emergency", NULL };
-	if (mb_config_load(&mc, 5, args) != 0)
+	char *args[] = { "fuzz", "--config", path, "--log-level", "emergency", "--isolation", "thread",
+			 NULL };
+	if (mb_config_load(&mc, 7, args) != 0)
 		FZ_FAIL("the marker configuration was refused (a new string option with a fixed set of values?)");
 	for (size_t i = 0; mb_config_option(i, &od) == 0; i++) {
 		if (od.is_int)
@@ -125,6 +127,8 @@ static void find_string_options(void)
 			snprintf(want, sizeof want, "%s", path);
 		else if (!strcmp(od.name, "log_level"))
 			snprintf(want, sizeof want, "emergency");
+		else if (!strcmp(od.name, "isolation"))
+			snprintf(want, sizeof want, "thread");
 		else
 			snprintf(want, sizeof want, "\001%s", od.name);
 		const char *base = (const char *)&mc, *hit = NULL;
