@@ -20,6 +20,8 @@ TEST_DEB_PKGS := valgrind clang libclang-rt-14-dev lua5.4 sqlite3 wrk openssl dp
 
 CC        ?= gcc
 BUILD     ?= build
+# the -DMB_TEST_HOOKS build of test-security and test-isolation
+HOOKS_BUILD := $(BUILD)-hooks
 OPTFLAGS  ?= -O2 -g
 CFLAGS    := $(OPTFLAGS) $(EXTRA_CFLAGS) -std=c11 -D_GNU_SOURCE -Wall -Wextra -Werror -fno-strict-aliasing \
              $(shell pkg-config --cflags $(PKGS) $(CURL_PKG) 2>/dev/null) -iquote src -iquote $(BUILD)/gen
@@ -239,7 +241,6 @@ test-isolation: $(BUILD)/moonbox $(HOOKS_BUILD)/moonbox
 
 # The test build (-DMB_TEST_HOOKS: a __test global of unsafe calls, src/sandbox_testhooks.c) that
 # tests/security/process.test.mjs uses to stand in for a VM bug; never installed.
-HOOKS_BUILD := $(BUILD)-hooks
 $(HOOKS_BUILD)/moonbox: FORCE
 	@$(MAKE) --no-print-directory BUILD=$(HOOKS_BUILD) EXTRA_CFLAGS="$(EXTRA_CFLAGS) -DMB_TEST_HOOKS" $@
 FORCE:

@@ -38,6 +38,7 @@
 
 #define BIG_DONE (256u << 10)  /* a result this large is checked and shaped off the loop */
 #define RESPAWN_PAUSE_MS 1000  /* after a worker failed to start */
+#define READY_TIMEOUT_MS 10000 /* a worker's start: exec, Lua, PCRE2 JIT, confinement */
 
 typedef struct wjob wjob;
 typedef struct wproc wproc;
@@ -74,8 +75,9 @@ struct wproc {
 	uv_work_t work;         /* the spawn */
 	int spawn_rc;
 	char spawn_err[MB_ERR_MAX];
-	uv_timer_t retry;
+	uv_timer_t retry;       /* a new start after a failed one; the wait for W_READY */
 	int retry_open;
+	int pause;              /* the last start failed: wait RESPAWN_PAUSE_MS before the next */
 	wproc *next;
 };
 
@@ -89,10 +91,12 @@ struct mb_wpool {
 	uint64_t next_id, submitted, completed, refused, started, crashed, killed;
 	int stopping;
 	mb_wbuf wb;
+	char start_failure[MB_ERR_MAX + 128]; /* why the last start failed ("" once a worker is ready) */
 };
 
 static void dispatch(mb_wpool *pp);
 static void start_worker(mb_wpool *pp, wproc *w);
+static void retry_fired(uv_timer_t *t);
 static void finish(wjob *j, mb_exec_result *res);
 
 /* ---- sending -------------------------------------------------------------------------------- */
@@ -163,8 +167,12 @@ static void proc_closed(uv_handle_t *h)
 	size_t max = w->rd.max;
 	mb_wreader_free(&w->rd);
 	w->rd.max = max;
-	if (!pp->stopping)
-		start_worker(pp, w); /* the slot gets a new process */
+	if (!pp->stopping) { /* the slot gets a new process; after a pause when the start failed */
+		if (w->pause)
+			uv_timer_start(&w->retry, retry_fired, RESPAWN_PAUSE_MS, 0);
+		else
+			start_worker(pp, w);
+	}
 	pool_release(pp);
 }
 
@@ -203,6 +211,7 @@ static int end_worker(wproc *w, int sig)
 }
 
 static void on_frame(wproc *w, mb_wmsg *m);
+static void fail_queue(mb_wpool *pp);
 
 static void alloc_cb(uv_handle_t *h, size_t hint, uv_buf_t *buf)
 {
@@ -215,7 +224,22 @@ static void died(wproc *w, const char *why)
 {
 	wjob *j = w->job;
 	mb_wpool *pp = w->pp;
+	int starting = w->state == P_STARTING;
 	int st = end_worker(w, SIGKILL);
+	if (starting) { /* it never became ready: say why, pause, and fail what waits for it */
+		char how[MB_ERR_MAX];
+		if (why)
+			snprintf(how, sizeof how, "%s", why);
+		else
+			mb_worker_death_message(st, how, sizeof how);
+		snprintf(pp->start_failure, sizeof pp->start_failure, "a worker process could not "
+			 "start (isolation = process): %s; the server log says more", how);
+		mb_log(MB_LOG_ERROR, "pool: %s; trying again in %d ms", pp->start_failure,
+		       RESPAWN_PAUSE_MS);
+		w->pause = 1;
+		fail_queue(pp);
+		return;
+	}
 	if (!j)
 		return;
 	mb_exec_result res;
@@ -266,7 +290,13 @@ static void spawn_work(uv_work_t *req)
 static void retry_fired(uv_timer_t *t)
 {
 	wproc *w = t->data;
-	if (!w->pp->stopping)
+	if (w->pp->stopping)
+		return;
+	if (w->state == P_STARTING) { /* no W_READY in time */
+		died(w, "it was not ready within 10 s");
+		return;
+	}
+	if (w->state == P_DEAD && !w->pipe_open)
 		start_worker(w->pp, w);
 }
 
@@ -286,10 +316,13 @@ static void spawned(uv_work_t *req, int status)
 	}
 	pp->handles--;
 	if (status != 0 || w->spawn_rc != 0) {
-		mb_log(MB_LOG_ERROR, "pool: %s; trying again in %d ms",
-		       status ? "the spawn was cancelled" : w->spawn_err, RESPAWN_PAUSE_MS);
+		snprintf(pp->start_failure, sizeof pp->start_failure, "a worker process could not start "
+			 "(isolation = process): %s", status ? "the spawn was cancelled" : w->spawn_err);
+		mb_log(MB_LOG_ERROR, "pool: %s; trying again in %d ms", pp->start_failure,
+		       RESPAWN_PAUSE_MS);
 		w->state = P_DEAD;
 		uv_timer_start(&w->retry, retry_fired, RESPAWN_PAUSE_MS, 0);
+		fail_queue(pp);
 		return;
 	}
 	pp->started++;
@@ -309,6 +342,7 @@ static void spawned(uv_work_t *req, int status)
 	w->state = P_STARTING; /* until its W_READY */
 	pp->alive++;
 	uv_read_start((uv_stream_t *)&w->pipe, alloc_cb, read_cb);
+	uv_timer_start(&w->retry, retry_fired, READY_TIMEOUT_MS, 0);
 }
 
 static void start_worker(mb_wpool *pp, wproc *w)
@@ -685,6 +719,9 @@ static void on_frame(wproc *w, mb_wmsg *m)
 			mb_log(MB_LOG_INFO, "worker processes: seccomp %s, Landlock %s",
 			       sec ? "on" : "off", ll ? "on" : "not available in this kernel");
 		}
+		uv_timer_stop(&w->retry);
+		w->pause = 0;
+		pp->start_failure[0] = 0;
 		w->state = P_IDLE;
 		dispatch(pp);
 		return;
@@ -740,6 +777,22 @@ static void on_frame(wproc *w, mb_wmsg *m)
 		died(w, "the worker process broke the protocol; it was stopped");
 }
 
+/* No worker is in service and the last start failed: the queued jobs get that reason rather
+ * than waiting for a worker that may never come. */
+static void fail_queue(mb_wpool *pp)
+{
+	if (pp->alive || pp->stopping)
+		return;
+	while (pp->q_head) {
+		wjob *j = pop(pp);
+		unqueue(pp, j);
+		mb_exec_result res;
+		memset(&res, 0, sizeof res);
+		mb_worker_set_failure(&res, "crashed", pp->start_failure);
+		finish(j, &res);
+	}
+}
+
 /* ---- the pool API --------------------------------------------------------------------------- */
 
 mb_wpool *mb_wpool_new(uv_loop_t *loop, const mb_config *cfg, const mb_job_callbacks *cb)
@@ -782,6 +835,11 @@ mb_wpool *mb_wpool_new(uv_loop_t *loop, const mb_config *cfg, const mb_job_callb
 int mb_wpool_submit(mb_wpool *pp, const mb_exec_request *req, uint64_t *id_out, char *err,
 		    size_t errlen)
 {
+	if (!pp->alive && pp->start_failure[0]) {
+		pp->refused++;
+		snprintf(err, errlen, "%s", pp->start_failure);
+		return -1;
+	}
 	size_t idle = 0;
 	for (wproc *w = pp->procs; w; w = w->next)
 		idle += w->state != P_BUSY; /* a slot being (re)started takes a job soon */

@@ -406,6 +406,10 @@ int mb_worker_main(void)
 		die("no configuration from the server");
 	memcpy(&cfg, s, sizeof cfg);
 	mb_log_set_level(cfg.log_level);
+#ifdef MB_TEST_HOOKS
+	if (getenv("MOONBOX_TEST_WORKER_FAIL"))
+		die("test: failing at start (MOONBOX_TEST_WORKER_FAIL)");
+#endif
 	/* the largest frame the server sends: code and context of one job, or a file */
 	uint64_t most = (uint64_t)cfg.max_code_bytes + (uint64_t)cfg.max_message_bytes;
 	if ((uint64_t)cfg.workspace_max_file_bytes > most)

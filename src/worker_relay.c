@@ -97,7 +97,12 @@ int mb_worker_spawn(const mb_config *cfg, mb_wspawn *out, char *err, size_t errl
 	const char *sv_stall = getenv("MOONBOX_TEST_STALL_MS");
 	if (sv_stall)
 		snprintf(stall, sizeof stall, "MOONBOX_TEST_STALL_MS=%s", sv_stall);
-	char *envp[] = {stall[0] ? stall : NULL, NULL};
+	char *envp[] = {stall[0] ? stall : NULL, NULL, NULL};
+#ifdef MB_TEST_HOOKS
+	/* the test build: a worker that fails at start (tests/security/process.test.mjs) */
+	if (getenv("MOONBOX_TEST_WORKER_FAIL"))
+		envp[stall[0] ? 1 : 0] = (char *)"MOONBOX_TEST_WORKER_FAIL=1";
+#endif
 	char *argv[] = {(char *)"moonbox", (char *)MB_WORKER_FLAG, NULL};
 	pid_t pid;
 	int rc = sv[1] < 0 ? EMFILE : posix_spawn(&pid, "/proc/self/exe", &fa, &at, argv, envp);
