@@ -45,12 +45,12 @@
  * The rules themselves (patterns, triggers, check functions, validators) are in
  * pii_detect_rules.c, below this file; pii_detect_int.h is what the two share.
  */
+#include "log.h"
 #include "pii_detect_int.h"
 
 #define PCRE2_CODE_UNIT_WIDTH 8
 #include <pcre2.h>
 
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -129,19 +129,6 @@ struct mb_pii_scratch {
 	size_t ntok, captok;
 };
 
-/* ---- errors ---------------------------------------------------------------------------------- */
-
-static void seterr(char *err, size_t errlen, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-static void seterr(char *err, size_t errlen, const char *fmt, ...)
-{
-	if (!err || !errlen)
-		return;
-	va_list ap;
-	va_start(ap, fmt);
-	vsnprintf(err, errlen, fmt, ap);
-	va_end(ap);
-}
-
 /* ---- types ------------------------------------------------------------------------------------- */
 
 static const char *const builtin_names[MB_PII_NBUILTIN] = {
@@ -208,10 +195,10 @@ static int compile_rule(mb_pii_detector *d, pii_rule *r, const char *pattern, si
 		if (pcre2_get_error_message(ec, (PCRE2_UCHAR *)msg, sizeof msg) < 0)
 			snprintf(msg, sizeof msg, "error %d", ec);
 		if (custom_no)
-			seterr(err, errlen, "pii: custom pattern %s (#%d): %s at offset %zu", r->name,
+			mb_seterr(err, errlen, "pii: custom pattern %s (#%d): %s at offset %zu", r->name,
 			       custom_no, msg, (size_t)off);
 		else
-			seterr(err, errlen, "pii: internal error: rule %s: %s at offset %zu", r->name,
+			mb_seterr(err, errlen, "pii: internal error: rule %s: %s at offset %zu", r->name,
 			       msg, (size_t)off);
 		return MB_PII_ERR;
 	}
@@ -231,7 +218,7 @@ static int add_prefixes(mb_pii_detector *d, const char *list, int ri, char *err,
 		const char *e = strchr(p, '|');
 		size_t n = e ? (size_t)(e - p) : strlen(p);
 		if (d->nprefixes == PII_MAX_PREFIXES || n < 2 || n >= sizeof d->prefixes[0].lit) {
-			seterr(err, errlen, "pii: internal error: prefix table");
+			mb_seterr(err, errlen, "pii: internal error: prefix table");
 			return MB_PII_ERR;
 		}
 		prefix_lit *pl = &d->prefixes[d->nprefixes++];
@@ -241,7 +228,7 @@ static int add_prefixes(mb_pii_detector *d, const char *list, int ri, char *err,
 		pl->rule = ri;
 		size_t at = strcspn(pl->lit, PII_PREFIX_TRIGGERS);
 		if (at == n) {
-			seterr(err, errlen, "pii: internal error: prefix %s has no trigger byte", pl->lit);
+			mb_seterr(err, errlen, "pii: internal error: prefix %s has no trigger byte", pl->lit);
 			return MB_PII_ERR;
 		}
 		pl->at = (uint8_t)at;
@@ -291,22 +278,22 @@ mb_pii_detector *mb_pii_detector_new(const mb_pii_options *opt, char *err, size_
 	if (!o.max_pattern_bytes)
 		o.max_pattern_bytes = PII_DEF_PATTERN_BYTES;
 	if (o.ncustom && !o.custom) {
-		seterr(err, errlen, "pii: %zu custom patterns given without the array", o.ncustom);
+		mb_seterr(err, errlen, "pii: %zu custom patterns given without the array", o.ncustom);
 		return NULL;
 	}
 	if (o.ncustom > PII_MAX_CUSTOM) {
-		seterr(err, errlen, "pii: %zu custom patterns, above the limit of %d", o.ncustom,
+		mb_seterr(err, errlen, "pii: %zu custom patterns, above the limit of %d", o.ncustom,
 		       PII_MAX_CUSTOM);
 		return NULL;
 	}
 	mb_pii_detector *d = calloc(1, sizeof *d);
 	if (!d) {
-		seterr(err, errlen, "pii: out of memory");
+		mb_seterr(err, errlen, "pii: out of memory");
 		return NULL;
 	}
 	d->rules = calloc(mb_pii_nbuiltin_rules + o.ncustom, sizeof *d->rules);
 	if (!d->rules) {
-		seterr(err, errlen, "pii: out of memory");
+		mb_seterr(err, errlen, "pii: out of memory");
 		goto fail;
 	}
 	d->match_limit = o.match_limit;
@@ -320,25 +307,25 @@ mb_pii_detector *mb_pii_detector_new(const mb_pii_options *opt, char *err, size_
 		const mb_pii_custom *c = &o.custom[i];
 		char nm[MB_PII_NAME_MAX + 1];
 		if (!custom_name(c->name, nm)) {
-			seterr(err, errlen, "pii: custom pattern #%zu has an invalid name \"%.40s\" (after "
+			mb_seterr(err, errlen, "pii: custom pattern #%zu has an invalid name \"%.40s\" (after "
 			       "upper-casing it must match ^[A-Z][A-Z0-9_]{0,31}$)", i + 1,
 			       c->name ? c->name : "(null)");
 			goto fail;
 		}
 		if (!c->pattern || !*c->pattern) {
-			seterr(err, errlen, "pii: custom pattern %s (#%zu) has an empty pattern", nm, i + 1);
+			mb_seterr(err, errlen, "pii: custom pattern %s (#%zu) has an empty pattern", nm, i + 1);
 			goto fail;
 		}
 		size_t plen = strlen(c->pattern);
 		if (plen > o.max_pattern_bytes) {
-			seterr(err, errlen, "pii: custom pattern %s (#%zu) is %zu bytes, above "
+			mb_seterr(err, errlen, "pii: custom pattern %s (#%zu) is %zu bytes, above "
 			       "max_pattern_bytes=%zu", nm, i + 1, plen, o.max_pattern_bytes);
 			goto fail;
 		}
 		int t = mb_pii_type_find(d, nm);
 		if (t < 0) {
 			if (d->ntypes == MB_PII_MAX_TYPES) {
-				seterr(err, errlen, "pii: too many custom types at %s (#%zu): at most %d "
+				mb_seterr(err, errlen, "pii: too many custom types at %s (#%zu): at most %d "
 				       "distinct names", nm, i + 1, MB_PII_MAX_TYPES - MB_PII_NBUILTIN);
 				goto fail;
 			}
@@ -472,7 +459,7 @@ static int add_cand(pii_scan *sc, int ri, size_t vs, size_t ve)
 		size_t cap = x->capcand ? x->capcand * 2 : 64;
 		pii_cand *c = realloc(x->cand, cap * sizeof *c);
 		if (!c) {
-			seterr(sc->err, sc->errlen, "pii: out of memory (%zu candidate spans)", cap);
+			mb_seterr(sc->err, sc->errlen, "pii: out of memory (%zu candidate spans)", cap);
 			return sc->rc = MB_PII_ENOMEM;
 		}
 		x->cand = c;
@@ -495,7 +482,7 @@ static int add_token_range(pii_scan *sc, size_t start, size_t stop)
 		size_t cap = x->captok ? x->captok * 2 : 64;
 		size_t *t = realloc(x->tok, cap * sizeof *t);
 		if (!t) {
-			seterr(sc->err, sc->errlen, "pii: out of memory (%zu tokens)", cap / 2);
+			mb_seterr(sc->err, sc->errlen, "pii: out of memory (%zu tokens)", cap / 2);
 			return sc->rc = MB_PII_ENOMEM;
 		}
 		x->tok = t;
@@ -529,17 +516,17 @@ static int pii_match(pii_scan *sc, const pii_rule *r, size_t sublen, size_t pos,
 	if (pcre2_get_error_message(rc, (PCRE2_UCHAR *)msg, sizeof msg) < 0)
 		snprintf(msg, sizeof msg, "error %d", rc);
 	if (rc == PCRE2_ERROR_MATCHLIMIT || rc == PCRE2_ERROR_DEPTHLIMIT) {
-		seterr(sc->err, sc->errlen, "pii: rule %s stopped by the PCRE2 match limit "
+		mb_seterr(sc->err, sc->errlen, "pii: rule %s stopped by the PCRE2 match limit "
 		       "(match_limit=%u) searching from byte %zu", r->name, (unsigned)sc->d->match_limit,
 		       pos);
 		return sc->rc = MB_PII_ELIMIT;
 	}
 	if (rc == PCRE2_ERROR_HEAPLIMIT || rc == PCRE2_ERROR_JIT_STACKLIMIT || rc == PCRE2_ERROR_NOMEMORY) {
-		seterr(sc->err, sc->errlen, "pii: rule %s ran out of match memory (%s) searching from "
+		mb_seterr(sc->err, sc->errlen, "pii: rule %s ran out of match memory (%s) searching from "
 		       "byte %zu", r->name, msg, pos);
 		return sc->rc = MB_PII_ELIMIT;
 	}
-	seterr(sc->err, sc->errlen, "pii: rule %s: match failed: %s", r->name, msg);
+	mb_seterr(sc->err, sc->errlen, "pii: rule %s: match failed: %s", r->name, msg);
 	return sc->rc = MB_PII_ERR;
 }
 
@@ -850,11 +837,11 @@ int mb_pii_scan(const mb_pii_detector *d, const char *text, size_t len, uint64_t
 	if (!scratch) {
 		scratch = own = mb_pii_scratch_new(d);
 		if (!scratch) {
-			seterr(err, errlen, "pii: out of memory (scratch)");
+			mb_seterr(err, errlen, "pii: out of memory (scratch)");
 			return MB_PII_ENOMEM;
 		}
 	} else if (scratch->d != d) {
-		seterr(err, errlen, "pii: scratch belongs to another detector");
+		mb_seterr(err, errlen, "pii: scratch belongs to another detector");
 		return MB_PII_ERR;
 	}
 	if (!text)
@@ -938,7 +925,7 @@ int mb_pii_scan(const mb_pii_detector *d, const char *text, size_t len, uint64_t
 	if (keep) {
 		mb_pii_span *o = malloc(keep * sizeof *o);
 		if (!o) {
-			seterr(err, errlen, "pii: out of memory (%zu spans)", keep);
+			mb_seterr(err, errlen, "pii: out of memory (%zu spans)", keep);
 			sc.rc = MB_PII_ENOMEM;
 			goto done;
 		}
