@@ -10,8 +10,8 @@
  * execution costs two wake-ups, as on a worker thread: the worker's and the loop's.
  *
  * Limits from outside: a timer per job, armed when the job is sent, signals the worker at the
- * deadline (and ends a host call it waits on), and SIGKILLs it half of timeout_grace_ms later if
- * it has not answered; the answer is then the limit that tripped first in the worker (its budget
+ * deadline (and ends a host call it waits on), and SIGKILLs it timeout_grace_ms later if it has
+ * not answered (when a worker thread would be answered and abandoned); the answer is then the limit that tripped first in the worker (its budget
  * is in the page it shares with us), else the deadline or the cancel. A worker that dies fails
  * only its job ("crashed", naming the signal). Dead and killed workers are replaced by starting
  * a new process on the thread pool (posix_spawn waits for the exec, so never on the loop);
@@ -409,7 +409,7 @@ static void finish(wjob *j, mb_exec_result *res)
 	/* the worker's measure of its run, which leaves out the trip through the channel; never
 	 * more than what the loop saw */
 	double seen = j->t0 ? (double)(mb_now_ns() - j->t0) / 1e6 : 0;
-	if (!(res->execution_time_ms >= 0 && res->execution_time_ms <= seen))
+	if (!(res->execution_time_ms > 0 && res->execution_time_ms <= seen)) /* 0: none reported */
 		res->execution_time_ms = seen;
 	mb_exec_result_shape(res);
 	pp->completed++;
@@ -455,12 +455,12 @@ static void on_timer(uv_timer_t *t)
 		kill(w->sp.pid, MB_SANDBOX_SIGNAL);
 		reply_stopped(j, MB_STOP_TIMEOUT);
 		j->timer_stage = 2;
-		uint64_t grace = (uint64_t)j->pp->cfg->timeout_grace_ms / 2;
-		uv_timer_start(t, on_timer, grace ? grace : 1, 0);
+		uv_timer_start(t, on_timer, (uint64_t)j->pp->cfg->timeout_grace_ms, 0);
 		return;
 	}
-	/* still running half the grace later: stuck in C, or compromised. The cause is what
-	 * tripped first in it, when that was a limit. */
+	/* still running timeout_grace_ms later (when a worker thread would be answered and
+	 * abandoned): stuck in C, or compromised. The cause is what tripped first in it, when that
+	 * was a limit. */
 	int first = atomic_load(&w->sp.shared->stop);
 	mb_exec_result res;
 	memset(&res, 0, sizeof res);
@@ -469,7 +469,7 @@ static void on_timer(uv_timer_t *t)
 									      : w->sp.shared->mem_peak;
 	mb_log(MB_LOG_WARNING, "pool: execution %llu still running %lld ms after its deadline; "
 	       "killing its worker process", (unsigned long long)j->id,
-	       (long long)j->pp->cfg->timeout_grace_ms / 2);
+	       (long long)j->pp->cfg->timeout_grace_ms);
 	j->proc = NULL;
 	w->job = NULL;
 	end_worker(w, SIGKILL);
