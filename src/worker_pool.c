@@ -39,6 +39,7 @@
 #define BIG_DONE (256u << 10)  /* a result this large is checked and shaped off the loop */
 #define RESPAWN_PAUSE_MS 1000  /* after a worker failed to start */
 #define READY_TIMEOUT_MS 10000 /* a worker's start: exec, Lua, PCRE2 JIT, confinement */
+#define AHEAD_MAX 4            /* jobs sent ahead to one busy worker under load */
 
 typedef struct wjob wjob;
 typedef struct wproc wproc;
@@ -71,7 +72,8 @@ struct wproc {
 	mb_wreader rd;
 	char rbuf[65536];
 	wjob *job;              /* running */
-	wjob *next_job;         /* sent ahead, starts when job ends (W_START) */
+	wjob *ahead, *ahead_tail; /* sent ahead (linked by next), started in order (W_START) */
+	int nahead;
 	uv_work_t work;         /* the spawn */
 	int spawn_rc;
 	char spawn_err[MB_ERR_MAX];
@@ -195,15 +197,17 @@ static int end_worker(wproc *w, int sig)
 		w->pp->alive--;
 	w->state = P_DEAD;
 	w->job = NULL;
-	wjob *ahead = w->next_job;
-	if (ahead) { /* never started: back to the head of the queue (still counted there) */
-		w->next_job = NULL;
-		ahead->state = J_QUEUED;
-		ahead->proc = NULL;
-		ahead->next = w->pp->q_head;
-		w->pp->q_head = ahead;
+	if (w->ahead) { /* never started: back to the head of the queue, in order (still counted) */
+		for (wjob *a = w->ahead; a; a = a->next) {
+			a->state = J_QUEUED;
+			a->proc = NULL;
+		}
+		w->ahead_tail->next = w->pp->q_head;
+		w->pp->q_head = w->ahead;
 		if (!w->pp->q_tail)
-			w->pp->q_tail = ahead;
+			w->pp->q_tail = w->ahead_tail;
+		w->ahead = w->ahead_tail = NULL;
+		w->nahead = 0;
 	}
 	if (w->pipe_open && !uv_is_closing((uv_handle_t *)&w->pipe))
 		uv_close((uv_handle_t *)&w->pipe, proc_closed);
@@ -392,7 +396,7 @@ static void finish(wjob *j, mb_exec_result *res)
 	j->answered = 1;
 	if (j->state == J_RUNNING && j->proc && j->proc->job == j) {
 		j->proc->job = NULL;
-		if (j->proc->state == P_BUSY && !j->proc->next_job) { /* else it starts that one */
+		if (j->proc->state == P_BUSY && !j->proc->ahead) { /* else it starts the next one */
 			j->proc->state = P_IDLE;
 			pp->busy--;
 		}
@@ -498,14 +502,21 @@ static void job_started(wproc *w, wjob *j)
 }
 
 /* Writes j to w. ahead: w is running another job, and j waits in the channel until that one
- * ends; the worker then says W_START (so the clock starts when the code does). */
+ * ends (at most AHEAD_MAX of them); the worker then says W_START (so the clock starts when the
+ * code does). */
 static void send_job(wproc *w, wjob *j, int ahead)
 {
 	mb_wpool *pp = w->pp;
 	j->proc = w;
 	if (ahead) {
 		j->state = J_SENT;
-		w->next_job = j;
+		j->next = NULL;
+		if (w->ahead_tail)
+			w->ahead_tail->next = j;
+		else
+			w->ahead = j;
+		w->ahead_tail = j;
+		w->nahead++;
 	} else {
 		w->state = P_BUSY;
 		pp->busy++;
@@ -559,9 +570,14 @@ static void dispatch(mb_wpool *pp)
 			unqueue(pp, j);
 			send_job(w, j, 0);
 		}
-	for (wproc *w = pp->procs; w && pp->q_head; w = w->next)
-		if (w->state == P_BUSY && !w->next_job && w->job)
-			send_job(w, pop(pp), 1);
+	for (int more = 1; more && pp->q_head;) { /* one per busy worker per round */
+		more = 0;
+		for (wproc *w = pp->procs; w && pp->q_head; w = w->next)
+			if (w->state == P_BUSY && w->nahead < AHEAD_MAX) {
+				send_job(w, pop(pp), 1);
+				more = 1;
+			}
+	}
 }
 
 /* ---- what a worker sends -------------------------------------------------------------------- */
@@ -726,13 +742,17 @@ static void on_frame(wproc *w, mb_wmsg *m)
 		dispatch(pp);
 		return;
 	}
-	if (m->type == W_START) { /* the job sent ahead starts */
-		wjob *n = w->next_job;
+	if (m->type == W_START) { /* the first job sent ahead starts */
+		wjob *n = w->ahead;
 		if (!n || w->job) {
 			died(w, "the worker process broke the protocol; it was stopped");
 			return;
 		}
-		w->next_job = NULL;
+		w->ahead = n->next;
+		if (!w->ahead)
+			w->ahead_tail = NULL;
+		w->nahead--;
+		n->next = NULL;
 		unqueue(pp, n);
 		atomic_store(&w->sp.shared->stop, MB_STOP_NONE);
 		job_started(w, n);

@@ -67,9 +67,13 @@ static void send_or_die(void)
 }
 
 /* The server's answer to the request just sent (nothing else may come in between). */
-/* The job the server sent ahead while this one waited for a reply (at most one). */
-static char *ahead_job;
-static size_t ahead_len;
+/* Jobs the server sent ahead while this one waited for a reply, in order. */
+typedef struct kept_job {
+	struct kept_job *next;
+	size_t len;
+	char data[];
+} kept_job;
+static kept_job *kept_head, *kept_tail;
 
 /* The server's answer to the request just sent. A job sent ahead may come first: it is kept
  * for when this one ends. */
@@ -78,19 +82,26 @@ static mb_wmsg wait_reply(void)
 	mb_wmsg m;
 	for (;;) {
 		rd.spin_ns = REPLY_SPIN_NS;
-		int k = mb_wire_read(&rd, MB_WORKER_FD, -1, &m);
+		int got = mb_wire_read(&rd, MB_WORKER_FD, -1, &m);
 		rd.spin_ns = 0;
-		if (k < 0)
+		if (got < 0)
 			_exit(0);
 		if (m.type == W_REPLY)
 			return m;
-		if (m.type != W_JOB || ahead_job)
+		if (m.type != W_JOB)
 			die("the server sent something else than a reply");
-		ahead_len = (size_t)(m.end - m.p);
-		ahead_job = malloc(ahead_len ? ahead_len : 1);
-		if (!ahead_job)
+		size_t len = (size_t)(m.end - m.p);
+		kept_job *k = malloc(sizeof *k + len);
+		if (!k)
 			die("out of memory keeping a job sent ahead");
-		memcpy(ahead_job, m.p, ahead_len);
+		k->next = NULL;
+		k->len = len;
+		memcpy(k->data, m.p, len);
+		if (kept_tail)
+			kept_tail->next = k;
+		else
+			kept_head = k;
+		kept_tail = k;
 	}
 }
 
@@ -374,12 +385,15 @@ static _Noreturn void serve(void)
 
 	for (;;) {
 		mb_wmsg m;
-		if (ahead_job) { /* kept while the last job waited for a reply */
-			char *kept = ahead_job;
-			m = (mb_wmsg){W_JOB, (const unsigned char *)kept, (const unsigned char *)kept + ahead_len};
-			ahead_job = NULL;
+		if (kept_head) { /* kept while the last job waited for a reply */
+			kept_job *k = kept_head;
+			kept_head = k->next;
+			if (!kept_head)
+				kept_tail = NULL;
+			m = (mb_wmsg){W_JOB, (const unsigned char *)k->data,
+				      (const unsigned char *)k->data + k->len};
 			sb = run_job(&m, sb);
-			free(kept);
+			free(k);
 			continue;
 		}
 		if (mb_wire_read(&rd, MB_WORKER_FD, -1, &m) < 0)
