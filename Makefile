@@ -230,14 +230,11 @@ test-arch: $(BUILD)/moonbox
 test-integration: $(BUILD)/moonbox
 	@cd tests && MOONBOX=../$(BUILD)/moonbox $(TEST_NODE) run-node.mjs integration
 
-# Both isolation modes stay tested by the whole suite: the default (auto) runs stdio in threads
-# and HTTP in worker processes, so run the suites again with every server in worker processes,
-# and the HTTP files with threads.
+# Both isolation modes stay tested by the whole suite: the default (auto) runs every server in
+# worker processes where the machine can confine them, so run the suites again on threads.
 test-isolation: $(BUILD)/moonbox $(HOOKS_BUILD)/moonbox
-	@cd tests && MOONBOX_ISOLATION=process MOONBOX=../$(BUILD)/moonbox MOONBOX_HOOKS=../$(HOOKS_BUILD)/moonbox \
+	@cd tests && MOONBOX_ISOLATION=thread MOONBOX=../$(BUILD)/moonbox MOONBOX_HOOKS=../$(HOOKS_BUILD)/moonbox \
 		$(TEST_NODE) run-node.mjs integration security
-	@cd tests && MOONBOX_ISOLATION=thread MOONBOX=../$(BUILD)/moonbox $(TEST_NODE) run-node.mjs \
-		integration/http.test.mjs security/http.test.mjs
 
 # The test build (-DMB_TEST_HOOKS: a __test global of unsafe calls, src/sandbox_testhooks.c) that
 # tests/security/process.test.mjs uses to stand in for a VM bug; never installed.

@@ -49,7 +49,7 @@ static const option options[] = {
 	I(max_notifications, 1000, 0, 1000000, "mcp.log / mcp.progress calls per execution"),
 	I(max_code_jumps, 4096, 16, 32767, "goto/break statements and labels in one chunk of code or load() (the parser resolves them in quadratic time)"),
 	I(max_c_stack_kb, 1024, 128, 65536, "C stack for calls nested through C in one execution (coroutine.close/resume, pcall, metamethods, callbacks); worker threads get this plus 6 MiB"),
-	S(isolation, "auto", "where executions run: thread (worker threads of the server), process (pre-started worker processes confined by seccomp and Landlock, one per worker; docs/security.md) or auto (process when serving HTTP, thread on stdio)"),
+	S(isolation, "auto", "where executions run: thread (worker threads of the server), process (pre-started worker processes confined by seccomp and Landlock, one per worker; docs/security.md) or auto (process when this machine can start a confined worker, else thread with a warning)"),
 	I(workers, 0, 0, 256, "concurrent executions, each on its own thread (0 = number of CPUs)"),
 	I(max_queue, 1024, 0, 1000000, "executions waiting for a worker; more are refused"),
 	I(max_queue_bytes, 268435456, 1024, (int64_t)1 << 40, "code and context bytes held by queued executions"),
@@ -362,12 +362,6 @@ int mb_config_load(mb_config *cfg, int argc, char **argv)
 		if (set_value(cfg, o, val, flag))
 			return -1;
 	}
-
-	/* auto: worker processes where many tenants share the server (HTTP), threads for one
-	 * desktop client on stdio, where a process per execution costs latency (docs/benchmarks.md,
-	 * "Isolation") */
-	if (strcmp(cfg->isolation, "auto") == 0)
-		snprintf(cfg->isolation, sizeof cfg->isolation, "%s", cfg->http_listen[0] ? "process" : "thread");
 
 	/* Cross-checks. */
 	if (cfg->default_timeout_ms > cfg->max_timeout_ms) {

@@ -20,6 +20,7 @@
 #include "server.h"
 #include "sandbox.h"
 #include "seed.h"
+#include "worker_pool.h"
 #include "worker_proc.h"
 
 /* mkdir -p with mode 0700 for directories we create. */
@@ -73,6 +74,17 @@ int main(int argc, char **argv)
 	if (mb_sandbox_global_init() != 0) {
 		mb_log(MB_LOG_CRIT, "sandbox initialisation failed");
 		return 1;
+	}
+	if (strcmp(cfg.isolation, "auto") == 0) {
+		/* worker processes wherever this machine can start a confined one (docs/security.md,
+		 * "Worker processes"); threads, said loudly, where it cannot */
+		char why[MB_ERR_MAX];
+		int ok = mb_worker_probe(&cfg, why, sizeof why) == 0;
+		if (!ok)
+			mb_log(MB_LOG_WARNING, "isolation: worker processes cannot run here (%s); "
+			       "executions run on threads (--isolation thread says so; with --isolation process "
+			       "every execution reports why it could not run)", why);
+		snprintf(cfg.isolation, sizeof cfg.isolation, "%s", ok ? "process" : "thread");
 	}
 	if (cfg.log_level[0] == 'd')
 		mb_config_dump(&cfg, stderr);

@@ -25,4 +25,10 @@ void mb_wpool_get_stats(mb_wpool *pp, mb_pool_stats *out);
 /// Kills the worker processes and closes the handles; frees itself once they are closed.
 void mb_wpool_close(mb_wpool *pp);
 
+/// isolation = auto: starts one worker process and waits (at most 5 s) until it reports itself
+/// confined, then stops it. Any thread, before the pool exists.
+/// @returns 0 when worker processes work here, or -1 with why set (a kernel without seccomp,
+///          a container that forbids what confine.c needs, a binary run under valgrind, ...)
+int mb_worker_probe(const mb_config *cfg, char *why, size_t n);
+
 #endif

@@ -58,24 +58,28 @@ int mb_worker_spawn(const mb_config *cfg, mb_wspawn *out, char *err, size_t errl
 		snprintf(err, errlen, "socketpair: %s", strerror(errno));
 		return -1;
 	}
-	if (sv[1] == MB_WORKER_FD) { /* dup2 onto itself would keep close-on-exec */
-		int k = fcntl(sv[1], F_DUPFD_CLOEXEC, MB_WORKER_FD + 1);
-		close(sv[1]);
-		sv[1] = k;
-	}
 	/* the page that holds the worker's budget: a fresh memfd per worker */
 	int mfd = memfd_create("moonbox-budget", MFD_CLOEXEC);
+	/* every descriptor the child's dup2s touch must sit above them (a low number would be
+	 * overwritten, or dup'ed onto itself and so keep close-on-exec) */
+	int *fds[] = {&sv[0], &sv[1], &mfd};
+	for (int i = 0; i < 3; i++)
+		if (*fds[i] >= 0 && *fds[i] <= MB_WORKER_SHM_FD) {
+			int k = fcntl(*fds[i], F_DUPFD_CLOEXEC, MB_WORKER_SHM_FD + 1);
+			close(*fds[i]);
+			*fds[i] = k;
+		}
 	void *page = MAP_FAILED;
 	if (mfd >= 0 && ftruncate(mfd, MB_WORKER_SHM_BYTES) == 0)
 		page = mmap(NULL, MB_WORKER_SHM_BYTES, PROT_READ | PROT_WRITE, MAP_SHARED, mfd, 0);
-	if (page == MAP_FAILED || mfd <= MB_WORKER_SHM_FD || sv[1] == MB_WORKER_SHM_FD) {
-		snprintf(err, errlen, "cannot make the page shared with a worker: %s", strerror(errno));
+	if (page == MAP_FAILED || sv[0] < 0 || sv[1] < 0) {
+		snprintf(err, errlen, "cannot make the channel and the page shared with a worker: %s",
+			 strerror(errno));
 		if (page != MAP_FAILED)
 			munmap(page, MB_WORKER_SHM_BYTES);
-		if (mfd >= 0)
-			close(mfd);
-		close(sv[0]);
-		close(sv[1]);
+		for (int i = 0; i < 3; i++)
+			if (*fds[i] >= 0)
+				close(*fds[i]);
 		return -1;
 	}
 	posix_spawn_file_actions_t fa;
@@ -105,11 +109,10 @@ int mb_worker_spawn(const mb_config *cfg, mb_wspawn *out, char *err, size_t errl
 #endif
 	char *argv[] = {(char *)"moonbox", (char *)MB_WORKER_FLAG, NULL};
 	pid_t pid;
-	int rc = sv[1] < 0 ? EMFILE : posix_spawn(&pid, "/proc/self/exe", &fa, &at, argv, envp);
+	int rc = posix_spawn(&pid, "/proc/self/exe", &fa, &at, argv, envp);
 	posix_spawn_file_actions_destroy(&fa);
 	posix_spawnattr_destroy(&at);
-	if (sv[1] >= 0)
-		close(sv[1]);
+	close(sv[1]);
 	close(mfd);
 	if (rc != 0) {
 		munmap(page, MB_WORKER_SHM_BYTES);
@@ -414,4 +417,39 @@ void mb_worker_death_message(int st, char *msg, size_t n)
 			 WEXITSTATUS(st));
 	else
 		snprintf(msg, n, "the worker process running this execution was lost");
+}
+
+/* ---- isolation = auto --------------------------------------------------------------------- */
+
+int mb_worker_probe(const mb_config *cfg, char *why, size_t n)
+{
+	mb_wspawn w = {0, -1, NULL};
+	if (mb_worker_spawn(cfg, &w, why, n) != 0)
+		return -1;
+	mb_wreader rd = {.max = 4096};
+	mb_wmsg m;
+	uint64_t until = mb_now_ns() + 5000000000ull, sec = 0;
+	int k = 0;
+	while (k == 0 && mb_now_ns() < until)
+		k = mb_wire_read(&rd, w.fd, (int)((until - mb_now_ns()) / 1000000) + 1, &m);
+	if (k == 1 && m.type == W_READY)
+		mb_wmsg_u64(&m, &sec);
+	kill(w.pid, SIGKILL);
+	int st = -1;
+	while (waitpid(w.pid, &st, 0) < 0 && errno == EINTR)
+		;
+	mb_wreader_free(&rd);
+	mb_worker_spawn_release(&w);
+	if (k == 1 && m.type == W_READY && sec)
+		return 0;
+	if (k == 1)
+		snprintf(why, n, "it started without its system-call filter");
+	else if (st >= 0 && WIFEXITED(st))
+		snprintf(why, n, "it exited with status %d before it was ready (the log above says why)",
+			 WEXITSTATUS(st));
+	else if (st >= 0 && WIFSIGNALED(st) && WTERMSIG(st) != SIGKILL)
+		snprintf(why, n, "it died of %s before it was ready", strsignal(WTERMSIG(st)));
+	else
+		snprintf(why, n, "it was not ready within 5 s");
+	return -1;
 }

@@ -103,8 +103,8 @@ int mb_wire_send(int fd, mb_wbuf *b)
 		return -1;
 	put_le((unsigned char *)b->buf, b->len - 4, 4);
 	size_t off = 0;
-	while (off < b->len) {
-		ssize_t n = write(fd, b->buf + off, b->len - off);
+	while (off < b->len) { /* MSG_NOSIGNAL: a peer gone is an error here, not a SIGPIPE */
+		ssize_t n = send(fd, b->buf + off, b->len - off, MSG_NOSIGNAL);
 		if (n < 0 && errno == EINTR)
 			continue;
 		if (n <= 0)

@@ -9,7 +9,8 @@ cd "$(dirname "$0")/.." || exit 1
 d=$(mktemp -d)
 out=$(mktemp)
 err=$(mktemp)
-TSAN_OPTIONS="halt_on_error=1 exitcode=66" "$bin" --data-dir "$d" --log-level error \
+# (threads: the session is about the server's own threads; worker processes are tested elsewhere)
+TSAN_OPTIONS="halt_on_error=1 exitcode=66" "$bin" --data-dir "$d" --log-level error --isolation thread \
   < tests/valgrind/session.jsonl > "$out" 2> "$err"
 rc=$?
 n=$(grep -c '"jsonrpc"' "$out")

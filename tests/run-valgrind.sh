@@ -23,7 +23,7 @@ run test_host_uv "$B/tests/test_host_uv"
 run test_host_http_client "$B/tests/test_host_http_client"
 run test_host_proc "$B/tests/test_host_proc"
 d=$(mktemp -d)
-run "server session" sh -c "exec $B/moonbox --data-dir $d --log-level error < tests/valgrind/session.jsonl"
+run "server session" sh -c "exec $B/moonbox --data-dir $d --log-level error --isolation thread < tests/valgrind/session.jsonl"
 n=$(grep -c '"jsonrpc"' /tmp/moonbox-vg.out)
 # 63 answers + 3 list_changed notifications (tools, prompts, resources) after the skill is
 # published as a tool
