@@ -63,7 +63,23 @@ function crashedBy(sc, signal) {
   assert.match(sc.error, new RegExp(`died of ${signal}`), JSON.stringify(sc));
 }
 
-describe("the shipped binary", () => {
+/* Worker processes need seccomp (and a kernel that lets this user load a filter). Where the
+ * machine cannot confine a worker, isolation = auto falls back to threads with a warning: then
+ * these tests say so and skip, rather than fail on what the machine lacks. */
+const probe = new Peer([], {}, MOONBOX);
+await probe.initialize();
+const CONFINED = (await probe.pool()).isolation === "process";
+const probeLog = probe.stderr;
+await probe.dispose();
+const NO_WORKERS = !CONFINED && `worker processes cannot run on this machine: ${
+  (/isolation: worker processes cannot run here \(([^)]*)\)/.exec(probeLog) || [])[1] || "see the log"}`;
+const NO_HOOKS = !existsSync(HOOKS) && "no test build";
+
+test("isolation = auto chose worker processes here, or said in the log why not", () => {
+  if (!CONFINED) assert.match(probeLog, /isolation: worker processes cannot run here/);
+});
+
+describe("the shipped binary", { skip: NO_WORKERS }, () => {
   test("has no __test functions, and runs executions in worker processes", async () => {
     const p = await start(MOONBOX);
     const { sc } = await p.exec({ code: "return type(__test), 1 + 1" });
@@ -74,7 +90,7 @@ describe("the shipped binary", () => {
   });
 });
 
-describe("a crash fails only its own execution", { skip: !existsSync(HOOKS) && "no test build" }, () => {
+describe("a crash fails only its own execution", { skip: NO_WORKERS || NO_HOOKS }, () => {
   for (const [how, signal] of [["null", "SIGSEGV"], ["abort", "SIGABRT|SIGSYS"], ["recurse", "SIGSEGV"]]) {
     test(`${how}: error_type crashed naming ${signal}; a parallel execution finishes; the next one runs`, async () => {
       const p = await start(HOOKS, ["--workers", "2"]);
@@ -93,7 +109,7 @@ describe("a crash fails only its own execution", { skip: !existsSync(HOOKS) && "
   }
 });
 
-describe("a compromised worker cannot reach outside", { skip: !existsSync(HOOKS) && "no test build" }, () => {
+describe("a compromised worker cannot reach outside", { skip: NO_WORKERS || NO_HOOKS }, () => {
   test("no environment but TZ, no descriptor but its channel and stdio, confined (seen from /proc)", async () => {
     const p = await start(HOOKS, ["--workers", "1"], { MOONBOX_SECRET_FOR_TEST: "hunter2" });
     const { sc } = await p.exec({ code: "return __test.env()" });
@@ -135,7 +151,7 @@ describe("a compromised worker cannot reach outside", { skip: !existsSync(HOOKS)
   }
 });
 
-describe("workers that cannot start", { skip: !existsSync(HOOKS) && "no test build" }, () => {
+describe("workers that cannot start", { skip: NO_WORKERS || NO_HOOKS }, () => {
   test("an execution gets the reason, new ones are refused at once, the server keeps serving", async () => {
     const p = await start(HOOKS, ["--workers", "1"], { MOONBOX_TEST_WORKER_FAIL: "1" });
     const { sc } = await p.exec({ code: "return 1" });
@@ -151,7 +167,18 @@ describe("workers that cannot start", { skip: !existsSync(HOOKS) && "no test bui
   });
 });
 
-describe("limits from outside the worker", () => {
+describe("isolation = auto where workers cannot start", { skip: NO_WORKERS || NO_HOOKS }, () => {
+  test("falls back to threads, says why in the log, and serves", async () => {
+    const p = new Peer([], { MOONBOX_TEST_WORKER_FAIL: "1" }, HOOKS);
+    peers.push(p);
+    await p.initialize();
+    assert.equal((await p.pool()).isolation, "thread");
+    assert.match(p.stderr, /isolation: worker processes cannot run here \(.+\); executions run on threads/);
+    assert.equal((await p.exec({ code: "return 7" })).sc.result, 7);
+  });
+});
+
+describe("limits from outside the worker", { skip: NO_WORKERS }, () => {
   test("a long C call ends at the deadline by SIGKILL, and the worker is replaced", async () => {
     const p = await start(MOONBOX, ["--workers", "1"], { MOONBOX_TEST_STALL_MS: "5000" });
     const t0 = performance.now();
@@ -186,7 +213,7 @@ describe("limits from outside the worker", () => {
     assert.equal((await p.exec({ code: "return 4" })).sc.result, 4);
   });
 
-  test("a memory bomb in C leaves the server responsive", { skip: !existsSync(HOOKS) && "no test build" }, async () => {
+  test("a memory bomb in C leaves the server responsive", { skip: NO_WORKERS || NO_HOOKS }, async () => {
     const p = await start(HOOKS, ["--workers", "1"]);
     const { sc } = await p.exec({ code: `return __test.crash("malloc")`, timeout_ms: 10000 }, 60000);
     // the address-space limit makes malloc fail (a number of MiB comes back), or the worker dies
