@@ -66,7 +66,7 @@ function crashedBy(sc, signal) {
 /* Worker processes need seccomp (and a kernel that lets this user load a filter). Where the
  * machine cannot confine a worker, isolation = auto falls back to threads with a warning: then
  * these tests say so and skip, rather than fail on what the machine lacks. */
-const probe = new Peer([], {}, MOONBOX);
+const probe = new Peer(["--isolation", "auto"], {}, MOONBOX); // (whatever MOONBOX_ISOLATION says)
 await probe.initialize();
 const CONFINED = (await probe.pool()).isolation === "process";
 const probeLog = probe.stderr;
@@ -169,7 +169,7 @@ describe("workers that cannot start", { skip: NO_WORKERS || NO_HOOKS }, () => {
 
 describe("isolation = auto where workers cannot start", { skip: NO_WORKERS || NO_HOOKS }, () => {
   test("falls back to threads, says why in the log, and serves", async () => {
-    const p = new Peer([], { MOONBOX_TEST_WORKER_FAIL: "1" }, HOOKS);
+    const p = new Peer(["--isolation", "auto"], { MOONBOX_TEST_WORKER_FAIL: "1" }, HOOKS);
     peers.push(p);
     await p.initialize();
     assert.equal((await p.pool()).isolation, "thread");
