@@ -224,8 +224,9 @@ static int l_submit(lua_State *L)
 	uint64_t id;
 	char err[MB_ERR_MAX];
 	lua_getfield(L, 1, "tenant");
+	req.tenant = lua_isstring(L, -1) ? lua_tostring(L, -1) : "default";
 	if (h->deps.workspaces) {
-		const char *tenant = lua_isstring(L, -1) ? lua_tostring(L, -1) : "default";
+		const char *tenant = req.tenant;
 		req.workspace = mb_workspaces_get(h->deps.workspaces, tenant, err, sizeof err);
 		if (!req.workspace)
 			mb_log(MB_LOG_WARNING, "workspace of tenant %s: %s", tenant, err);

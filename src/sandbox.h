@@ -71,6 +71,8 @@ typedef struct mb_exec_request {
 	int64_t ws_max_file_bytes;
 	/* 1: personal data in the result, output and error text is replaced by tokens */
 	int pii_policy;
+	/* who submitted it (NULL: "default"); a worker process serves one tenant only */
+	const char *tenant;
 } mb_exec_request;
 
 typedef struct mb_exec_result {

@@ -10,6 +10,8 @@
  *   __test.socket()              socket(2) + connect to 127.0.0.1:1
  *   __test.fork()                fork(2): the child exits at once
  *   __test.env()                 the number of environment variables
+ *   __test.channel(bytes)        writes bytes to a worker process's channel (fd 3) as they are,
+ *                                standing for a compromised worker that forges frames
  * Each reports failure as nil plus the reason, so a test can tell "refused" from "killed".
  */
 #include "sandbox_int.h"
@@ -125,9 +127,21 @@ static int t_env(lua_State *L)
 	return 1;
 }
 
+static int t_channel(lua_State *L)
+{
+	size_t n;
+	const char *b = luaL_checklstring(L, 1, &n);
+	ssize_t k = write(3, b, n);
+	if (k < 0)
+		return fail(L);
+	lua_pushinteger(L, k);
+	return 1;
+}
+
 int mb_sandbox_testhooks_open(lua_State *L)
 {
 	static const luaL_Reg fns[] = {
+		{"channel", t_channel},
 		{"crash", t_crash}, {"open", t_open}, {"exec", t_exec}, {"socket", t_socket},
 		{"fork", t_fork},   {"env", t_env},   {NULL, NULL},
 	};

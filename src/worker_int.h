@@ -38,7 +38,8 @@ int mb_worker_valid_call(const char *name, const char *args, size_t n);
 
 /// W_DONE into res (zeroed by the caller; code_hash and the time are the caller's): the result
 /// JSON checked, the error type one of the known ones, the reported tokens recomputed with the
-/// key (mismatches dropped). @returns 0, or -1 for a malformed frame
+/// key (mismatches dropped). @returns 0; 1 when res says what was wrong with it but the worker
+/// is not to be trusted again (a result that is not JSON); -1 for a malformed frame
 int mb_worker_read_done(mb_wmsg *m, const mb_exec_request *req, mb_exec_result *res);
 
 /// Makes res a failure of this type with this message (what it had is freed).

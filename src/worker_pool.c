@@ -59,6 +59,7 @@ struct wjob {
 	wproc *proc;
 	uint64_t t0, calls, notes, seq;
 	int call_waiting, answered;
+	char tenant[72];
 	wjob *next;             /* queue */
 	wjob *all_next, *all_prev;
 };
@@ -80,6 +81,7 @@ struct wproc {
 	uv_timer_t retry;       /* a new start after a failed one; the wait for W_READY */
 	int retry_open;
 	int pause;              /* the last start failed: wait RESPAWN_PAUSE_MS before the next */
+	char tenant[72];        /* the tenant whose code it ran ("": none yet): it serves no other */
 	wproc *next;
 };
 
@@ -353,6 +355,7 @@ static void start_worker(mb_wpool *pp, wproc *w)
 {
 	w->state = P_SPAWNING;
 	w->job = NULL;
+	w->tenant[0] = 0;
 	w->sp.fd = -1;
 	w->sp.pid = 0;
 	w->sp.shared = NULL;
@@ -508,6 +511,7 @@ static void send_job(wproc *w, wjob *j, int ahead)
 {
 	mb_wpool *pp = w->pp;
 	j->proc = w;
+	snprintf(w->tenant, sizeof w->tenant, "%s", j->tenant);
 	if (ahead) {
 		j->state = J_SENT;
 		j->next = NULL;
@@ -560,20 +564,56 @@ static void unqueue(mb_wpool *pp, wjob *j)
 	pp->queued_bytes -= j->req.code_len + j->req.context_len;
 }
 
-/* Idle workers get a job first; then, while jobs still wait, each busy worker gets one more
- * ahead, so under load a worker goes from one job to the next without waiting for the loop. */
+/* An idle worker for a job of this tenant: one that served it, else a fresh one. A worker
+ * that ran another tenant's code is never given this one's (it may be compromised): when only
+ * such workers are idle, one is replaced, and the job waits for the new process. */
+static wproc *idle_for(mb_wpool *pp, const char *tenant)
+{
+	wproc *fresh = NULL, *other = NULL;
+	int coming = 0;
+	for (wproc *w = pp->procs; w; w = w->next) {
+		coming |= w->state == P_SPAWNING || w->state == P_STARTING;
+		if (w->state != P_IDLE)
+			continue;
+		if (strcmp(w->tenant, tenant) == 0)
+			return w;
+		if (!w->tenant[0])
+			fresh = w;
+		else
+			other = w;
+	}
+	if (!fresh && other && !coming)
+		end_worker(other, SIGKILL); /* its slot restarts clean (proc_closed) */
+	return fresh;
+}
+
+/* Idle workers get a job first (of their tenant); then, while jobs still wait, each busy worker
+ * gets more of its tenant's ahead, so under load a worker goes from one job to the next without
+ * waiting for the loop. */
 static void dispatch(mb_wpool *pp)
 {
-	for (wproc *w = pp->procs; w && pp->q_head; w = w->next)
-		if (w->state == P_IDLE) {
-			wjob *j = pop(pp);
-			unqueue(pp, j);
-			send_job(w, j, 0);
+	for (wjob *j = pp->q_head, *prev = NULL, *next; j; j = next) {
+		next = j->next;
+		wproc *w = idle_for(pp, j->tenant);
+		if (!w) {
+			prev = j;
+			continue;
 		}
+		if (prev)
+			prev->next = next;
+		else
+			pp->q_head = next;
+		if (pp->q_tail == j)
+			pp->q_tail = prev;
+		j->next = NULL;
+		unqueue(pp, j);
+		send_job(w, j, 0);
+	}
 	for (int more = 1; more && pp->q_head;) { /* one per busy worker per round */
 		more = 0;
 		for (wproc *w = pp->procs; w && pp->q_head; w = w->next)
-			if (w->state == P_BUSY && w->nahead < AHEAD_MAX) {
+			if (w->state == P_BUSY && w->nahead < AHEAD_MAX &&
+			    strcmp(w->tenant, pp->q_head->tenant) == 0) {
 				send_job(w, pop(pp), 1);
 				more = 1;
 			}
@@ -591,10 +631,10 @@ typedef struct {
 	size_t len;
 	int type;
 	mb_workspace *ws;
-	const mb_exec_request *req;
+	mb_exec_request req;  /* a copy: the job may be answered (killed) and freed meanwhile */
 	mb_exec_result res;
 	mb_wbuf out;
-	int bad;
+	int bad, untrusted;
 } offload;
 
 static void offload_work(uv_work_t *req)
@@ -604,7 +644,9 @@ static void offload_work(uv_work_t *req)
 	if (o->type == W_WS) {
 		o->bad = mb_worker_ws(&m, o->ws, &o->out) != 0;
 	} else {
-		o->bad = mb_worker_read_done(&m, o->req, &o->res) != 0;
+		int rc = mb_worker_read_done(&m, &o->req, &o->res);
+		o->bad = rc < 0;
+		o->untrusted = rc > 0;
 	}
 }
 
@@ -628,6 +670,8 @@ static void offload_done(uv_work_t *req, int status)
 		} else {
 			finish(j, &o->res);
 			memset(&o->res, 0, sizeof o->res);
+			if (o->untrusted)
+				end_worker(o->w, SIGKILL);
 		}
 	} else if (j) {
 		died(o->w, "the worker process broke the protocol; it was stopped");
@@ -656,7 +700,7 @@ static int offload_frame(wproc *w, wjob *j, mb_wmsg *m)
 	o->len = len;
 	o->type = m->type;
 	o->ws = j->req.workspace;
-	o->req = &j->req; /* read-only by the work; the job outlives it (it waits for this) */
+	o->req = j->req; /* read_done reads its limits only, never what its pointers point to */
 	o->work.data = o;
 	w->pp->handles++;
 	if (uv_queue_work(w->pp->loop, &o->work, offload_work, offload_done) != 0) {
@@ -784,11 +828,15 @@ static void on_frame(wproc *w, mb_wmsg *m)
 		} else {
 			mb_exec_result res;
 			memset(&res, 0, sizeof res);
-			bad = mb_worker_read_done(m, &j->req, &res) != 0;
-			if (bad)
+			int rc = mb_worker_read_done(m, &j->req, &res);
+			bad = rc < 0;
+			if (bad) {
 				mb_exec_result_free(&res);
-			else
+			} else {
 				finish(j, &res);
+				if (rc > 0) /* answered, but the worker is not to be trusted again */
+					end_worker(w, SIGKILL);
+			}
 		}
 		break;
 	default: bad = 1;
@@ -885,8 +933,10 @@ int mb_wpool_submit(mb_wpool *pp, const mb_exec_request *req, uint64_t *id_out, 
 		snprintf(err, errlen, "out of memory");
 		return -1;
 	}
+	snprintf(j->tenant, sizeof j->tenant, "%s", req->tenant ? req->tenant : "default");
 	j->req.code = j->code;
 	j->req.context_json = j->context;
+	j->req.tenant = j->tenant;
 	j->req.notify = NULL;
 	j->req.host_call = NULL;
 	mb_budget_init(&j->budget, req->memory_bytes, req->instruction_limit, 0);

@@ -257,7 +257,7 @@ int mb_worker_read_done(mb_wmsg *m, const mb_exec_request *req, mb_exec_result *
 		if (has_result && result_n) {
 			if (!mb_worker_valid_json(result, result_n)) {
 				mb_worker_set_failure(res, "result", "the worker process returned a result that is not JSON");
-				return 0;
+				return 1;
 			}
 			res->result_json = mb_wire_copy(result, result_n);
 			res->result_len = res->result_json ? result_n : 0;

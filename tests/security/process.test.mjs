@@ -151,6 +151,44 @@ describe("a compromised worker cannot reach outside", { skip: NO_WORKERS || NO_H
   }
 });
 
+describe("a compromised worker that forges frames", { skip: NO_WORKERS || NO_HOOKS }, () => {
+  // frames as worker_wire.h lays them out: u32 length (of type + payload), type, then fields
+  const u64 = (v) => { const b = Buffer.alloc(8); b.writeBigUInt64LE(BigInt(v)); return b; };
+  const bytes = (t) => Buffer.concat([u64(Buffer.byteLength(t)), Buffer.from(t)]);
+  const frame = (type, ...fields) => {
+    const body = Buffer.concat([Buffer.from([type]), ...fields]);
+    const len = Buffer.alloc(4);
+    len.writeUInt32LE(body.length);
+    return Buffer.concat([len, body]);
+  };
+  const W_DONE = 9;
+  const lua = (buf) => `__test.channel("${[...buf].map((c) => "\\" + c).join("")}") while true do end`;
+  const done = (result) => frame(W_DONE, u64(1), bytes(""), bytes(""), bytes(""), u64(1), bytes(result),
+    bytes(""), u64(0), u64(0), u64(0), u64(0));
+
+  for (const [what, buf, check] of [
+    ["a frame over the size limit", Buffer.from([0xff, 0xff, 0xff, 0x7f, 9]),
+      (sc) => assert.match(sc.error, /over the size limit/)],
+    ["a frame of an unknown type", frame(77, u64(1)),
+      (sc) => assert.match(sc.error, /broke the protocol/)],
+    ["a result that is not JSON (it would be spliced into the answer)", done('1}, "isError": false, "x": {'),
+      (sc) => assert.deepEqual([sc.error_type, sc.error], ["result", "the worker process returned a result that is not JSON"])],
+    ["a short W_DONE", frame(W_DONE, u64(1)),
+      (sc) => assert.match(sc.error, /broke the protocol/)],
+  ]) {
+    test(`${what}: the execution fails clearly, the worker is replaced, the server serves`, async () => {
+      const p = await start(HOOKS, ["--workers", "1"]);
+      const { sc, msg } = await p.exec({ code: lua(buf), timeout_ms: 5000, instruction_limit: 1e10 });
+      assert.equal(sc.success, false, JSON.stringify(sc));
+      check(sc);
+      assert.equal(msg.result.isError, true);
+      // the forging worker is not trusted with the next job: a fresh one answers it
+      assert.equal((await p.exec({ code: "return 8" })).sc.result, 8);
+      assert.ok((await refilled(p, 2)).processes_started >= 2);
+    });
+  }
+});
+
 describe("workers that cannot start", { skip: NO_WORKERS || NO_HOOKS }, () => {
   test("an execution gets the reason, new ones are refused at once, the server keeps serving", async () => {
     const p = await start(HOOKS, ["--workers", "1"], { MOONBOX_TEST_WORKER_FAIL: "1" });
