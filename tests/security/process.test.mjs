@@ -9,7 +9,9 @@
 
 import { test, describe, after } from "node:test";
 import assert from "node:assert/strict";
-import { existsSync, readFileSync, readdirSync, readlinkSync, writeFileSync } from "node:fs";
+import { spawn } from "node:child_process";
+import { existsSync, mkdtempSync, readFileSync, readdirSync, readlinkSync, rmSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
 import path from "node:path";
 import { fileURLToPath } from "node:url";
 
@@ -187,6 +189,65 @@ describe("a compromised worker that forges frames", { skip: NO_WORKERS || NO_HOO
       assert.ok((await refilled(p, 2)).processes_started >= 2);
     });
   }
+});
+
+describe("a worker serves one tenant", { skip: NO_WORKERS }, () => {
+  test("with one worker, alice, alice, bob, alice: a new process each time the tenant changes", async () => {
+    const tokens = { alice: "token-alice-0123456789", bob: "token-bob-0123456789ab", default: "token-default-01234567" };
+    const dataDir = mkdtempSync(path.join(tmpdir(), "moonbox-tenants-"));
+    const proc = spawn(MOONBOX, ["--data-dir", dataDir, "--http", "127.0.0.1:0", "--workers", "1",
+      "--http-tokens", Object.entries(tokens).map(([t, k]) => `${k}=${t}`).join(",")], { stdio: ["ignore", "ignore", "pipe"] });
+    try {
+      let log = "";
+      const url = await new Promise((resolve, reject) => {
+        const timer = setTimeout(() => reject(new Error(`no URL in ${log}`)), 10000);
+        proc.stderr.on("data", (c) => {
+          log += c;
+          const m = /serving MCP over HTTP on (\S+)/.exec(log);
+          if (m) { clearTimeout(timer); resolve(m[1]); }
+        });
+      });
+      let id = 1;
+      const rpc = async (tenant, sid, body) => {
+        const headers = { "content-type": "application/json", accept: "application/json, text/event-stream",
+          authorization: `Bearer ${tokens[tenant]}`, "mcp-protocol-version": "2025-11-25" };
+        if (sid) headers["mcp-session-id"] = sid;
+        const r = await fetch(url, { method: "POST", headers, body: JSON.stringify(body) });
+        const text = await r.text();
+        const data = text.split("\n").find((l) => l.startsWith("data:"));
+        return { sid: r.headers.get("mcp-session-id"), msg: data ? JSON.parse(data.slice(5)) : text ? JSON.parse(text) : null };
+      };
+      const sessions = {};
+      for (const t of Object.keys(tokens)) {
+        const { sid } = await rpc(t, null, { jsonrpc: "2.0", id: id++, method: "initialize",
+          params: { protocolVersion: "2025-11-25", capabilities: {}, clientInfo: { name: "t", version: "1" } } });
+        await rpc(t, sid, { jsonrpc: "2.0", method: "notifications/initialized" });
+        sessions[t] = sid;
+      }
+      const call = async (t, name, args) => (await rpc(t, sessions[t], { jsonrpc: "2.0", id: id++, method: "tools/call",
+        params: { name, arguments: args } })).msg.result.structuredContent;
+      const started = async (want) => { // the replacement starts in the background
+        const t0 = performance.now();
+        for (;;) {
+          const pool = (await call("default", "get_execution_stats", {})).pool;
+          if (pool.processes_started >= want) return pool.processes_started;
+          assert.ok(performance.now() - t0 < 10000, JSON.stringify(pool));
+          await new Promise((r) => setTimeout(r, 20));
+        }
+      };
+      const runs = [];
+      for (const t of ["alice", "alice", "bob", "alice"]) {
+        assert.equal((await call(t, "execute_code", { code: "return 1" })).result, 1);
+        runs.push(await started(0));
+      }
+      assert.equal(runs[1], runs[0], "the same tenant keeps its worker");
+      assert.ok(runs[2] > runs[1] && runs[3] > runs[2], `a new worker when the tenant changed: ${runs}`);
+    } finally {
+      proc.kill("SIGTERM");
+      await new Promise((r) => proc.exitCode !== null || proc.signalCode ? r() : proc.on("exit", r));
+      rmSync(dataDir, { recursive: true, force: true });
+    }
+  });
 });
 
 describe("workers that cannot start", { skip: NO_WORKERS || NO_HOOKS }, () => {
