@@ -592,7 +592,11 @@ static wproc *idle_for(mb_wpool *pp, const char *tenant)
  * waiting for the loop. */
 static void dispatch(mb_wpool *pp)
 {
-	for (wjob *j = pp->q_head, *prev = NULL, *next; j; j = next) {
+	size_t idle = 0;
+	for (wproc *w = pp->procs; w; w = w->next)
+		idle += w->state == P_IDLE;
+	/* (with no idle worker the queue is not walked: under load this runs on every event) */
+	for (wjob *j = idle ? pp->q_head : NULL, *prev = NULL, *next; j && idle; j = next) {
 		next = j->next;
 		wproc *w = idle_for(pp, j->tenant);
 		if (!w) {
@@ -608,6 +612,7 @@ static void dispatch(mb_wpool *pp)
 		j->next = NULL;
 		unqueue(pp, j);
 		send_job(w, j, 0);
+		idle--;
 	}
 	for (int more = 1; more && pp->q_head;) { /* one per busy worker per round */
 		more = 0;
