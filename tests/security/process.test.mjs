@@ -195,7 +195,7 @@ describe("a worker serves one tenant", { skip: NO_WORKERS }, () => {
   test("with one worker, alice, alice, bob, alice: a new process each time the tenant changes", async () => {
     const tokens = { alice: "token-alice-0123456789", bob: "token-bob-0123456789ab", default: "token-default-01234567" };
     const dataDir = mkdtempSync(path.join(tmpdir(), "moonbox-tenants-"));
-    const proc = spawn(MOONBOX, ["--data-dir", dataDir, "--http", "127.0.0.1:0", "--workers", "1",
+    const proc = spawn(MOONBOX, ["--data-dir", dataDir, "--http", "127.0.0.1:0", "--workers", "1", ...PROC,
       "--http-tokens", Object.entries(tokens).map(([t, k]) => `${k}=${t}`).join(",")], { stdio: ["ignore", "ignore", "pipe"] });
     try {
       let log = "";
