@@ -22,6 +22,7 @@
 #include "arena.h"
 #include "codec.h"
 #include "host_fs.h"
+#include "host_seal.h"
 #include "history.h"
 #include "host_uv.h"
 #include "host_proc.h"
@@ -99,7 +100,7 @@ static int embedded_searcher(lua_State *L)
 }
 
 static void send_value(mb_host *h, lua_State *L, int idx, uint64_t session, uint64_t exchange,
-		       int final)
+		       int final, int status)
 {
 	char err[MB_ERR_MAX];
 	size_t len;
@@ -117,17 +118,19 @@ static void send_value(mb_host *h, lua_State *L, int idx, uint64_t session, uint
 	line[len + 1] = 0;
 	if (final && exchange && exchange == h->cur_exchange)
 		h->cur_answered = 1;
-	h->io.send(h->io.ud, session, exchange, final, line, len + 1);
+	h->io.send(h->io.ud, session, exchange, final, status, line, len + 1);
 }
 
-/* mb.send(message, session, exchange, final) */
+/* mb.send(message, session, exchange, final, status): status is the HTTP status of a final answer
+ * sent as a whole JSON response (default 200) */
 static int l_send(lua_State *L)
 {
 	luaL_checkany(L, 1);
 	uint64_t session = (uint64_t)luaL_optinteger(L, 2, 1);
 	uint64_t exchange = (uint64_t)luaL_optinteger(L, 3, 0);
 	int final = lua_isnoneornil(L, 4) ? 1 : lua_toboolean(L, 4);
-	send_value(host_of(L), L, 1, session, exchange, final);
+	int status = (int)luaL_optinteger(L, 5, 0);
+	send_value(host_of(L), L, 1, session, exchange, final, status >= 100 && status <= 599 ? status : 0);
 	return 0;
 }
 
@@ -400,7 +403,10 @@ static void push_config(lua_State *L, const mb_config *c)
 	CI(max_abandoned); CI(pii_policy); CI(pii_restore);
 	CI(upstream_timeout_ms); CI(upstream_init_timeout_ms); CI(upstream_max_calls);
 	CI(upstream_max_parallel); CI(upstream_restart_max_ms); CI(upstream_shutdown_grace_ms);
+	CI(cache_ttl_ms); CI(mrtr_hold_ms); CI(mrtr_max_held); CI(max_resource_subscriptions);
 #undef CI
+	lua_pushboolean(L, c->http_tokens[0] != 0); /* tenants exist (the tokens stay in C) */
+	lua_setfield(L, -2, "tenants");
 	lua_pushstring(L, c->mcp_servers);
 	lua_setfield(L, -2, "mcp_servers");
 	lua_pushstring(L, c->config_file);
@@ -417,13 +423,14 @@ static void push_config(lua_State *L, const mb_config *c)
 	lua_setfield(L, -2, "data_dir");
 }
 
-/* mb.protocol = {served = {...}, upstream = {...}}: protocol.h's lists, newest first */
+/* mb.protocol = {modern = {...}, served = {...}, upstream = {...}}: protocol.h's lists, newest
+ * first */
 static void push_protocol(lua_State *L)
 {
-	lua_createtable(L, 0, 2);
-	const char *const *lists[] = { mb_protocol_served, mb_protocol_upstream };
-	const char *names[] = { "served", "upstream" };
-	for (int k = 0; k < 2; k++) {
+	lua_createtable(L, 0, 3);
+	const char *const *lists[] = { mb_protocol_modern, mb_protocol_served, mb_protocol_upstream };
+	const char *names[] = { "modern", "served", "upstream" };
+	for (int k = 0; k < 3; k++) {
 		lua_newtable(L);
 		for (int i = 0; lists[k][i]; i++) {
 			lua_pushstring(L, lists[k][i]);
@@ -462,7 +469,8 @@ void mb_host_handle_line(mb_host *h, const char *line, size_t len)
 }
 
 int mb_host_handle_message(mb_host *h, uint64_t session, uint64_t exchange, const char *tenant,
-			   const char *body, size_t len)
+			   const char *body, size_t len, const char *version, const char *method,
+			   const char *name)
 {
 	h->cur_exchange = exchange;
 	h->cur_pending = h->cur_answered = 0;
@@ -472,11 +480,32 @@ int mb_host_handle_message(mb_host *h, uint64_t session, uint64_t exchange, cons
 	lua_pushinteger(co, (lua_Integer)session);
 	lua_pushinteger(co, (lua_Integer)exchange);
 	lua_pushstring(co, tenant ? tenant : "default");
-	run_coroutine(h, co, 4);
+	lua_createtable(co, 0, 4); /* what the transport read from the headers */
+	lua_pushboolean(co, 1);
+	lua_setfield(co, -2, "http");
+	lua_pushstring(co, version);
+	lua_setfield(co, -2, "protocol_version");
+	lua_pushstring(co, method);
+	lua_setfield(co, -2, "method");
+	lua_pushstring(co, name);
+	lua_setfield(co, -2, "name");
+	run_coroutine(h, co, 5);
 	lua_pop(h->L, 1);
 	int r = h->cur_pending || h->cur_answered;
 	h->cur_exchange = 0;
 	return r;
+}
+
+void mb_host_exchange_closed(mb_host *h, uint64_t exchange)
+{
+	lua_State *L = h->L;
+	if (!push_entry_fn(h, "on_exchange_closed"))
+		return;
+	lua_pushinteger(L, (lua_Integer)exchange);
+	if (lua_pcall(L, 1, 0, 0) != LUA_OK) {
+		mb_log(MB_LOG_ERROR, "host: on_exchange_closed: %s", lua_tostring(L, -1));
+		lua_pop(L, 1);
+	}
 }
 
 void mb_host_end_session(mb_host *h, uint64_t session)
@@ -686,6 +715,7 @@ mb_host *mb_host_new(const mb_config *cfg, const mb_host_io *io, const mb_host_d
 		{ NULL, NULL },
 	};
 	mb_host_fs_open(L);
+	mb_host_seal_open(L); /* mb.seal, mb.unseal: requestState tokens */
 	mb_codec_lua_open(L);
 	if (h->deps.loop) {
 		mb_host_uv_open(L, h->deps.loop);

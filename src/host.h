@@ -35,7 +35,9 @@ typedef struct mb_host_io {
 	/* writes one message; takes ownership of the malloc'd buffer (which ends with '\n') */
 	/* session: the transport's session (1 on stdio); exchange: the HTTP POST this message
 	 * belongs to (0: none); final: it ends that exchange (a response) */
-	void (*send)(void *ud, uint64_t session, uint64_t exchange, int final, char *data, size_t len);
+	/* status: the HTTP status of a final answer sent as a whole JSON response (0 = 200) */
+	void (*send)(void *ud, uint64_t session, uint64_t exchange, int final, int status, char *data,
+		     size_t len);
 	void *ud;
 } mb_host_io;
 
@@ -58,12 +60,18 @@ void mb_host_set_history(mb_host *h, struct mb_history *history);
 /// session 1, no exchange, tenant "default".
 void mb_host_handle_line(mb_host *h, const char *line, size_t len);
 
-/// Handles one message of a session (HTTP). Messages for it go out through io.send with this
-/// exchange; the last one has final set.
+/// Handles one message of a session (HTTP; session 0 = a sessionless 2026-07-28 request). Messages
+/// for it go out through io.send with this exchange; the last one has final set. version, method
+/// and name are the MCP-Protocol-Version, Mcp-Method and Mcp-Name headers (NULL when absent),
+/// which the protocol layer checks against the body.
 /// @returns 1 when the host answered or will answer on this exchange (a request, or an error
 ///          about the message), 0 when it will not (a notification, a client's response)
 int mb_host_handle_message(mb_host *h, uint64_t session, uint64_t exchange, const char *tenant,
-			   const char *body, size_t len);
+			   const char *body, size_t len, const char *version, const char *method,
+			   const char *name);
+
+/// The connection of a sessionless exchange closed before its answer: the request is cancelled.
+void mb_host_exchange_closed(mb_host *h, uint64_t exchange);
 
 /// The transport ended a session: its executions are cancelled and its state dropped.
 void mb_host_end_session(mb_host *h, uint64_t session);

@@ -33,6 +33,8 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <sodium.h>
+
 #include "http_int.h"
 #include "protocol.h"
 #include "log.h"
@@ -81,6 +83,15 @@ static void reject(conn *c, int status, int rpc, const char *extra, const char *
 	}
 }
 
+/* Whether v is one of the 2025 revisions (served with sessions). */
+static int is_legacy_version(const char *v)
+{
+	for (const char *const *p = mb_protocol_served; *p; p++)
+		if (strcmp(v, *p) == 0)
+			return 1;
+	return 0;
+}
+
 static const char allow_mcp[] = "Allow: GET, POST, DELETE, OPTIONS\r\n";
 static const char allow_get[] = "Allow: GET\r\n";
 
@@ -118,7 +129,8 @@ static int on_headers_complete(http_parser *p)
 		goto checked;
 	}
 	for (int i = 0; i < NHDR; i++) {
-		if (c->hover[i] && i != H_ACCEPT && i != H_ORIGIN && i != H_HOST && i != H_AUTH && i != H_SESSION)
+		if (c->hover[i] && i != H_ACCEPT && i != H_ORIGIN && i != H_HOST && i != H_AUTH && i != H_SESSION &&
+		    i != H_MNAME)
 			return mb_http_bad(c, 400, "header %s is too long", mb_http_hdr_def[i].name);
 		if (c->hcount[i] > 1 && i != H_ACCEPT)
 			return mb_http_bad(c, 400, "duplicate %s header", mb_http_hdr_def[i].name);
@@ -167,21 +179,15 @@ static int on_headers_complete(http_parser *p)
 		reject(c, 405, -32000, allow_mcp, "Method Not Allowed: /mcp takes POST, GET and DELETE", NULL);
 		goto checked;
 	}
-	if (c->hcount[H_PROTO]) {
-		int ok = 0;
-		char list[160] = "";
-		for (const char *const *v = mb_protocol_served; *v; v++) {
-			ok |= strcmp(hval(c, H_PROTO), *v) == 0;
-			snprintf(list + strlen(list), sizeof list - strlen(list), "%s%s",
-				 v == mb_protocol_served ? "" : ", ", *v);
-		}
-		if (!ok) {
-			char m[320];
-			snprintf(m, sizeof m, "Bad Request: unsupported MCP-Protocol-Version \"%%s\" (supported: %s)",
-				 list);
-			reject(c, 400, -32000, NULL, m, hval(c, H_PROTO));
+	if (c->hcount[H_PROTO] && !is_legacy_version(hval(c, H_PROTO))) {
+		/* the 2026-07-28 revision (or a version the host refuses with the request's id) */
+		if (c->method != M_POST) {
+			reject(c, 405, -32000, "Allow: POST\r\n",
+			       "Method Not Allowed: with MCP-Protocol-Version \"%s\" /mcp takes POST only "
+			       "(subscriptions/listen streams notifications)", hval(c, H_PROTO));
 			goto checked;
 		}
+		c->modern = 1;
 	}
 	if (c->method == M_POST) {
 		if (!c->hcount[H_CTYPE] || !media_is(hval(c, H_CTYPE), c->hlen[H_CTYPE], "application/json")) {
@@ -202,7 +208,9 @@ static int on_headers_complete(http_parser *p)
 			goto checked;
 		}
 	}
-	if (c->hcount[H_SESSION]) {
+	if (c->modern) {
+		/* sessionless: Mcp-Session-Id is ignored */
+	} else if (c->hcount[H_SESSION]) {
 		const char *v = hval(c, H_SESSION);
 		size_t n = c->hlen[H_SESSION];
 		session *s = c->hover[H_SESSION] ? NULL : mb_http_session_by_id(h, v, n);
@@ -315,31 +323,52 @@ static void handle_get(conn *c)
 	h->st.streams_active++;
 }
 
+/* Decodes a header value of the form =?base64?...?= in place (SEP-2243); others are left. */
+static void header_unwrap(char *v)
+{
+	size_t n = strlen(v);
+	if (n < 11 || strncasecmp(v, "=?base64?", 9) != 0 || memcmp(v + n - 2, "?=", 2) != 0)
+		return;
+	size_t out = 0;
+	if (sodium_base642bin((unsigned char *)v, n, v + 9, n - 11, NULL, &out, NULL,
+			      sodium_base64_VARIANT_ORIGINAL) != 0 ||
+	    memchr(v, 0, out))
+		out = 0; /* not base64 (or holding NUL): an empty value, which the host refuses */
+	v[out] = 0;
+}
+
+/* Whether a sessionless body is an initialize request (which starts a 2025 session). */
+static int is_initialize(conn *c, int *bad)
+{
+	json_error_t je;
+	json_t *j = json_loadb(c->body ? c->body : "", c->blen, JSON_REJECT_DUPLICATES, &je);
+	*bad = !j;
+	json_t *method = json_is_object(j) ? json_object_get(j, "method") : NULL;
+	json_t *id = json_is_object(j) ? json_object_get(j, "id") : NULL;
+	int init = json_is_string(method) && strcmp(json_string_value(method), "initialize") == 0 && id &&
+		   !json_is_null(id);
+	json_decref(j);
+	return init;
+}
+
 static void handle_post(conn *c)
 {
 	mb_http *h = c->h;
-	session *s;
-	int init = 0;
-	if (!c->sess_num) {
-		json_error_t je;
-		json_t *j = json_loadb(c->body ? c->body : "", c->blen, JSON_REJECT_DUPLICATES, &je);
-		if (!j) {
-			char m[300];
-			snprintf(m, sizeof m, "Parse error: %s", je.text);
-			mb_http_respond_error(c, 400, -32700, m, NULL);
-			return;
-		}
-		json_t *method = json_is_object(j) ? json_object_get(j, "method") : NULL;
-		json_t *id = json_is_object(j) ? json_object_get(j, "id") : NULL;
-		init = json_is_string(method) && strcmp(json_string_value(method), "initialize") == 0 && id &&
-		       !json_is_null(id);
-		json_decref(j);
-		if (!init) {
+	session *s = NULL;
+	int init = 0, bad = 0;
+	if (!c->sess_num && !c->modern) {
+		/* no session: initialize starts one; any other request is the 2026-07-28 revision's,
+		 * unless the client named a 2025 one */
+		init = is_initialize(c, &bad);
+		if (!init && c->hcount[H_PROTO]) {
 			mb_http_respond_error(c, 400, -32000,
 				      "Bad Request: Mcp-Session-Id header is required (only initialize may come without it)",
 				      NULL);
 			return;
 		}
+		c->modern = !init;
+	}
+	if (init) {
 		if (h->st.sessions_active >= (uint64_t)h->cfg->http_max_sessions) {
 			char m[160];
 			snprintf(m, sizeof m, "Service Unavailable: %llu sessions are open (http_max_sessions=%lld); "
@@ -353,20 +382,30 @@ static void handle_post(conn *c)
 			mb_http_respond_error(c, 503, -32000, "Service Unavailable: out of memory", "Retry-After: 5\r\n");
 			return;
 		}
+	} else if (c->modern) {
+		(void)bad; /* a body that is not JSON: the host answers -32700 */
+		if (c->hover[H_MNAME]) {
+			mb_http_respond_error(c, 400, -32020, "Bad Request: the Mcp-Name header is above 1023 bytes",
+					      NULL);
+			return;
+		}
 	} else if (!(s = session_by_num(h, c->sess_num))) {
 		mb_http_respond_error(c, 404, -32001, "Session not found", NULL);
 		return;
 	}
 	uint64_t x = ++h->next_exchange;
-	uint64_t snum = s->num;
+	uint64_t snum = s ? s->num : MB_HTTP_SESSIONLESS;
 	c->xnode.key = x;
 	htab_put(&h->exchanges, &c->xnode);
 	c->xsession = snum;
 	c->xinit = init;
 	c->xsse = 0;
+	c->xstatus = 0;
 	c->state = C_BUSY;
-	s->exchanges++;
-	s->last_used = uv_now(h->loop);
+	if (s) {
+		s->exchanges++;
+		s->last_used = uv_now(h->loop);
+	}
 	h->st.exchanges_active++;
 	if (c->bcap < c->blen + 1) { /* the body is handed over NUL-terminated */
 		char *nb = realloc(c->body, c->blen + 1);
@@ -380,7 +419,19 @@ static void handle_post(conn *c)
 		c->bcap = c->blen + 1;
 	}
 	c->body[c->blen] = 0;
-	int r = h->cb.on_message(h->cb.ud, snum, x, c->tenant, c->body, c->blen);
+	mb_http_req req = { 0 };
+	req.sessionless = !s;
+	if (c->hcount[H_PROTO])
+		req.protocol_version = hval(c, H_PROTO);
+	if (c->hcount[H_MMETHOD]) {
+		header_unwrap((char *)hval(c, H_MMETHOD));
+		req.method = hval(c, H_MMETHOD);
+	}
+	if (c->hcount[H_MNAME]) {
+		header_unwrap((char *)hval(c, H_MNAME));
+		req.name = hval(c, H_MNAME);
+	}
+	int r = h->cb.on_message(h->cb.ud, s ? snum : 0, x, c->tenant, c->body, c->blen, &req);
 	if (c->state != C_BUSY || c->xnode.key != x || !c->xsession)
 		return; /* answered (or the connection closed) during the call */
 	if (!r) {
@@ -638,8 +689,8 @@ fail:
 	return NULL;
 }
 
-void mb_http_send(mb_http *h, uint64_t session_num, uint64_t exchange, int final, char *data,
-		  size_t len)
+void mb_http_send(mb_http *h, uint64_t session_num, uint64_t exchange, int final, int status,
+		  char *data, size_t len)
 {
 	if (!h || h->closing || !data) {
 		free(data);
@@ -655,6 +706,8 @@ void mb_http_send(mb_http *h, uint64_t session_num, uint64_t exchange, int final
 			free(data);
 			return;
 		}
+		if (final)
+			c->xstatus = status;
 		mb_http_exchange_send(c, final, data, len);
 		return;
 	}
@@ -717,9 +770,9 @@ void mb_http_close(mb_http *h)
 	while (h->conns)
 		mb_http_conn_close(h->conns);
 	while (h->nended) {
-		uint64_t num = h->ended[--h->nended];
-		if (h->cb.on_session_end)
-			h->cb.on_session_end(h->cb.ud, num);
+		struct mb_http_later e = h->ended[--h->nended];
+		if (e.kind == END_LATER && h->cb.on_session_end)
+			h->cb.on_session_end(h->cb.ud, e.v);
 	}
 	while (h->sessions)
 		mb_http_session_end(h, h->sessions, END_SHUTDOWN);

@@ -14,6 +14,11 @@
  *     (64 lowercase hex characters from randombytes_buf) goes back in the Mcp-Session-Id header
  *     of the response. If the host's final answer to it is a JSON-RPC error, the session is
  *     ended again (on_session_end) and no header is sent.
+ *   - A POST of the 2026-07-28 revision (an MCP-Protocol-Version that is not a 2025 one, or a
+ *     request other than initialize without Mcp-Session-Id) has no session: on_message gets
+ *     session 0 and the headers the host must check against the body (mb_http_req). Closing
+ *     its connection before the final message is its cancellation (on_exchange_closed). GET and
+ *     DELETE with such a version get 405.
  *   - GET /mcp opens the session's server-to-client SSE stream (exchange 0 messages). One per
  *     session: a second GET while one is open gets 409. DELETE ends the session (204).
  *   - A session ends on DELETE, on idle expiry (http_session_idle_ms without a request, while it
@@ -49,6 +54,17 @@
 
 typedef struct mb_http mb_http;
 
+/* What the transport read from a POST's headers for the host (values NUL-terminated, trimmed,
+ * `=?base64?...?=` decoded; NULL when the header was absent). session is 0 for a sessionless
+ * request of the 2026-07-28 revision (no Mcp-Session-Id; the host answers every request on its
+ * own exchange and checks the headers against the body). */
+typedef struct mb_http_req {
+	const char *protocol_version; /* MCP-Protocol-Version */
+	const char *method;           /* Mcp-Method */
+	const char *name;             /* Mcp-Name */
+	int sessionless;
+} mb_http_req;
+
 typedef struct mb_http_callbacks {
 	/* A JSON-RPC message (the POST body, already size-checked, UTF-8 not validated, followed
 	 * by a NUL not counted in len) for a session. exchange identifies this POST: every message
@@ -60,7 +76,10 @@ typedef struct mb_http_callbacks {
 	 * tenant is the tenant of the token that authenticated the request ("default" without
 	 * tokens); it is always the session's tenant. */
 	int (*on_message)(void *ud, uint64_t session, uint64_t exchange, const char *tenant,
-			  const char *body, size_t len);
+			  const char *body, size_t len, const mb_http_req *req);
+	/* Optional: a sessionless (2026-07-28) exchange's connection closed before the host's
+	 * final message: the client cancelled that request (the spec's cancellation signal). */
+	void (*on_exchange_closed)(void *ud, uint64_t exchange);
 	/* The session ended (DELETE, idle expiry, failed initialize, server shutdown): the host
 	 * drops its state. Messages sent to it afterwards are dropped. */
 	void (*on_session_end)(void *ud, uint64_t session);
@@ -109,10 +128,12 @@ mb_http *mb_http_start(uv_loop_t *loop, const mb_config *cfg, const mb_http_call
 /// it; session, when not 0, must match the exchange's). exchange 0: to the session's open GET
 /// stream if any, else dropped; session 0 with exchange 0 = to every session's GET stream.
 /// Messages for a finished exchange or a gone session/connection are dropped silently.
+/// @param status the HTTP status of a final message sent as the whole (JSON) response; 0 =
+///               200 (an SSE response has already sent its 200)
 /// @param data malloc'd JSON text (trailing newline allowed); ownership is taken in all cases
 /// @param len  its length
-void mb_http_send(mb_http *h, uint64_t session, uint64_t exchange, int final, char *data,
-		  size_t len);
+void mb_http_send(mb_http *h, uint64_t session, uint64_t exchange, int final, int status,
+		  char *data, size_t len);
 
 /// Copies the counters (for /metrics and get_execution_stats).
 void mb_http_stats(mb_http *h, mb_http_stats_t *out);

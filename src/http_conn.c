@@ -42,7 +42,7 @@ const mb_http_hdr mb_http_hdr_def[NHDR] = {
 #define HD(name, f) { name, offsetof(hvals, f), sizeof(((hvals *)0)->f) }
 	HD("host", host), HD("origin", origin), HD("accept", accept), HD("content-type", ctype),
 	HD("authorization", auth), HD("mcp-session-id", session), HD("mcp-protocol-version", proto),
-	HD("expect", expect),
+	HD("expect", expect), HD("mcp-method", mmethod), HD("mcp-name", mname),
 #undef HD
 };
 
@@ -343,7 +343,7 @@ void mb_http_exchange_finish(conn *c)
 	mb_http *h = c->h;
 	htab_del(&h->exchanges, &c->xnode);
 	h->st.exchanges_active--;
-	session *s = session_by_num(h, c->xsession);
+	session *s = c->xsession == MB_HTTP_SESSIONLESS ? NULL : session_by_num(h, c->xsession);
 	if (s) {
 		s->exchanges--;
 		s->last_used = uv_now(h->loop);
@@ -372,7 +372,7 @@ int mb_http_on_message_begin(http_parser *p)
 	c->reject_hdr = NULL;
 	c->msg[0] = 0;
 	c->keep_alive = 1;
-	c->cors = c->expect_continue = c->has_body = 0;
+	c->cors = c->expect_continue = c->has_body = c->modern = 0;
 	c->hbytes = 0;
 	c->url_len = 0;
 	c->url_over = 0;
@@ -727,8 +727,13 @@ void mb_http_conn_close(conn *c)
 	mb_http *h = c->h;
 	if (c->state == C_CLOSED)
 		return;
-	if (c->state == C_BUSY && c->xsession)
+	if (c->state == C_BUSY && c->xsession) {
+		uint64_t x = c->xnode.key;
+		int cancel = c->xsession == MB_HTTP_SESSIONLESS;
 		mb_http_exchange_finish(c); /* the host may still send for it: dropped */
+		if (cancel && !h->closing)
+			mb_http_later(h, CLOSED_LATER, x); /* 2026-07-28: a disconnect cancels */
+	}
 	if (c->state == C_STREAM) {
 		session *s = session_by_num(h, c->ssession);
 		if (s && s->stream == c) {
@@ -788,6 +793,23 @@ static void schedule_drive(conn *c)
 	uv_idle_start(&c->h->deferred, mb_http_on_deferred);
 }
 
+void mb_http_later(mb_http *h, int kind, uint64_t v)
+{
+	if (h->nended == h->ended_cap) {
+		size_t cap = h->ended_cap ? h->ended_cap * 2 : 8;
+		struct mb_http_later *e = realloc(h->ended, cap * sizeof *e);
+		if (!e) {
+			mb_log(MB_LOG_ERROR, "http: out of memory; %s %llu ends without notice",
+			       kind == END_LATER ? "session" : "request", (unsigned long long)v);
+			return;
+		}
+		h->ended = e;
+		h->ended_cap = cap;
+	}
+	h->ended[h->nended++] = (struct mb_http_later){ kind, v };
+	uv_idle_start(&h->deferred, mb_http_on_deferred);
+}
+
 /* Runs what must not happen inside the host's own calls: parsing pipelined requests and
  * on_session_end for failed initializations. */
 void mb_http_on_deferred(uv_idle_t *idle)
@@ -795,9 +817,11 @@ void mb_http_on_deferred(uv_idle_t *idle)
 	mb_http *h = idle->data;
 	uv_idle_stop(idle);
 	while (h->nended) {
-		uint64_t num = h->ended[--h->nended];
-		if (h->cb.on_session_end)
-			h->cb.on_session_end(h->cb.ud, num);
+		struct mb_http_later e = h->ended[--h->nended];
+		if (e.kind == END_LATER && h->cb.on_session_end)
+			h->cb.on_session_end(h->cb.ud, e.v);
+		else if (e.kind == CLOSED_LATER && h->cb.on_exchange_closed)
+			h->cb.on_exchange_closed(h->cb.ud, e.v);
 	}
 	while (h->drive) {
 		conn *c = h->drive;

@@ -171,11 +171,12 @@ static inline void htab_del(htab *t, hnode *x)
 
 /* ---- types ----------------------------------------------------------------------------------- */
 
-enum { H_HOST, H_ORIGIN, H_ACCEPT, H_CTYPE, H_AUTH, H_SESSION, H_PROTO, H_EXPECT, NHDR };
+enum { H_HOST, H_ORIGIN, H_ACCEPT, H_CTYPE, H_AUTH, H_SESSION, H_PROTO, H_EXPECT, H_MMETHOD, H_MNAME,
+       NHDR };
 
 typedef struct hvals {
 	char host[256], origin[256], accept[512], ctype[128], auth[600], session[128], proto[64],
-		expect[64];
+		expect[64], mmethod[128], mname[1024];
 } hvals;
 
 /* The headers the transport reads, and where each one's value lives in hvals (http_conn.c). */
@@ -189,6 +190,13 @@ extern const mb_http_hdr mb_http_hdr_def[NHDR];
 enum { C_IDLE, C_READING, C_BUSY, C_STREAM, C_DRAIN, C_CLOSED };
 enum { R_NONE, R_HEALTH, R_METRICS, R_MCP, R_OPTIONS, R_NOTFOUND };
 enum { M_GET, M_POST, M_DELETE, M_OPTIONS, M_HEAD, M_OTHER };
+struct mb_http_later {
+	int kind; /* END_LATER, CLOSED_LATER */
+	uint64_t v;
+};
+enum { END_LATER, CLOSED_LATER };
+#define MB_HTTP_SESSIONLESS UINT64_MAX /* xsession of an exchange without a session */
+
 enum { END_DELETE, END_EXPIRED, END_INIT_FAILED, END_SHUTDOWN };
 
 typedef struct session session;
@@ -247,8 +255,10 @@ struct conn {
 	size_t blen, bcap;
 	/* the exchange in flight (C_BUSY) */
 	hnode xnode;
-	uint64_t xsession;
+	uint64_t xsession;   /* its session, MB_HTTP_SESSIONLESS for a 2026-07-28 request, 0 = none */
 	int xinit, xsse;
+	int xstatus;         /* the HTTP status the host chose for a JSON answer (0 = 200) */
+	int modern;          /* this POST goes the 2026-07-28 way: no session */
 	/* the GET stream (C_STREAM) */
 	uint64_t ssession;
 	/* input read ahead */
@@ -286,7 +296,7 @@ struct mb_http {
 	uint64_t next_session, next_exchange;
 	uint64_t next_session_sweep, next_heartbeat;
 	conn *drive;          /* conns with pipelined input to parse */
-	uint64_t *ended;      /* sessions whose on_session_end is deferred */
+	struct mb_http_later *ended; /* on_session_end / on_exchange_closed calls deferred */
 	size_t nended, ended_cap;
 	wreq *free_w;
 	size_t nfree_w;
@@ -394,6 +404,9 @@ void mb_http_conn_close(conn *c);
 /// Frees h once its last handle is closed.
 void mb_http_maybe_free(mb_http *h);
 
+/// Defers a host callback to the loop (never inside the host's own mb_http_send): kind END_LATER
+/// (on_session_end of session v) or CLOSED_LATER (on_exchange_closed of exchange v).
+void mb_http_later(mb_http *h, int kind, uint64_t v);
 /// The idle callback that parses pipelined requests and tells the host of sessions whose end was
 /// deferred.
 void mb_http_on_deferred(uv_idle_t *idle);

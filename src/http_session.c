@@ -203,19 +203,7 @@ void mb_http_session_end(mb_http *h, session *s, int how)
 		stream_finish(stream);
 	if (how == END_INIT_FAILED) {
 		/* we are inside the host's mb_http_send: tell it later, from the loop */
-		if (h->nended == h->ended_cap) {
-			size_t cap = h->ended_cap ? h->ended_cap * 2 : 8;
-			uint64_t *e = realloc(h->ended, cap * sizeof *e);
-			if (!e) {
-				mb_log(MB_LOG_ERROR, "http: out of memory; session %llu ends without notice",
-				       (unsigned long long)num);
-				return;
-			}
-			h->ended = e;
-			h->ended_cap = cap;
-		}
-		h->ended[h->nended++] = num;
-		uv_idle_start(&h->deferred, mb_http_on_deferred);
+		mb_http_later(h, END_LATER, num);
 		return;
 	}
 	if (h->cb.on_session_end)
@@ -251,7 +239,8 @@ void mb_http_exchange_send(conn *c, int final, char *data, size_t len)
 	if (!c->xsse && final) {
 		if (c->xsession)
 			mb_http_exchange_finish(c);
-		mb_http_respond(c, 200, "application/json", extra[0] ? extra : NULL, data, len, data);
+		mb_http_respond(c, c->xstatus ? c->xstatus : 200, "application/json", extra[0] ? extra : NULL,
+				data, len, data);
 		mb_http_request_done(c);
 		return;
 	}

@@ -7,7 +7,11 @@
 #ifndef MB_PROTOCOL_H
 #define MB_PROTOCOL_H
 
-/// Revisions moonbox serves, newest first (the first is what initialize offers by default),
+/// Revisions served without a handshake or session (every request carries its version in
+/// _meta; lua/mcp/modern.lua), newest first, NULL-terminated.
+static const char *const mb_protocol_modern[] = { "2026-07-28", NULL };
+
+/// Revisions moonbox serves with initialize and sessions, newest first (the first is what initialize offers by default),
 /// NULL-terminated.
 static const char *const mb_protocol_served[] = { "2025-11-25", "2025-06-18", "2025-03-26", NULL };
 

@@ -97,7 +97,8 @@ static void on_drain(void *ud)
 	maybe_finish(ud);
 }
 
-static void host_send(void *ud, uint64_t session, uint64_t exchange, int final, char *data, size_t len)
+static void host_send(void *ud, uint64_t session, uint64_t exchange, int final, int status, char *data,
+		      size_t len)
 {
 	mb_server *s = ud;
 	if (s->http_mode) {
@@ -106,7 +107,8 @@ static void host_send(void *ud, uint64_t session, uint64_t exchange, int final, 
 			return;
 		}
 		/* one JSON message per send; the transport frames it (JSON body or SSE event) */
-		mb_http_send(s->http, session, exchange, final, data, len && data[len - 1] == '\n' ? len - 1 : len);
+		mb_http_send(s->http, session, exchange, final, status, data,
+			     len && data[len - 1] == '\n' ? len - 1 : len);
 		return;
 	}
 	/* stdio: one session, no exchanges */
@@ -141,10 +143,17 @@ static void job_done(void *ud, uint64_t job, const mb_exec_result *res)
 /* ---- Streamable HTTP --------------------------------------------------------------------- */
 
 static int http_message(void *ud, uint64_t session, uint64_t exchange, const char *tenant,
-			const char *body, size_t len)
+			const char *body, size_t len, const mb_http_req *req)
 {
 	mb_server *s = ud;
-	return mb_host_handle_message(s->host, session, exchange, tenant, body, len);
+	return mb_host_handle_message(s->host, session, exchange, tenant, body, len, req->protocol_version,
+				      req->method, req->name);
+}
+
+static void http_exchange_closed(void *ud, uint64_t exchange)
+{
+	mb_server *s = ud;
+	mb_host_exchange_closed(s->host, exchange);
 }
 
 static void http_session_end(void *ud, uint64_t session)
@@ -303,7 +312,9 @@ int mb_server_run_stdio(const mb_config *cfg)
 	if (s->pause_at < 1)
 		s->pause_at = 1;
 	if (cfg->http_listen[0]) {
-		mb_http_callbacks hcb = { http_message, http_session_end, http_metrics, s };
+		mb_http_callbacks hcb = { .on_message = http_message,
+					  .on_session_end = http_session_end, .on_exchange_closed = http_exchange_closed,
+					  .metrics_extra = http_metrics, .ud = s };
 		s->http_mode = 1;
 		s->http = mb_http_start(&s->loop, cfg, &hcb, err, sizeof err);
 		if (!s->http) {

@@ -18,6 +18,7 @@ mb.db.migrate(require("mcp.schema")) -- before anything reads the store
 require("mcp.upstream_config").load(mb.config.mcp_servers) -- a bad mcpServers stops the start here
 local tools = require("mcp.tools")
 local ctext = require("mcp.catalog_text")
+local modern = require("mcp.modern")
 local clip = ctext.clip
 
 -- the revisions served (src/protocol.h, newest first): initialize answers the client's when it
@@ -26,8 +27,7 @@ local LATEST = mb.protocol.served[1]
 local SUPPORTED = {}
 for _, v in ipairs(mb.protocol.served) do SUPPORTED[v] = true end
 
-local LEVELS = { debug = 0, info = 1, notice = 2, warning = 3, error = 4, critical = 5,
-                 alert = 6, emergency = 7 }
+local LEVELS = modern.LEVELS
 
 local PARSE_ERROR, INVALID_REQUEST, METHOD_NOT_FOUND, INVALID_PARAMS, INTERNAL_ERROR =
   -32700, -32600, -32601, -32602, -32603
@@ -53,6 +53,8 @@ call; errors name the limit that stopped you.]]
 -- tied to one), and the final one of an exchange says so.
 local sessions = {}   -- session id -> { tenant, log_level, initialized, inflight = {key -> entry} }
 local client_requests = {} -- our request id -> the coroutine waiting for the client's answer
+local by_exchange = {} -- sessionless (2026-07-28 HTTP) exchange -> inflight entry: a disconnect cancels
+local DEFERRED = {}    -- a handler's answer comes later, from another coroutine
 local next_client_request = 0
 local by_job = {}     -- job id -> inflight entry (jobs are unique across sessions)
 
@@ -78,7 +80,9 @@ end
 -- Messages and the strings of data echo what the client sent (a uri, a method, a name): they
 -- are clipped, so a 16 MB argument does not come back (a message keeps 1 KiB, a data string 256
 -- bytes, with the full size noted).
-local function send_error(ctx, id, code, message, data)
+-- status: the HTTP status of the answer to a sessionless (2026-07-28) request; by default 400
+-- for errors about the message itself, else 200.
+local function send_error(ctx, id, code, message, data, status)
   local err = { code = code, message = clip(message, 1024) }
   if type(data) == "table" then
     for k, v in pairs(data) do
@@ -86,7 +90,9 @@ local function send_error(ctx, id, code, message, data)
     end
   end
   if data ~= nil then err.data = data end
-  mb.send({ jsonrpc = "2.0", id = id == nil and null or id, error = err }, ctx.session, ctx.exchange, true)
+  if status == nil and ctx.session == 0 then status = modern.status_of(code, false) end
+  mb.send({ jsonrpc = "2.0", id = id == nil and null or id, error = err }, ctx.session, ctx.exchange, true,
+          status)
 end
 
 local function notify(ctx, method, params)
@@ -107,6 +113,11 @@ end
 -- methods
 
 local methods = {}
+local MODERN_ONLY = { ["server/discover"] = true, ["subscriptions/listen"] = true }
+
+local CAPABILITIES = { tools = { listChanged = true }, logging = {},
+                       resources = { listChanged = true, subscribe = true },
+                       prompts = { listChanged = true }, completions = {} }
 
 function methods.initialize(params, request)
   local requested = params.protocolVersion
@@ -119,15 +130,15 @@ function methods.initialize(params, request)
   request.sess.client_capabilities = is_object(params.capabilities) and params.capabilities or {}
   return {
     protocolVersion = version,
-    capabilities = { tools = { listChanged = true }, logging = {},
-                     resources = { listChanged = true, subscribe = true },
-                     prompts = { listChanged = true }, completions = {} },
-    serverInfo = {
-      name = "moonbox", title = "moonbox", version = mb.version,
-      description = "Code-execution MCP server: Lua 5.4 in a hardened sandbox",
-    },
+    capabilities = CAPABILITIES,
+    serverInfo = modern.SERVER_INFO,
     instructions = tools.upstream.instructions(INSTRUCTIONS),
   }
+end
+
+-- 2026-07-28: what initialize said, asked for without a handshake.
+methods["server/discover"] = function()
+  return modern.discover(tools.upstream.instructions(INSTRUCTIONS), CAPABILITIES)
 end
 
 function methods.ping()
@@ -248,22 +259,74 @@ tools.host_calls.client_request = function(a, request)
   return result
 end
 
--- Published skills changed: tools, prompts and resources may all have (clients re-list).
+-- 2026-07-28 listeners (subscriptions/listen): each notification is tagged with the
+-- subscription's id and goes on the listen request's own stream.
+local function send_listener(l, method, params, final)
+  params._meta = { [modern.K_SUB] = l.sub_id }
+  mb.send({ jsonrpc = "2.0", method = method, params = params }, l.session, l.exchange, final or false)
+end
+
+-- Published skills changed: tools, prompts and resources may all have (clients re-list), and
+-- so may the resources subscribed to (published skill resources, skill sources).
 tools.list_changed = function()
+  local updated = {}
   for sid, s in pairs(sessions) do
     if s.initialized then
       local ctx = { session = sid, exchange = 0 }
       notify(ctx, "notifications/tools/list_changed", {})
       notify(ctx, "notifications/prompts/list_changed", {})
       notify(ctx, "notifications/resources/list_changed", {})
+      for uri in pairs(s.subscriptions or {}) do
+        if not uri:find("^workspace://") then notify(ctx, "notifications/resources/updated", { uri = uri }) end
+      end
     end
   end
+  modern.notify_kind(send_listener, "toolsListChanged", "notifications/tools/list_changed")
+  modern.notify_kind(send_listener, "promptsListChanged", "notifications/prompts/list_changed")
+  modern.notify_kind(send_listener, "resourcesListChanged", "notifications/resources/list_changed")
+  for _, l in pairs(modern.listeners) do
+    for uri in pairs(l.filter.uris) do
+      if not uri:find("^workspace://") then updated[#updated + 1] = { l, uri } end
+    end
+  end
+  for _, u in ipairs(updated) do send_listener(u[1], "notifications/resources/updated", { uri = u[2] }) end
+end
+
+-- subscriptions/listen (2026-07-28): acknowledged at once, then open until the client cancels
+-- it (closing the HTTP response; notifications/cancelled on stdio) or the server ends it.
+methods["subscriptions/listen"] = function(params, request)
+  local filter, err = modern.listen_filter(params)
+  if not filter then error(rpc_error(INVALID_PARAMS, err)) end
+  local l = modern.add_listener({ filter = filter, tenant = request.tenant, session = request.session,
+                                  exchange = request.exchange, co = coroutine.running(),
+                                  entry = request.entry })
+  l.sub_id = tostring(request.id)
+  request.entry.listener = l
+  send_listener(l, "notifications/subscriptions/acknowledged", {})
+  coroutine.yield() -- resumed by a cancellation or at shutdown
+  modern.remove_listener(l)
+  return nil -- cancelled: not answered; at shutdown the cancellation was the last message
 end
 
 ---------------------------------------------------------------------------------------------
 -- notifications from the client
 
 local notifications = {}
+
+-- Stops what a request is doing: its execution, a listener's wait, input it waits for.
+local function cancel_entry(entry)
+  entry.cancelled = true
+  if entry.job then mb.cancel(entry.job) end
+  if entry.hold then modern.drop(entry.hold); entry.hold = nil end
+  local l = entry.listener
+  if l and l.co then
+    local co = l.co
+    l.co = nil
+    modern.remove_listener(l)
+    local ok, err = coroutine.resume(co)
+    if not ok then mb.log("error", "subscriptions/listen: " .. tostring(err)) end
+  end
+end
 
 notifications["notifications/initialized"] = function(params, sess) sess.initialized = true end
 
@@ -272,8 +335,7 @@ notifications["notifications/cancelled"] = function(params, sess)
   if rid == nil or (type(rid) ~= "string" and math.type(rid) ~= "integer") then return end
   local entry = sess.inflight[id_key(rid)]
   if not entry or entry.method == "initialize" then return end
-  entry.cancelled = true
-  if entry.job then mb.cancel(entry.job) end
+  cancel_entry(entry)
 end
 
 ---------------------------------------------------------------------------------------------
@@ -307,14 +369,17 @@ function request_mt:execute(spec)
   return res
 end
 
--- Sends a request to the client (sampling/createMessage, elicitation/create, ...) on this
--- request's session and exchange, and waits (yields) for its answer. Returns result or nil, error.
+-- Asks the client something (sampling/createMessage, elicitation/create, roots/list) for this
+-- request's execution and waits (yields) for the answer. Returns result or nil, error. 2025-11-25:
+-- a request to the client on this request's session and exchange. 2026-07-28: input_required
+-- (input_request below).
 function request_mt:client_request(method, params, capability)
   local caps = self.sess.client_capabilities or {}
   if capability and caps[capability] == nil then
     return nil, { code = -32601, message = string.format(
       "the client did not declare the %s capability, so moonbox cannot send it %s", capability, method) }
   end
+  if self.modern then return self:input_request(method, params) end
   next_client_request = next_client_request + 1
   local id = "mb-" .. next_client_request
   local co = coroutine.running()
@@ -328,6 +393,83 @@ function request_mt:client_request(method, params, capability)
   return msg.result
 end
 
+-- 2026-07-28 (MRTR): the request being answered gets resultType "input_required" with every
+-- input its execution waits for and a sealed requestState; the execution stays suspended here
+-- until the client's retry brings inputResponses (resume_inputs) or the hold expires.
+local next_input = 0
+local function ask_inputs(entry)
+  local target = entry.request
+  if not target or not next(entry.pending) then return end
+  local inputs = {}
+  for key, p in pairs(entry.pending) do inputs[key] = { method = p.method, params = p.params } end
+  if entry.hold then modern.drop(entry.hold) end
+  local hold, state = modern.hold(entry, target.tenant, entry.hold_name, inputs, function()
+    -- nobody came back within mrtr_hold_ms: stop the execution
+    entry.hold = nil
+    mb.log("info", "an execution waiting for client input was stopped after mrtr_hold_ms="
+      .. mb.config.mrtr_hold_ms)
+    for key, p in pairs(entry.pending) do
+      entry.pending[key] = nil
+      coroutine.resume(p.co, { error = { code = -32603, message = string.format(
+        "the client did not answer within mrtr_hold_ms=%d", mb.config.mrtr_hold_ms) } })
+    end
+    entry.cancelled = true
+    if entry.job then mb.cancel(entry.job) end
+  end)
+  if not hold then
+    for key, p in pairs(entry.pending) do
+      entry.pending[key] = nil
+      coroutine.resume(p.co, { error = { code = -32603, message = state } })
+    end
+    return
+  end
+  entry.hold = hold
+  entry.request = nil -- answered; the retry becomes the request to answer
+  send_result(target, target.id, modern.decorate(entry.method,
+    { resultType = "input_required", inputRequests = inputs, requestState = state }))
+end
+
+function request_mt:input_request(method, params)
+  local entry = self.entry
+  next_input = next_input + 1
+  local key = method:gsub("/.*$", "") .. "-" .. next_input
+  entry.pending = entry.pending or {}
+  entry.pending[key] = { method = method, params = params, co = coroutine.running() }
+  ask_inputs(entry)
+  local msg = coroutine.yield()
+  if msg.error ~= nil then return nil, msg.error end
+  return msg.result
+end
+
+-- A retry (params.requestState, params.inputResponses) continues the held execution it names:
+-- the retry becomes the request answered when the execution ends (or asks again).
+local function resume_inputs(request, params, name)
+  local hold, why = modern.find_hold(params.requestState, request.tenant, name)
+  if not hold then error(rpc_error(INVALID_PARAMS, "Invalid params: " .. why)) end
+  local responses = params.inputResponses
+  if responses ~= nil and not is_object(responses) then
+    error(rpc_error(INVALID_PARAMS, "Invalid params: params.inputResponses must be an object"))
+  end
+  local entry = hold.entry
+  modern.drop(hold)
+  entry.hold = nil
+  entry.request = request
+  request.entry = entry
+  if entry.finished then -- the execution ended meanwhile: its outcome answers the retry
+    return entry.finished()
+  end
+  for key, r in pairs(responses or {}) do
+    local p = entry.pending[key]
+    if p and is_object(r) then
+      entry.pending[key] = nil
+      local ok, err = coroutine.resume(p.co, { result = r })
+      if not ok then mb.log("error", "input response: " .. tostring(err)) end
+    end
+  end
+  ask_inputs(entry) -- inputs still missing (or asked meanwhile) are asked again
+  return DEFERRED
+end
+
 -- Ends the waits of client requests made for this request (the execution ended).
 function request_mt:abandon_client_requests()
   for id in pairs(self.entry.client_requests or {}) do
@@ -335,10 +477,16 @@ function request_mt:abandon_client_requests()
     client_requests[id] = nil
     if co then coroutine.resume(co, { error = { code = -32603, message = "the execution ended" } }) end
   end
+  for key, p in pairs(self.entry.pending or {}) do
+    self.entry.pending[key] = nil
+    coroutine.resume(p.co, { error = { code = -32603, message = "the execution ended" } })
+  end
 end
 
+-- 2026-07-28: only for requests whose _meta named a logLevel
 function request_mt:log(level, data, logger)
-  if LEVELS[level] and LEVELS[level] >= LEVELS[self.sess.log_level] then
+  local min = self.sess.log_level
+  if min and LEVELS[level] and LEVELS[level] >= LEVELS[min] then
     notify(self, "notifications/message", { level = level, logger = logger, data = data })
   end
 end
@@ -353,7 +501,7 @@ end
 -- kind is "progress" or a log level name; payload is JSON text made by the sandbox engine.
 function host_api.on_notify(job, kind, payload)
   local entry = by_job[job]
-  if not entry or entry.cancelled then return end
+  if not entry or entry.cancelled or not entry.request then return end
   if kind == "progress" then
     local p = mb.json_decode(payload)
     if p then entry.request:progress(p.progress, p.total, p.message) end
@@ -383,6 +531,8 @@ function host_api.on_host_call(job, seq, name, args)
   local ok, value
   if not entry or entry.cancelled then
     ok, value = false, "the execution has ended"
+  elseif not entry.request then
+    ok, value = false, "the execution is waiting for its client's input"
   elseif tools.host_calls_raw[name] then -- arguments in the handler's own format, not JSON
     ok, value = run_host_call(name, tools.host_calls_raw[name], args, entry.request)
   elseif not handler then
@@ -392,7 +542,7 @@ function host_api.on_host_call(job, seq, name, args)
     if a == nil then
       ok, value = false, name .. ": bad arguments: " .. tostring(err)
     else
-      ok, value = run_host_call(name, handler, a, entry.request)
+      ok, value = run_host_call(name, handler, a, entry.origin)
     end
   end
   if ok then
@@ -455,17 +605,31 @@ local function dispatch(msg, t0, ctx)
     args.context_vars = mb.json_decode(mb.json_raw_text(args.context_vars))
   end
 
-  local sess = session(ctx.session, ctx.tenant)
+  local base = ctx.session ~= 0 and session(ctx.session, ctx.tenant) or nil
+  local is_modern = modern.era(ctx, base or {}, params) == "modern"
   if not has_id then
     local h = notifications[method]
-    if h then
-      local ok, err = pcall(h, params, sess)
+    if h and (not is_modern or method == "notifications/cancelled") and base then
+      local ok, err = pcall(h, params, base)
       if not ok then mb.log("error", "notification " .. method .. ": " .. tostring(err)) end
     end
     return
   end
 
-  local handler = methods[method]
+  local handler, sess = methods[method], base
+  if is_modern then
+    if modern.REMOVED[method] then handler = nil end
+    if not handler then
+      return send_error(ctx, id, METHOD_NOT_FOUND, "Method not found: " .. clip(method)
+        .. (modern.REMOVED[method] and " (removed in " .. modern.LATEST .. ")" or ""), nil, 404)
+    end
+    local info, e = modern.check(method, params, ctx.hdr)
+    if not info then return send_error(ctx, id, e.code, e.message, e.data, modern.status_of(e.code, true)) end
+    sess = { tenant = ctx.tenant, log_level = info.log_level, client_capabilities = info.capabilities,
+             inflight = base and base.inflight or {} }
+  elseif MODERN_ONLY[method] then
+    handler = nil
+  end
   if not handler then
     return send_error(ctx, id, METHOD_NOT_FOUND, "Method not found: " .. clip(method))
   end
@@ -476,25 +640,56 @@ local function dispatch(msg, t0, ctx)
   local meta = params._meta
   local entry = { method = method, cancelled = false,
                   progress_token = is_object(meta) and valid_id(meta.progressToken) and meta.progressToken or nil }
-  local request = setmetatable({ id = id, entry = entry, tenant = sess.tenant, sess = sess,
-                                  session = ctx.session, exchange = ctx.exchange }, request_mt)
+  local request = setmetatable({ id = id, entry = entry, tenant = sess.tenant, sess = sess, key = key,
+                                  modern = is_modern, session = ctx.session, exchange = ctx.exchange },
+                               request_mt)
   mb.exchange_pending() -- a response will come on this exchange
-  entry.request = request
+  entry.request, entry.origin = request, request
+  entry.hold_name = method .. ":" .. tostring(params.name or params.uri or "")
   sess.inflight[key] = entry
-  local ok, result = pcall(handler, params, request)
+  if is_modern and ctx.session == 0 then by_exchange[ctx.exchange] = entry end
+  local ok, result
+  if is_modern and (params.requestState ~= nil or params.inputResponses ~= nil) then
+    ok, result = pcall(resume_inputs, request, params, entry.hold_name)
+    if ok and result == DEFERRED then -- answered when the held execution ends
+      sess.inflight[key] = request.entry
+      if ctx.session == 0 then by_exchange[ctx.exchange] = request.entry end
+      return
+    end
+  else
+    ok, result = pcall(handler, params, request)
+  end
+  -- the request to answer: this one, or the retry that took over its held execution
+  local target = entry.request
   sess.inflight[key] = nil
-  if entry.cancelled then return end -- the client asked us not to answer
+  if ctx.session == 0 then by_exchange[ctx.exchange] = nil end
+  if target and target ~= request then
+    target.sess.inflight[target.key] = nil
+    if target.session == 0 then by_exchange[target.exchange] = nil end
+  end
+  if entry.hold then -- answered input_required, and the execution ended before the retry came
+    local o_ok, o_result = ok, result
+    entry.finished = function()
+      if not o_ok then error(o_result, 0) end
+      return o_result
+    end
+    return
+  end
+  if entry.cancelled or not target then return end -- the client asked us not to answer
   if ok then
     if result == nil then result = {} end
-    send_result(request, id, result)
+    if target.modern then modern.decorate(method, result) end
+    send_result(target, target.id, result)
     if method == "tools/call" then tools.record_request(mb.now_ms() - t0, request.tenant) end
     return
   end
   if getmetatable(result) == rpc_error_mt then
-    return send_error(request, id, result.code, result.message, result.data)
+    local code = result.code
+    if target.modern and code == -32002 then code = INVALID_PARAMS end -- resource not found
+    return send_error(target, target.id, code, result.message, result.data)
   end
   mb.log("error", "internal error in " .. method .. ": " .. tostring(result))
-  return send_error(request, id, INTERNAL_ERROR, "Internal error: " .. tostring(result))
+  return send_error(target, target.id, INTERNAL_ERROR, "Internal error: " .. tostring(result))
 end
 
 -- The id of a message that is valid JSON but cannot be served as sent (a repeated key, a key
@@ -541,9 +736,10 @@ end
 -- params.arguments.context_vars on as a raw value of its text (checked like the rest)
 local RAW_CONTEXT = true
 
-function host_api.handle_line(line, sid, exchange, tenant)
+-- hdr (HTTP only): {http = true, protocol_version, method, name} from the request's headers.
+function host_api.handle_line(line, sid, exchange, tenant, hdr)
   local t0 = mb.now_ms()
-  local ctx = { session = sid or 1, exchange = exchange or 0, tenant = tenant or "default" }
+  local ctx = { session = sid or 1, exchange = exchange or 0, tenant = tenant or "default", hdr = hdr }
   local msg, err = mb.json_decode(line, true, RAW_CONTEXT)
   if msg == nil then
     err = tostring(err)
@@ -564,7 +760,22 @@ function host_api.on_session_end(sid)
   sessions[sid] = nil
 end
 
+-- A sessionless request's connection closed before its answer: the client cancelled it.
+function host_api.on_exchange_closed(exchange)
+  local entry = by_exchange[exchange]
+  if not entry then return end
+  by_exchange[exchange] = nil
+  cancel_entry(entry)
+end
+
 function host_api.on_shutdown()
+  -- 2026-07-28 listeners are torn down with notifications/cancelled naming their request
+  for _, l in pairs(modern.listeners) do
+    mb.send({ jsonrpc = "2.0", method = "notifications/cancelled",
+              params = { requestId = l.entry.origin.id, reason = "the server is shutting down" } },
+            l.session, l.exchange, true)
+    cancel_entry(l.entry)
+  end
   tools.upstream.shutdown() -- stdin closed, SIGTERM, SIGKILL after upstream_shutdown_grace_ms
   tools.history.flush()
 end

@@ -88,9 +88,11 @@ static void fz_lua_hook(lua_State *L, lua_Debug *ar)
 		(*c)++;
 }
 
-static void fz_send(void *ud, uint64_t session, uint64_t exchange, int final, char *data, size_t len)
+static void fz_send(void *ud, uint64_t session, uint64_t exchange, int final, int status, char *data,
+			size_t len)
 {
 	(void)ud;
+	(void)status;
 	(void)session;
 	(void)exchange;
 	(void)final;

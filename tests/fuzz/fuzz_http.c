@@ -77,7 +77,7 @@ static char *msg(const char *fmt, json_t *id, size_t *len)
 static void later(uint64_t session, uint64_t exchange, char *data, size_t len)
 {
 	if (host.npending == MAX_PENDING) {
-		mb_http_send(H, session, exchange, 1, data, len);
+		mb_http_send(H, session, exchange, 1, 0, data, len);
 		return;
 	}
 	host.pending[host.npending].session = session;
@@ -88,9 +88,10 @@ static void later(uint64_t session, uint64_t exchange, char *data, size_t len)
 }
 
 static int on_message(void *ud, uint64_t session, uint64_t exchange, const char *tenant, const char *body,
-		      size_t len)
+		      size_t len, const mb_http_req *req)
 {
 	(void)ud;
+	(void)req;
 	if (!tenant || !*tenant || body[len] != 0)
 		FAIL("on_message without a tenant or with a body not NUL-terminated");
 	int known = 0;
@@ -116,7 +117,7 @@ static int on_message(void *ud, uint64_t session, uint64_t exchange, const char 
 		out = msg(strstr(body, "fail") ? "{\"jsonrpc\":\"2.0\",\"id\":%s,\"error\":{\"code\":-32602,\"message\":\"no\"}}"
 					       : "{\"jsonrpc\":\"2.0\",\"id\":%s,\"result\":{\"protocolVersion\":\"2025-11-25\"}}",
 			  id, &n);
-		mb_http_send(H, session, exchange, 1, out, n);
+		mb_http_send(H, session, exchange, 1, 0, out, n);
 		json_decref(j);
 		return 1;
 	}
@@ -130,10 +131,10 @@ static int on_message(void *ud, uint64_t session, uint64_t exchange, const char 
 	switch (h % 4) {
 	case 0:
 		free(note);
-		mb_http_send(H, session, exchange, 1, out, n);
+		mb_http_send(H, session, exchange, 1, 0, out, n);
 		break;
 	case 1:
-		mb_http_send(H, session, exchange, 0, note, nn);
+		mb_http_send(H, session, exchange, 0, 0, note, nn);
 		later(session, exchange, out, n);
 		break;
 	case 2:
@@ -141,8 +142,8 @@ static int on_message(void *ud, uint64_t session, uint64_t exchange, const char 
 		later(session, exchange, out, n);
 		break;
 	default:
-		mb_http_send(H, session, exchange, 0, note, nn);
-		mb_http_send(H, session, exchange, 1, out, n);
+		mb_http_send(H, session, exchange, 0, 0, note, nn);
+		mb_http_send(H, session, exchange, 1, 0, out, n);
 	}
 	json_decref(j);
 	return 1;
@@ -169,7 +170,8 @@ static const char *metrics_extra(void *ud)
 	return "# TYPE moonbox_fuzz gauge\nmoonbox_fuzz 1";
 }
 
-static const mb_http_callbacks CBS = { on_message, on_session_end, metrics_extra, NULL };
+static const mb_http_callbacks CBS = { .on_message = on_message, .on_session_end = on_session_end,
+				       .metrics_extra = metrics_extra };
 
 /* ---- the client --------------------------------------------------------------------------- */
 
@@ -522,10 +524,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 			int np = host.npending;
 			host.npending = 0;
 			for (int i = 0; i < np; i++)
-				mb_http_send(H, host.pending[i].session, host.pending[i].exchange, 1, host.pending[i].data,
+				mb_http_send(H, host.pending[i].session, host.pending[i].exchange, 1, 0, host.pending[i].data,
 					     host.pending[i].len);
 			char *b = strdup("{\"jsonrpc\":\"2.0\",\"method\":\"notifications/message\",\"params\":{}}");
-			mb_http_send(H, 0, 0, 0, b, strlen(b));
+			mb_http_send(H, 0, 0, 0, 0, b, strlen(b));
 			pump(fd);
 		}
 		if (!z)

@@ -24,9 +24,11 @@
 static mb_config cfg;
 static mb_host *host;
 
-static void on_send(void *ud, uint64_t session, uint64_t exchange, int final, char *data, size_t len)
+static void on_send(void *ud, uint64_t session, uint64_t exchange, int final, int status, char *data,
+			size_t len)
 {
 	(void)ud;
+	(void)status;
 	(void)session;
 	(void)exchange;
 	(void)final;

@@ -13,9 +13,10 @@
 
 /* mb_host_io.send for tests that do not read the host's messages: frees them. */
 static inline void unit_host_discard(void *ud, uint64_t session, uint64_t exchange, int final,
-				     char *data, size_t len)
+				     int status, char *data, size_t len)
 {
 	(void)ud;
+	(void)status;
 	(void)session;
 	(void)exchange;
 	(void)final;

@@ -82,7 +82,7 @@ static void delayed_closed(uv_handle_t *h)
 static void delayed_fire(uv_timer_t *t)
 {
 	delayed *d = t->data;
-	mb_http_send(H, d->session, d->exchange, 1, d->data, d->len);
+	mb_http_send(H, d->session, d->exchange, 1, 0, d->data, d->len);
 	t->data = d;
 	uv_close((uv_handle_t *)t, delayed_closed);
 	pthread_mutex_lock(&F.mu);
@@ -106,9 +106,10 @@ static void later(uint64_t session, uint64_t exchange, char *data, size_t len, i
 }
 
 static int fake_message(void *ud, uint64_t session, uint64_t exchange, const char *tenant,
-			const char *body, size_t len)
+			const char *body, size_t len, const mb_http_req *req)
 {
 	(void)ud;
+	(void)req;
 	pthread_mutex_lock(&F.mu);
 	F.messages++;
 	F.last_session = session;
@@ -138,15 +139,15 @@ static int fake_message(void *ud, uint64_t session, uint64_t exchange, const cha
 		else
 			out = dumps(json_pack("{s:s,s:O,s:{s:s,s:s}}", "jsonrpc", "2.0", "id", id, "result",
 					      "protocolVersion", "2025-11-25", "tenant", tenant), &n);
-		mb_http_send(H, session, exchange, 1, out, n);
+		mb_http_send(H, session, exchange, 1, 0, out, n);
 	} else if (strcmp(method, "slow") == 0 || strcmp(method, "slowsync") == 0) {
 		char *note = dumps(json_pack("{s:s,s:s,s:{s:O,s:i,s:i}}", "jsonrpc", "2.0", "method",
 					     "notifications/progress", "params", "progressToken", id, "progress", 50,
 					     "total", 100), &n);
-		mb_http_send(H, session, exchange, 0, note, n);
+		mb_http_send(H, session, exchange, 0, 0, note, n);
 		out = reply(id, tenant, session, &n);
 		if (method[4] == 's')
-			mb_http_send(H, session, exchange, 1, out, n);
+			mb_http_send(H, session, exchange, 1, 0, out, n);
 		else
 			later(session, exchange, out, n, 30);
 	} else if (strcmp(method, "delay") == 0) {
@@ -159,12 +160,12 @@ static int fake_message(void *ud, uint64_t session, uint64_t exchange, const cha
 		s[big] = 0;
 		out = dumps(json_pack("{s:s,s:O,s:s}", "jsonrpc", "2.0", "id", id, "result", s), &n);
 		free(s);
-		mb_http_send(H, session, exchange, 1, out, n);
+		mb_http_send(H, session, exchange, 1, 0, out, n);
 	} else {
 		out = reply(id, tenant, session, &n);
 		char *nl = realloc(out, n + 1); /* like the host: a trailing newline */
 		nl[n] = '\n';
-		mb_http_send(H, session, exchange, 1, nl, n + 1);
+		mb_http_send(H, session, exchange, 1, 0, nl, n + 1);
 	}
 	json_decref(j);
 	return 1;
@@ -188,7 +189,8 @@ static const char *fake_metrics(void *ud)
 	       "moonbox_executions_total 42";
 }
 
-static const mb_http_callbacks CBS = { fake_message, fake_end, fake_metrics, NULL };
+static const mb_http_callbacks CBS = { .on_message = fake_message, .on_session_end = fake_end,
+				       .metrics_extra = fake_metrics };
 
 static int fake_ended(uint64_t s)
 {
@@ -326,7 +328,7 @@ typedef struct send_args {
 static void send_job(void *arg)
 {
 	send_args *a = arg;
-	mb_http_send(H, a->session, a->exchange, 0, strdup(a->text), strlen(a->text));
+	mb_http_send(H, a->session, a->exchange, 0, 0, strdup(a->text), strlen(a->text));
 }
 
 /* ---- the client (test thread) --------------------------------------------------------------- */
