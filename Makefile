@@ -246,9 +246,12 @@ test-security: $(BUILD)/moonbox $(HOOKS_BUILD)/moonbox
 	@cd tests && MOONBOX=../$(BUILD)/moonbox MOONBOX_HOOKS=../$(HOOKS_BUILD)/moonbox $(TEST_NODE) run-node.mjs security
 
 # The official MCP conformance suite over Streamable HTTP with the fixture skill pack
-# (tests/conformance/skills); REQUIREMENTS=2025-11-25 by default.
+# (tests/conformance/skills), once per protocol era: the 2025-11-25 requirement set and the
+# 2026-07-28 one, each against a fresh server (REQUIREMENTS=... runs just one).
+CONFORMANCE_SETS := $(or $(REQUIREMENTS),2025-11-25 2026-07-28)
 conformance: test-deps all
-	@MOONBOX=$(BUILD)/moonbox tests/conformance/run.sh
+	@for r in $(CONFORMANCE_SETS); do \
+	  MOONBOX=$(BUILD)/moonbox REQUIREMENTS=$$r tests/conformance/run.sh || exit 1; done
 
 # `make test` as a fresh Debian 12 machine runs it: a debootstrap root with Debian's Node 18,
 # the committed HEAD cloned in (tests/fresh/run.sh; needs root; FRESH_RUNS=3 for three in a row).

@@ -316,14 +316,48 @@ static int sb_elicit(lua_State *L)
 	return client_request(L, "elicitation/create");
 }
 
+static int sb_roots(lua_State *L)
+{
+	lua_settop(L, 0);
+	return client_request(L, "roots/list");
+}
+
+/* mcp.ask({key = {method=, params=}, ...}): several questions to the client at once */
+static int sb_ask(lua_State *L)
+{
+	luaL_checktype(L, 1, LUA_TTABLE);
+	lua_settop(L, 1);
+	lua_createtable(L, 0, 1);
+	lua_insert(L, 1);
+	lua_setfield(L, 1, "inputs");
+	mb_sandbox_host_call(L, "client_requests");
+	return 1;
+}
+
+/* mcp.client_capabilities(): the capabilities the client declared */
+static int sb_client_capabilities(lua_State *L)
+{
+	lua_settop(L, 0);
+	lua_newtable(L);
+	mb_sandbox_host_call(L, "client_capabilities");
+	return 1;
+}
+
 int mb_sandbox_host_open(lua_State *L)
 {
-	/* mcp.sample, mcp.elicit next to mcp.log and mcp.progress */
+	/* mcp.sample, mcp.elicit, mcp.roots, mcp.ask, mcp.client_capabilities next to mcp.log and
+	 * mcp.progress */
 	if (lua_getfield(L, -1, "mcp") == LUA_TTABLE) {
 		lua_pushcfunction(L, sb_sample);
 		lua_setfield(L, -2, "sample");
 		lua_pushcfunction(L, sb_elicit);
 		lua_setfield(L, -2, "elicit");
+		lua_pushcfunction(L, sb_roots);
+		lua_setfield(L, -2, "roots");
+		lua_pushcfunction(L, sb_ask);
+		lua_setfield(L, -2, "ask");
+		lua_pushcfunction(L, sb_client_capabilities);
+		lua_setfield(L, -2, "client_capabilities");
 	}
 	lua_pop(L, 1);
 	/* the globals table is at the top of the stack */

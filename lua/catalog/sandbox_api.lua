@@ -436,6 +436,40 @@ return {
             .. '{ type = "object", properties = { ok = { type = "boolean" } } } })\n'
             .. 'if r.action ~= "accept" then return "cancelled" end',
         },
+        ["mcp.roots"] = {
+          signature = "mcp.roots()",
+          description = "Ask the client for its roots (roots/list): the directories or files it "
+            .. "exposes; only when the client declared the roots capability.",
+          parameters = {},
+          returns = "{roots = {{uri = ..., name = ...}, ...}}",
+          use_cases = { "find the user's project directory" },
+          example = 'local r = mcp.roots()\nreturn r.roots[1] and r.roots[1].uri',
+        },
+        ["mcp.ask"] = {
+          signature = "mcp.ask(questions)",
+          description = "Ask the client several things at once (elicitation/create, "
+            .. "sampling/createMessage, roots/list), by key, and wait for every answer. With a "
+            .. "2026-07-28 client this is one input_required round trip.",
+          parameters = {
+            P("questions", "table", "{key = {method = ..., params = {...}}, ...}; keys are names of "
+              .. "letters, digits, '_', '.', '-'; at most 16"),
+          },
+          returns = "{key = the client's answer, ...}",
+          use_cases = { "ask for a confirmation and a model summary together" },
+          example = 'local a = mcp.ask({\n  ok = { method = "elicitation/create", params = { message = "Go?", '
+            .. 'requestedSchema = { type = "object", properties = { ok = { type = "boolean" } } } } },\n'
+            .. '  where = { method = "roots/list" },\n})\nreturn { a.ok.action, #a.where.roots }',
+        },
+        ["mcp.client_capabilities"] = {
+          signature = "mcp.client_capabilities()",
+          description = "The capabilities the client declared (sampling, elicitation, roots, ...), "
+            .. "to choose what to ask it before asking.",
+          parameters = {},
+          returns = "table of the client's capabilities ({} when none)",
+          use_cases = { "fall back to sampling when elicitation is not supported" },
+          example = 'if mcp.client_capabilities().elicitation then\n  return mcp.elicit({ message = "Name?", '
+            .. 'requestedSchema = { type = "object", properties = { n = { type = "string" } } } })\nend',
+        },
       },
     },
 

@@ -82,19 +82,17 @@ function M.check(method, params, hdr)
     return nil, err(INVALID_PARAMS, "Invalid params: params._meta[\"" .. K_VERSION
       .. "\"] must be a string naming the protocol revision")
   end
+  if hdr and hdr.http and hdr.protocol_version ~= version then
+    return nil, err(HEADER_MISMATCH, hdr.protocol_version == nil
+      and "Header mismatch: the MCP-Protocol-Version header is required"
+      or string.format("Header mismatch: MCP-Protocol-Version %q but params._meta says %q",
+                       hdr.protocol_version:sub(1, 64), version:sub(1, 64)))
+  end
   if not MODERN[version] then
     return nil, err(UNSUPPORTED_VERSION, string.format(
       "Unsupported protocol version %q (supported: %s; 2025 revisions start with initialize)",
       version:sub(1, 64), table.concat(SUPPORTED, ", ")),
       { supported = mb.array(SUPPORTED), requested = version })
-  end
-  if hdr and hdr.http then
-    if hdr.protocol_version ~= version then
-      return nil, err(HEADER_MISMATCH, hdr.protocol_version == nil
-        and "Header mismatch: the MCP-Protocol-Version header is required"
-        or string.format("Header mismatch: MCP-Protocol-Version %q but params._meta says %q",
-                         hdr.protocol_version:sub(1, 64), version))
-    end
   end
   local caps = meta[K_CAPS]
   if not is_object(caps) then

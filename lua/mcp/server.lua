@@ -246,17 +246,67 @@ tools.rpc_error = rpc_error
 -- client on the session of the tools/call that runs the code; the code waits for the answer.
 local CLIENT_METHODS = { ["sampling/createMessage"] = "sampling", ["elicitation/create"] = "elicitation",
                          ["roots/list"] = "roots" }
+local function check_client_request(method, params)
+  local capability = CLIENT_METHODS[method]
+  if not capability then return nil, "mcp: the client cannot be asked " .. tostring(method) end
+  if params ~= nil and params ~= null and not is_object(params) then
+    return nil, method .. ": params must be an object"
+  end
+  return capability
+end
+
+local function client_error(method, err)
+  return string.format("%s: %s", method, type(err) == "table" and tostring(err.message) or tostring(err))
+end
+
 tools.host_calls.client_request = function(a, request)
-  local capability = CLIENT_METHODS[a.method]
-  if not capability then return nil, "mcp: the client cannot be asked " .. tostring(a.method) end
-  if a.params ~= nil and a.params ~= null and not is_object(a.params) then
-    return nil, a.method .. ": params must be an object"
-  end
-  local result, err = request:client_request(a.method, a.params ~= null and a.params or {}, capability)
-  if not result then
-    return nil, string.format("%s: %s", a.method, type(err) == "table" and tostring(err.message) or tostring(err))
-  end
+  local capability, err = check_client_request(a.method, a.params)
+  if not capability then return nil, err end
+  local result
+  result, err = request:client_request(a.method, is_object(a.params) and a.params or {}, capability)
+  if not result then return nil, client_error(a.method, err) end
   return result
+end
+
+-- mcp.ask({key = {method, params}, ...}): several questions at once (one input_required round
+-- in 2026-07-28; one request after another in 2025-11-25). Answers {key = result}.
+local INPUT_KEY = "^[%w_.%-]+$"
+tools.host_calls.client_requests = function(a, request)
+  if not is_object(a.inputs) or next(a.inputs) == nil then
+    return nil, "mcp.ask: expects a table of {method=, params=} by key"
+  end
+  local list, n = {}, 0
+  for key, q in pairs(a.inputs) do
+    n = n + 1
+    if type(key) ~= "string" or #key > 64 or not key:match(INPUT_KEY) then
+      return nil, "mcp.ask: keys are names of 1-64 letters, digits, '_', '.' or '-'"
+    end
+    if not is_object(q) then return nil, "mcp.ask: " .. key .. " must be a table {method=, params=}" end
+    local capability, err = check_client_request(q.method, q.params)
+    if not capability then return nil, err end
+    list[#list + 1] = { key = key, method = q.method, params = is_object(q.params) and q.params or {},
+                        capability = capability }
+  end
+  if n > 16 then return nil, "mcp.ask: at most 16 questions at once" end
+  table.sort(list, function(x, y) return x.key < y.key end)
+  if request.modern then
+    local answers, err = request:input_requests(list)
+    if not answers then return nil, "mcp.ask: " .. client_error("input", err) end
+    return answers
+  end
+  local answers = {}
+  for _, q in ipairs(list) do
+    local result, err = request:client_request(q.method, q.params, q.capability)
+    if not result then return nil, string.format("mcp.ask %s: %s", q.key, client_error(q.method, err)) end
+    answers[q.key] = result
+  end
+  return answers
+end
+
+-- mcp.client_capabilities(): what the client declared (initialize, or this request's _meta).
+tools.host_calls.client_capabilities = function(_, request)
+  local caps = request.sess.client_capabilities
+  return is_object(caps) and next(caps) ~= nil and caps or mb.json_decode("{}")
 end
 
 -- 2026-07-28 listeners (subscriptions/listen): each notification is tagged with the
@@ -374,12 +424,12 @@ end
 -- a request to the client on this request's session and exchange. 2026-07-28: input_required
 -- (input_request below).
 function request_mt:client_request(method, params, capability)
+  if self.modern then return self:input_request(method, params) end
   local caps = self.sess.client_capabilities or {}
   if capability and caps[capability] == nil then
     return nil, { code = -32601, message = string.format(
       "the client did not declare the %s capability, so moonbox cannot send it %s", capability, method) }
   end
-  if self.modern then return self:input_request(method, params) end
   next_client_request = next_client_request + 1
   local id = "mb-" .. next_client_request
   local co = coroutine.running()
@@ -394,12 +444,19 @@ function request_mt:client_request(method, params, capability)
 end
 
 -- 2026-07-28 (MRTR): the request being answered gets resultType "input_required" with every
--- input its execution waits for and a sealed requestState; the execution stays suspended here
--- until the client's retry brings inputResponses (resume_inputs) or the hold expires.
+-- input its execution waits for and a sealed requestState; the execution stays suspended in its
+-- host call until the client's retry brings inputResponses (resume_inputs) or the hold expires.
+-- entry.pending[key] = {method, params, done(msg)}: msg is {result = ...} or {error = ...}.
 local next_input = 0
+local function answer_pending(entry, key, msg)
+  local p = entry.pending[key]
+  entry.pending[key] = nil
+  p.done(msg)
+end
+
 local function ask_inputs(entry)
   local target = entry.request
-  if not target or not next(entry.pending) then return end
+  if not target or not next(entry.pending or {}) then return end
   local inputs = {}
   for key, p in pairs(entry.pending) do inputs[key] = { method = p.method, params = p.params } end
   if entry.hold then modern.drop(entry.hold) end
@@ -408,19 +465,15 @@ local function ask_inputs(entry)
     entry.hold = nil
     mb.log("info", "an execution waiting for client input was stopped after mrtr_hold_ms="
       .. mb.config.mrtr_hold_ms)
-    for key, p in pairs(entry.pending) do
-      entry.pending[key] = nil
-      coroutine.resume(p.co, { error = { code = -32603, message = string.format(
+    for key in pairs(entry.pending) do
+      answer_pending(entry, key, { error = { code = -32603, message = string.format(
         "the client did not answer within mrtr_hold_ms=%d", mb.config.mrtr_hold_ms) } })
     end
     entry.cancelled = true
     if entry.job then mb.cancel(entry.job) end
   end)
   if not hold then
-    for key, p in pairs(entry.pending) do
-      entry.pending[key] = nil
-      coroutine.resume(p.co, { error = { code = -32603, message = state } })
-    end
+    for key in pairs(entry.pending) do answer_pending(entry, key, { error = { code = -32603, message = state } }) end
     return
   end
   entry.hold = hold
@@ -429,25 +482,70 @@ local function ask_inputs(entry)
     { resultType = "input_required", inputRequests = inputs, requestState = state }))
 end
 
-function request_mt:input_request(method, params)
+-- Asks list = {{key, method, params, capability}}; waits for every answer. Returns {key =
+-- result}, or nil and an error (the first one).
+function request_mt:input_requests(list)
   local entry = self.entry
-  next_input = next_input + 1
-  local key = method:gsub("/.*$", "") .. "-" .. next_input
+  local caps = self.sess.client_capabilities or {}
+  for _, q in ipairs(list) do
+    if caps[q.capability] == nil then
+      -- the request cannot be served without it: it fails with -32021 (the execution is stopped)
+      entry.fail_with = rpc_error(-32021, string.format("Missing required client capability: %s "
+        .. "(the code asked the client for %s)", q.capability, q.method),
+        { requiredCapabilities = { [q.capability] = {} } })
+      if entry.job then mb.cancel(entry.job) end
+      return nil, { message = entry.fail_with.message }
+    end
+  end
   entry.pending = entry.pending or {}
-  entry.pending[key] = { method = method, params = params, co = coroutine.running() }
-  ask_inputs(entry)
-  local msg = coroutine.yield()
-  if msg.error ~= nil then return nil, msg.error end
-  return msg.result
+  local co, waiting, answers, first_err = coroutine.running(), 0, {}, nil
+  for _, q in ipairs(list) do
+    local key = q.key
+    if entry.pending[key] then key = key .. "." .. tostring(next_input + 1) end
+    next_input = next_input + 1
+    local preset = entry.preset and entry.preset[key]
+    if is_object(preset) then -- answered already, in the first request's inputResponses
+      entry.preset[key] = nil
+      answers[q.key] = preset
+    else
+      waiting = waiting + 1
+      local name = q.key
+      entry.pending[key] = { method = q.method, params = q.params, done = function(msg)
+        if msg.error ~= nil then first_err = first_err or msg.error else answers[name] = msg.result end
+        waiting = waiting - 1
+        if waiting == 0 then
+          local ok, err = coroutine.resume(co)
+          if not ok then mb.log("error", "input response: " .. tostring(err)) end
+        end
+      end }
+    end
+  end
+  if waiting > 0 then
+    ask_inputs(entry)
+    coroutine.yield()
+  end
+  if first_err then return nil, first_err end
+  return answers
+end
+
+local next_auto_key = 0
+function request_mt:input_request(method, params)
+  next_auto_key = next_auto_key + 1
+  local key = method:gsub("/.*$", "") .. "-" .. next_auto_key
+  local answers, err = self:input_requests({ { key = key, method = method, params = params,
+                                               capability = CLIENT_METHODS[method] } })
+  if not answers then return nil, err end
+  return answers[key]
 end
 
 -- A retry (params.requestState, params.inputResponses) continues the held execution it names:
--- the retry becomes the request answered when the execution ends (or asks again).
+-- the retry becomes the request answered when the execution ends (or asks again). Answers that
+-- are not objects do not count: that input is asked again.
 local function resume_inputs(request, params, name)
   local hold, why = modern.find_hold(params.requestState, request.tenant, name)
   if not hold then error(rpc_error(INVALID_PARAMS, "Invalid params: " .. why)) end
   local responses = params.inputResponses
-  if responses ~= nil and not is_object(responses) then
+  if responses ~= nil and responses ~= null and not is_object(responses) then
     error(rpc_error(INVALID_PARAMS, "Invalid params: params.inputResponses must be an object"))
   end
   local entry = hold.entry
@@ -458,13 +556,8 @@ local function resume_inputs(request, params, name)
   if entry.finished then -- the execution ended meanwhile: its outcome answers the retry
     return entry.finished()
   end
-  for key, r in pairs(responses or {}) do
-    local p = entry.pending[key]
-    if p and is_object(r) then
-      entry.pending[key] = nil
-      local ok, err = coroutine.resume(p.co, { result = r })
-      if not ok then mb.log("error", "input response: " .. tostring(err)) end
-    end
+  for key, r in pairs(is_object(responses) and responses or {}) do
+    if entry.pending[key] and is_object(r) then answer_pending(entry, key, { result = r }) end
   end
   ask_inputs(entry) -- inputs still missing (or asked meanwhile) are asked again
   return DEFERRED
@@ -477,9 +570,8 @@ function request_mt:abandon_client_requests()
     client_requests[id] = nil
     if co then coroutine.resume(co, { error = { code = -32603, message = "the execution ended" } }) end
   end
-  for key, p in pairs(self.entry.pending or {}) do
-    self.entry.pending[key] = nil
-    coroutine.resume(p.co, { error = { code = -32603, message = "the execution ended" } })
+  for key in pairs(self.entry.pending or {}) do
+    answer_pending(self.entry, key, { error = { code = -32603, message = "the execution ended" } })
   end
 end
 
@@ -649,7 +741,7 @@ local function dispatch(msg, t0, ctx)
   sess.inflight[key] = entry
   if is_modern and ctx.session == 0 then by_exchange[ctx.exchange] = entry end
   local ok, result
-  if is_modern and (params.requestState ~= nil or params.inputResponses ~= nil) then
+  if is_modern and params.requestState ~= nil and params.requestState ~= null then
     ok, result = pcall(resume_inputs, request, params, entry.hold_name)
     if ok and result == DEFERRED then -- answered when the held execution ends
       sess.inflight[key] = request.entry
@@ -657,8 +749,10 @@ local function dispatch(msg, t0, ctx)
       return
     end
   else
+    if is_modern and is_object(params.inputResponses) then entry.preset = params.inputResponses end
     ok, result = pcall(handler, params, request)
   end
+  if entry.fail_with then ok, result = false, entry.fail_with end
   -- the request to answer: this one, or the retry that took over its held execution
   local target = entry.request
   sess.inflight[key] = nil
