@@ -330,7 +330,8 @@ function H.new_mb(config)
   local m
   m = {
     null = NULL, config = cfg, version = "0.0.0-test",
-    protocol = { served = { "2025-11-25", "2025-06-18", "2025-03-26" }, upstream = { "2025-11-25" } },
+    protocol = { modern = { "2026-07-28" }, served = { "2025-11-25", "2025-06-18", "2025-03-26" },
+                 upstream = { "2025-11-25" } },
     array = H.arr, json_encode = H.json_encode, json_decode = H.json_decode, json_raw = raw,
     json_raw_text = function(r) return r.text end,
     yaml_decode = unscripted("yaml_decode"),

@@ -40,6 +40,8 @@ static struct {
 	uint64_t last_session, last_exchange;
 	char last_tenant[80];
 	char last_body[8192];
+	int last_sessionless;
+	char last_proto[64], last_mmethod[128], last_mname[1024]; /* "-" when the header was absent */
 	int ended;
 	uint64_t ended_ids[256];
 	int timers; /* delayed answers not sent yet */
@@ -109,9 +111,12 @@ static int fake_message(void *ud, uint64_t session, uint64_t exchange, const cha
 			const char *body, size_t len, const mb_http_req *req)
 {
 	(void)ud;
-	(void)req;
 	pthread_mutex_lock(&F.mu);
 	F.messages++;
+	F.last_sessionless = req->sessionless;
+	snprintf(F.last_proto, sizeof F.last_proto, "%s", req->protocol_version ? req->protocol_version : "-");
+	snprintf(F.last_mmethod, sizeof F.last_mmethod, "%s", req->method ? req->method : "-");
+	snprintf(F.last_mname, sizeof F.last_mname, "%s", req->name ? req->name : "-");
 	F.last_session = session;
 	F.last_exchange = exchange;
 	snprintf(F.last_tenant, sizeof F.last_tenant, "%s", tenant);
@@ -767,11 +772,32 @@ TEST(status_codes)
 	CHECK(srv_start(args) == 0);
 	char sid[65], q[4096];
 	CHECK(init_session(sid, NULL) == 200);
-	check_error(post(NULL, NULL, "{\"jsonrpc\":\"2.0\",\"id\":2,\"method\":\"tools/list\"}"), 400,
-		    "Bad Request: Mcp-Session-Id header is required (only initialize may come without it)", NULL);
-	check_error(post(NULL, NULL, "{\"jsonrpc\":"), 400, "\"code\":-32700", NULL);
-	check_error(post(NULL, NULL, "{\"jsonrpc\":\"2.0\",\"method\":\"initialize\"}"), 400,
-		    "Mcp-Session-Id header is required", NULL); /* a notification cannot open a session */
+	/* without a session, anything but initialize is a 2026-07-28 request: handed to the host with
+	 * session 0 and the headers it checks against the body (the host answers, with the id) */
+	resp r = { 0 };
+	CHECK(once(post(NULL, "MCP-Protocol-Version: 2026-07-28\r\nMcp-Method: tools/call\r\n"
+			"Mcp-Name: =?base64?ZXhlY3V0ZV9jb2Rl?=\r\n",
+			"{\"jsonrpc\":\"2.0\",\"id\":2,\"method\":\"tools/list\"}"), &r) == 0 && r.status == 200);
+	CHECK(r.body && strstr(r.body, "\"session\":0"));
+	resp_free(&r);
+	CHECK(F.last_sessionless == 1);
+	CHECK_STR(F.last_proto, "2026-07-28");
+	CHECK_STR(F.last_mmethod, "tools/call");
+	CHECK_STR(F.last_mname, "execute_code"); /* decoded from =?base64?...?= */
+	CHECK(once(post(NULL, "Mcp-Name: =?base64?!!notbase64?=\r\n", "{\"jsonrpc\":\"2.0\",\"id\":2,\"method\":\"x\"}"),
+		   &r) == 0 && r.status == 200);
+	resp_free(&r);
+	CHECK_STR(F.last_mname, ""); /* not base64: empty, which the host refuses */
+	CHECK_STR(F.last_proto, "-");
+	int before = F.messages;
+	CHECK(once(post(NULL, NULL, "{\"jsonrpc\":"), &r) == 0 && r.status == 202); /* the host says -32700 */
+	resp_free(&r);
+	CHECK(F.messages == before + 1);
+	/* a 2025 version without a session: the session is missing */
+	check_error(post(NULL, "MCP-Protocol-Version: 2025-11-25\r\n", "{\"jsonrpc\":\"2.0\",\"id\":2,\"method\":\"tools/list\"}"),
+		    400, "Bad Request: Mcp-Session-Id header is required (only initialize may come without it)", NULL);
+	check_error(post(NULL, "MCP-Protocol-Version: 2025-11-25\r\n", "{\"jsonrpc\":\"2.0\",\"method\":\"initialize\"}"),
+		    400, "Mcp-Session-Id header is required", NULL); /* a notification cannot open a session */
 	check_error(post("0000000000000000000000000000000000000000000000000000000000000000", NULL, "{}"), 404,
 		    "{\"jsonrpc\":\"2.0\",\"error\":{\"code\":-32001,\"message\":\"Session not found\"},\"id\":null}",
 		    NULL);
@@ -796,14 +822,18 @@ TEST(status_codes)
 	snprintf(q, sizeof q, "POST /mcp HTTP/1.1\r\nHost: localhost\r\n"
 		 "Accept: application/json, text/event-stream\r\nContent-Length: 2\r\n\r\n{}");
 	check_error(q, 415, "Unsupported Media Type", NULL);
-	check_error(post(sid, "MCP-Protocol-Version: 1999-01-01\r\n", "{}"), 400,
-		    "Bad Request: unsupported MCP-Protocol-Version \\\"1999-01-01\\\" (supported: 2025-11-25, "
-		    "2025-06-18, 2025-03-26)", NULL);
-	check_error(post(sid, "MCP-Protocol-Version: 2026-07-28\r\n", "{}"), 400, "unsupported MCP-Protocol-Version",
-		    NULL);
-	resp r = { 0 };
+	/* a version that is not a 2025 one goes the 2026-07-28 way (the host answers -32022 with
+	 * the request's id), the session header ignored */
+	CHECK(once(post(sid, "MCP-Protocol-Version: 1999-01-01\r\n", "{\"jsonrpc\":\"2.0\",\"id\":7,\"method\":\"a\"}"),
+		   &r) == 0 && r.status == 200 && r.body && strstr(r.body, "\"session\":0"));
+	resp_free(&r);
+	CHECK_STR(F.last_proto, "1999-01-01");
+	snprintf(q, sizeof q, "GET /mcp HTTP/1.1\r\nHost: localhost\r\nAccept: text/event-stream\r\n"
+		 "MCP-Protocol-Version: 2026-07-28\r\n\r\n");
+	check_error(q, 405, "takes POST only", "Allow: POST");
 	CHECK(once(post(sid, "MCP-Protocol-Version: 2025-06-18\r\n", "{\"jsonrpc\":\"2.0\",\"id\":3,\"method\":\"a\"}"),
 		   &r) == 0 && r.status == 200);
+	resp_free(&r);
 	CHECK(once(post(sid, "MCP-Protocol-Version: 2025-03-26\r\n", "{\"jsonrpc\":\"2.0\",\"id\":3,\"method\":\"a\"}"),
 		   &r) == 0 && r.status == 200);
 	/* Host and Origin */
@@ -1489,7 +1519,7 @@ TEST(healthz_and_metrics)
 	CHECK_STR(hdr(&r, "content-type"), "text/plain; charset=utf-8");
 	char sid[65];
 	CHECK(init_session(sid, NULL) == 200);
-	check_error(post(NULL, NULL, "{}"), 400, "Mcp-Session-Id", NULL);
+	check_error(post(NULL, "MCP-Protocol-Version: 2025-11-25\r\n", "{}"), 400, "Mcp-Session-Id", NULL);
 	cli *c = dial();
 	says(c, "GET /metrics HTTP/1.1\r\nHost: localhost\r\n\r\n");
 	CHECK(read_resp(c, &r) == 0 && r.status == 200);
