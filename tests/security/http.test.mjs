@@ -135,10 +135,33 @@ describe("HTTP endpoint rules", () => {
 
   it("sessions: missing -> 400, unknown -> 404, bad protocol version -> 400", T, async () => {
     const ping = JSON.stringify({ jsonrpc: "2.0", id: 3, method: "ping" });
-    assert.equal((await post(ping)).status, 400);
+    // without a session a request is read as 2026-07-28: ping is a removed method (404), and a
+    // request without _meta is told what it lacks (400, with its id)
+    let r = await post(ping);
+    assert.equal(r.status, 404);
+    assert.equal((await r.json()).error.code, -32601);
+    r = await post(JSON.stringify({ jsonrpc: "2.0", id: 4, method: "tools/list" }));
+    assert.equal(r.status, 400);
+    let e = await r.json();
+    assert.equal(e.id, 4);
+    assert.equal(e.error.code, -32602);
+    assert.match(e.error.message, /initialize first for 2025-11-25/);
+    assert.equal((await post(ping, H({ "MCP-Protocol-Version": "2025-11-25" }))).status, 400); // a 2025 request needs its session
     assert.equal((await post(ping, H({ "Mcp-Session-Id": "f".repeat(64) }))).status, 404);
     const sid = await session();
-    assert.equal((await post(ping, H({ "Mcp-Session-Id": sid, "MCP-Protocol-Version": "1999-01-01" }))).status, 400);
+    // a version that is not a 2025 one is read the 2026-07-28 way (the session header ignored)
+    const old = JSON.stringify({ jsonrpc: "2.0", id: 5, method: "tools/list", params: { _meta: {
+      "io.modelcontextprotocol/protocolVersion": "1999-01-01", "io.modelcontextprotocol/clientCapabilities": {} } } });
+    r = await post(old, H({ "Mcp-Session-Id": sid, "MCP-Protocol-Version": "1999-01-01", "Mcp-Method": "tools/list" }));
+    assert.equal(r.status, 400);
+    e = await r.json();
+    assert.equal(e.id, 5);
+    assert.equal(e.error.code, -32022);
+    assert.equal(e.error.data.requested, "1999-01-01");
+    assert.ok(e.error.data.supported.includes("2026-07-28") && e.error.data.supported.includes("2025-11-25"));
+    r = await post(old, H({ "Mcp-Session-Id": sid, "MCP-Protocol-Version": "2026-07-28", "Mcp-Method": "tools/list" }));
+    assert.equal(r.status, 400);
+    assert.equal((await r.json()).error.code, -32020); // the header and _meta disagree
     assert.equal((await fetch(srv.url, { method: "DELETE", headers: H({ "Mcp-Session-Id": sid }) })).status, 204);
     assert.equal((await post(ping, H({ "Mcp-Session-Id": sid }))).status, 404);
     await stillServes();
@@ -215,7 +238,9 @@ describe("HTTP endpoint rules", () => {
     const dupInit = INIT.replace('"method":"initialize"', '"method":"initialize","method":"ping"');
     const r = await post(dupInit);
     assert.equal(r.status, 400);
-    assert.match((await r.json()).error.message, /duplicate object key near '"method"'/);
+    const e1 = await r.json();
+    assert.equal(e1.id, 1);
+    assert.match(e1.error.message, /duplicate object key "method"/);
     const sid = await session();
     const r2 = await post('{"jsonrpc":"2.0","id":7,"method":"ping","method":"tools/list"}',
       H({ "Mcp-Session-Id": sid, "MCP-Protocol-Version": "2025-11-25" }));
