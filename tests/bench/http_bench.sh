@@ -1,8 +1,9 @@
 #!/bin/bash
 # http_bench.sh - load on the Streamable HTTP endpoint with wrk (Debian): tools/call execute_code
 # ("return 1+1") on one session, keep-alive, at 50 then twice 1000 connections (RSS must stay flat),
-# 10 s each (HTTP_BENCH_S),
-# with RSS before and after. Figures, not pass/fail. Usage: tests/bench/http_bench.sh [moonbox]
+# 10 s each (HTTP_BENCH_S), with RSS before and after; then sessionless 2026-07-28 requests beside
+# session ones, alternating (3 rounds of HTTP_BENCH_S/2 s each at 50 connections), with the median
+# of each. Figures, not pass/fail. Usage: tests/bench/http_bench.sh [moonbox]
 set -u
 cd "$(dirname "$0")/../.." || exit 1
 BIN=${1:-build/moonbox}
@@ -24,5 +25,20 @@ for c in 50 1000 1000; do
   wrk -t2 -c"$c" -d"${DUR}s" --timeout 10s -s tests/bench/http_wrk.lua "$url" | grep -E "^wrk:|Socket errors" | sed "s/^/  $c connections: /"
   echo "  RSS after $c connections: $(rss)"
 done
+echo "  2026-07-28 sessionless vs 2025-11-25 session, 50 connections, alternating:"
+half=$(( DUR / 2 > 1 ? DUR / 2 : 2 ))
+for r in 1 2 3; do
+  for m in session stateless; do
+    MODE=$m wrk -t2 -c50 -d"${half}s" --timeout 10s -s tests/bench/http_wrk.lua "$url" |
+      sed -n "s/^wrk: [0-9]* requests, \([0-9]*\)\/s.*p50 \([0-9.]*\) ms.*that were not a successful execution \([0-9]*\)/$m \1 \2 \3/p"
+  done
+done | awk '{ n[$1]++; rps[$1, n[$1]] = $2; p50[$1, n[$1]] = $3; bad[$1] += $4 }
+  function med(a, k, c,   i, j, t, v) { for (i = 1; i <= c; i++) v[i] = a[k, i]
+    for (i = 1; i <= c; i++) for (j = i + 1; j <= c; j++) if (v[j] < v[i]) { t = v[i]; v[i] = v[j]; v[j] = t }
+    return v[int((c + 1) / 2)] }
+  END { for (m in n) printf "    %-9s median %s req/s, p50 %s ms (%d rounds; failed answers %d)\n", m,
+          med(rps, m, n[m]), med(p50, m, n[m]), n[m], bad[m]
+        if (n["session"] && n["stateless"]) printf "    stateless / session: %.2f\n",
+          med(rps, "stateless", n["stateless"]) / med(rps, "session", n["session"]) }'
 kill -TERM $pid; wait $pid 2>/dev/null
 rm -rf "$d"

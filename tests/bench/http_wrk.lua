@@ -1,5 +1,7 @@
--- wrk script: tools/call execute_code ("return 1+1") on one MCP session over Streamable HTTP.
--- The session id comes from the SID environment variable (see tests/bench/http_bench.sh).
+-- wrk script: tools/call execute_code ("return 1+1") over Streamable HTTP, on one MCP session
+-- (2025-11-25; the session id comes from the SID environment variable, see
+-- tests/bench/http_bench.sh) or, with MODE=stateless, as sessionless 2026-07-28 requests (each
+-- carries its _meta and the Mcp-Method / Mcp-Name headers).
 -- Request ids are unique across wrk's threads (a reused id in flight would be refused); answers
 -- that are not a successful execution are counted and reported.
 local threads = {}
@@ -10,18 +12,27 @@ setup = function(thread)
 end
 
 local id, failed = 0, 0
+local stateless = os.getenv("MODE") == "stateless"
+local META = ',"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28",'
+  .. '"io.modelcontextprotocol/clientCapabilities":{}}'
 init = function()
   wrk.method = "POST"
   wrk.headers["Content-Type"] = "application/json"
   wrk.headers["Accept"] = "application/json, text/event-stream"
-  wrk.headers["Mcp-Session-Id"] = os.getenv("SID")
-  wrk.headers["MCP-Protocol-Version"] = "2025-11-25"
+  if stateless then
+    wrk.headers["MCP-Protocol-Version"] = "2026-07-28"
+    wrk.headers["Mcp-Method"] = "tools/call"
+    wrk.headers["Mcp-Name"] = "execute_code"
+  else
+    wrk.headers["Mcp-Session-Id"] = os.getenv("SID")
+    wrk.headers["MCP-Protocol-Version"] = "2025-11-25"
+  end
 end
 
 request = function()
   id = id + 1
   local body = '{"jsonrpc":"2.0","id":"t' .. tid .. '-' .. id .. '","method":"tools/call","params":'
-    .. '{"name":"execute_code","arguments":{"code":"return 1+1"}}}'
+    .. '{"name":"execute_code","arguments":{"code":"return 1+1"}' .. (stateless and META or "") .. '}}'
   return wrk.format(nil, nil, nil, body)
 end
 
