@@ -246,10 +246,10 @@ local function drop(hold)
 end
 M.drop = drop
 
--- A new hold for entry (the request's in-flight entry) waiting in coroutine co for the answers
--- to inputs = {key -> {method, params}}. Returns the hold and its requestState, or nil and why.
+-- A new hold for entry (the request's in-flight entry) waiting for the answers to inputs =
+-- {key -> {method, params}}. Returns the hold and its requestState, or nil and why.
 -- on_expire(hold) runs when no retry came within mrtr_hold_ms.
-function M.hold(entry, tenant, tool, inputs, co, on_expire)
+function M.hold(entry, tenant, tool, inputs, on_expire)
   if nholds >= mb.config.mrtr_max_held then
     return nil, string.format("%d executions already wait for their clients' input "
       .. "(mrtr_max_held=%d)", nholds, mb.config.mrtr_max_held)
@@ -257,7 +257,7 @@ function M.hold(entry, tenant, tool, inputs, co, on_expire)
   next_hold = next_hold + 1
   local id = string.format("%x.%x", next_hold, math.random(0, 0x7fffffff))
   local ttl = mb.config.mrtr_hold_ms
-  local hold = { id = id, entry = entry, tenant = tenant, tool = tool, inputs = inputs, co = co,
+  local hold = { id = id, entry = entry, tenant = tenant, tool = tool, inputs = inputs,
                  expires = mb.wall_ms() + ttl }
   holds[id] = hold
   nholds = nholds + 1

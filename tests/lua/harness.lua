@@ -307,6 +307,7 @@ H.CONFIG = {
   default_timeout_ms = 5000, max_timeout_ms = 60000, default_memory_mb = 64, max_memory_mb = 512,
   default_instruction_limit = 100000000, max_instruction_limit = 10000000000,
   max_message_bytes = 16777216, tools_page_size = 50, regex_max_subject_bytes = 4194304,
+  cache_ttl_ms = 60000, mrtr_hold_ms = 300000, mrtr_max_held = 64, max_resource_subscriptions = 1000,
   pii_policy = 1, pii_restore = 1, mcp_servers = "", upstream_timeout_ms = 30000,
   history_max_rows = 100000, workflows_dir = "", data_dir = "/data", skills_dir = "/data/skills",
   catalog_dir = "", max_output_bytes = 1048576, max_result_bytes = 4194304, max_code_bytes = 1048576,
@@ -336,10 +337,10 @@ function H.new_mb(config)
     json_raw_text = function(r) return r.text end,
     yaml_decode = unscripted("yaml_decode"),
     sent = {}, logs = {}, history = {}, pending = 0, clock = 1000, wall = 1700000000000,
-    send = function(msg, session, exchange, final)
+    send = function(msg, session, exchange, final, status)
       local text = H.json_encode(msg)
       m.sent[#m.sent + 1] = { msg = assert(H.json_decode(text)), text = text, session = session,
-                              exchange = exchange, final = final }
+                              exchange = exchange, final = final, status = status }
     end,
     exchange_pending = function() m.pending = m.pending + 1 end,
     log = function(level, text) m.logs[#m.logs + 1] = { level, text } end,

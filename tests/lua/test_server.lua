@@ -362,6 +362,196 @@ check("the execution's end ends the client request's wait", { coroutine.status(h
 check("the execution was answered", m.sent[#m.sent].msg.id, 60)
 
 ---------------------------------------------------------------------------------------------
+-- 2026-07-28: requests without a handshake (lua/mcp/modern.lua)
+
+local V = "2026-07-28"
+local META = { ["io.modelcontextprotocol/protocolVersion"] = V, ["io.modelcontextprotocol/clientCapabilities"] = {} }
+local function with(t, k, v) local c = {} for a, b in pairs(t) do c[a] = b end c[k] = v return c end
+local EMETA = with(META, "io.modelcontextprotocol/clientCapabilities", { elicitation = {} })
+local function hdr(method, name, version) return { http = true, protocol_version = version or V, method = method, name = name } end
+-- a sessionless HTTP request (session 0) with its headers; returns the coroutine
+local function mhandle(msg, ex, h, tenant)
+  local co = coroutine.create(server.handle_line)
+  assert(coroutine.resume(co, H.json_encode(msg), 0, ex, tenant or "default", h))
+  return co
+end
+local function manswer(msg, ex, h, tenant)
+  local n0 = #m.sent
+  mhandle(msg, ex, h, tenant)
+  check("one answer to exchange " .. ex, #m.sent, n0 + 1)
+  return m.sent[#m.sent]
+end
+local function req(id, method, params) return { jsonrpc = "2.0", id = id, method = method, params = params } end
+
+local d = manswer(req(1, "server/discover", { _meta = META }), 201, hdr("server/discover"))
+check("discover", { d.msg.result.resultType, d.msg.result.supportedVersions[1], d.msg.result.supportedVersions[2],
+  d.msg.result.ttlMs, d.msg.result.cacheScope, d.msg.result._meta["io.modelcontextprotocol/serverInfo"].name, d.status },
+  { "complete", V, "2025-11-25", H.CONFIG.cache_ttl_ms, "public", "moonbox", nil })
+local tl = manswer(req(2, "tools/list", { _meta = META }), 202, hdr("tools/list")).msg.result
+check("tools/list carries resultType, ttlMs and cacheScope", { tl.resultType, tl.ttlMs ~= nil, tl.cacheScope }, { "complete", true, "public" })
+-- the envelope, in the order the spec checks it: method, _meta, headers, version
+local e = manswer(req(3, "ping", { _meta = META }), 203, hdr("ping"))
+check("removed method: 404 -32601", { e.msg.id, e.msg.error.code, e.status }, { 3, -32601, 404 })
+e = manswer(req(4, "initialize", { protocolVersion = "2025-11-25" }), 204, hdr("initialize"))
+check("initialize without a session is a removed method", { e.msg.error.code, e.status }, { -32601, 404 })
+e = manswer(req(5, "tools/list", {}), 205, hdr("tools/list"))
+check("no _meta: 400 -32602 with the id", { e.msg.id, e.msg.error.code, e.status }, { 5, -32602, 400 })
+e = manswer(req(6, "tools/list", { _meta = with(META, "io.modelcontextprotocol/clientCapabilities", nil) }), 206, hdr("tools/list"))
+check("no clientCapabilities: 400 -32602", { e.msg.error.code, e.status }, { -32602, 400 })
+check_match("... naming it", e.msg.error.message, "clientCapabilities")
+e = manswer(req(7, "tools/list", { _meta = with(META, "io.modelcontextprotocol/protocolVersion", "v9") }), 207, hdr("tools/list"))
+check("header and _meta disagree: -32020", { e.msg.error.code, e.status }, { -32020, 400 })
+e = manswer(req(8, "tools/list", { _meta = with(META, "io.modelcontextprotocol/protocolVersion", "v9") }), 208, hdr("tools/list", nil, "v9"))
+check("unsupported version: -32022 with the supported list", { e.msg.error.code, e.status, e.msg.error.data.requested,
+  e.msg.error.data.supported[1] }, { -32022, 400, "v9", V })
+e = manswer(req(9, "tools/list", { _meta = META }), 209, hdr("tools/call"))
+check("Mcp-Method disagrees: -32020", { e.msg.error.code, e.status }, { -32020, 400 })
+e = manswer(req(10, "tools/call", { _meta = META, name = "execute_code", arguments = {} }), 210, hdr("tools/call", "other"))
+check("Mcp-Name disagrees: -32020", { e.msg.error.code, e.status }, { -32020, 400 })
+e = manswer(req(11, "tools/call", { _meta = META, name = "execute_code", arguments = {} }), 211, hdr("tools/call"))
+check("Mcp-Name missing: -32020", { e.msg.error.code, e.status }, { -32020, 400 })
+e = manswer(req(12, "subscriptions/listen", { _meta = META }), 212, hdr("subscriptions/listen"))
+check("listen needs params.notifications", { e.msg.error.code, e.msg.id }, { -32602, 12 })
+check("server/discover is not a 2025 method", err_of('{"jsonrpc":"2.0","id":14,"method":"server/discover"}', 2)[2], -32601)
+
+-- stdio: a request with _meta is read the 2026-07-28 way until initialize; after it, 2025
+local sd = answer(H.json_encode(req(15, "tools/list", { _meta = META })), 40)
+check("stdio modern request answered with resultType", sd.result.resultType, "complete")
+answer('{"jsonrpc":"2.0","id":16,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{}}}', 40)
+check("after initialize the same session is 2025 (no resultType)", answer(H.json_encode(req(17, "tools/list", { _meta = META })), 40).result.resultType, nil)
+
+-- logs only for a request that named a logLevel
+local lco = mhandle(req(18, "tools/call", { _meta = META, name = "execute_code", arguments = { code = "x" } }), 218, hdr("tools/call", "execute_code"))
+local ljob = 100 + #jobs
+n = #m.sent
+server.on_notify(ljob, "error", '"no"')
+check("no logLevel: no log message", #m.sent, n)
+assert(coroutine.resume(lco, H.shaped({ success = true, result_json = "1", output = "", execution_time_ms = 1, instructions = 1, memory_peak_bytes = 1 })))
+local lmeta = with(META, "io.modelcontextprotocol/logLevel", "warning")
+lco = mhandle(req(19, "tools/call", { _meta = lmeta, name = "execute_code", arguments = { code = "x" } }), 219, hdr("tools/call", "execute_code"))
+ljob = 100 + #jobs
+n = #m.sent
+server.on_notify(ljob, "info", '"below"')
+server.on_notify(ljob, "error", '"yes"')
+check("logLevel warning: the error is sent, the info not", { #m.sent - n, m.sent[#m.sent].msg.params.level }, { 1, "error" })
+assert(coroutine.resume(lco, H.shaped({ success = true, result_json = "1", output = "", execution_time_ms = 1, instructions = 1, memory_peak_bytes = 1 })))
+e = manswer(req(20, "tools/list", { _meta = with(META, "io.modelcontextprotocol/logLevel", "loud") }), 220, hdr("tools/list"))
+check("a bad logLevel is -32602", e.msg.error.code, -32602)
+
+-- a disconnect cancels
+local dco = mhandle(req(21, "tools/call", { _meta = META, name = "execute_code", arguments = { code = "x" } }), 221, hdr("tools/call", "execute_code"))
+local djob = 100 + #jobs
+n = #m.sent
+server.on_exchange_closed(221)
+check("a closed exchange cancels its execution", cancelled[#cancelled], djob)
+assert(coroutine.resume(dco, H.shaped({ success = false, error_type = "cancelled", output = "", execution_time_ms = 1, instructions = 1, memory_peak_bytes = 1 })))
+check("... and is not answered", #m.sent, n)
+server.on_exchange_closed(99999) -- unknown: nothing happens
+
+-- input_required: the execution is held; the retry with the answer continues it
+local timers = {}
+m.timer = function(ms, fn) local t = { ms = ms, fn = fn, stop = function(self) self.stopped = true end } timers[#timers + 1] = t return t end
+local sealed = {}
+m.seal = function(text) sealed[#sealed + 1] = text return "S" .. #sealed end
+m.unseal = function(tok) local i = tonumber(tostring(tok):match("^S(%d+)$")) if i and sealed[i] then return sealed[i] end return nil, "altered" end
+local ico2 = mhandle(req(30, "tools/call", { _meta = EMETA, name = "execute_code", arguments = { code = "x" } }), 230, hdr("tools/call", "execute_code"), "acme")
+local ijob = 100 + #jobs
+n = #m.sent
+local _, ihc = host("client_request", '{"method":"elicitation/create","params":{"message":"Name?"}}', ijob)
+local ir = m.sent[#m.sent]
+check("input_required answers the request", { #m.sent - n, ir.msg.id, ir.exchange, ir.msg.result.resultType, ir.final },
+  { 1, 30, 230, "input_required", true })
+local ikey = next(ir.msg.result.inputRequests)
+check("the input request", ir.msg.result.inputRequests[ikey], { method = "elicitation/create", params = { message = "Name?" } })
+check("the host call waits", coroutine.status(ihc), "suspended")
+check("a hold timer of mrtr_hold_ms", timers[#timers].ms, H.CONFIG.mrtr_hold_ms)
+local state = ir.msg.result.requestState
+local retry = req(31, "tools/call", { _meta = EMETA, name = "execute_code", arguments = { code = "x" }, requestState = state,
+  inputResponses = { [ikey] = { action = "accept", content = { name = "Ann" } } } })
+e = manswer(with(retry, "params", with(retry.params, "requestState", "forged")), 231, hdr("tools/call", "execute_code"), "acme")
+check("a forged requestState is refused", { e.msg.id, e.msg.error.code }, { 31, -32602 })
+e = manswer(retry, 232, hdr("tools/call", "execute_code"), "bob")
+check("another tenant's requestState is refused", { e.msg.error.code, e.msg.error.message:match("does not belong") ~= nil }, { -32602, true })
+e = manswer(with(retry, "params", with(retry.params, "name", "get_execution_stats")), 233, hdr("tools/call", "get_execution_stats"), "acme")
+check("a requestState for another tool is refused", e.msg.error.code, -32602)
+n = #m.sent
+mhandle(retry, 234, hdr("tools/call", "execute_code"), "acme")
+check("the retry resumes the host call with the answer", { coroutine.status(ihc), replies[#replies].ok,
+  H.json_decode(replies[#replies].text) }, { "dead", true, { action = "accept", content = { name = "Ann" } } })
+check("the retry is not answered yet", #m.sent, n)
+assert(coroutine.resume(ico2, H.shaped({ success = true, result_json = "2", output = "", execution_time_ms = 1, instructions = 1, memory_peak_bytes = 1 })))
+check("the execution's result answers the retry", { m.sent[#m.sent].msg.id, m.sent[#m.sent].exchange,
+  m.sent[#m.sent].msg.result.resultType }, { 31, 234, "complete" })
+e = manswer(retry, 235, hdr("tools/call", "execute_code"), "acme")
+check("a used requestState is refused", e.msg.error.code, -32602)
+
+-- mcp.ask: several inputs in one round; a missing answer is asked again; -32021 without the capability
+local aco = mhandle(req(40, "tools/call", { _meta = with(EMETA, "io.modelcontextprotocol/clientCapabilities",
+  { elicitation = {}, roots = {} }), name = "execute_code", arguments = { code = "x" } }), 240, hdr("tools/call", "execute_code"))
+local ajob = 100 + #jobs
+local _, ahc = host("client_requests", '{"inputs":{"a":{"method":"elicitation/create","params":{"message":"?"}},"b":{"method":"roots/list"}}}', ajob)
+local ar = m.sent[#m.sent].msg.result
+check("both inputs in one round", { ar.resultType, ar.inputRequests.a.method, ar.inputRequests.b.method }, { "input_required", "elicitation/create", "roots/list" })
+mhandle(req(41, "tools/call", { _meta = EMETA, name = "execute_code", arguments = { code = "x" }, requestState = ar.requestState,
+  inputResponses = { a = { action = "decline" }, b = 12345 } }), 241, hdr("tools/call", "execute_code"))
+local ar2 = m.sent[#m.sent].msg
+check("an answer that is not an object is asked again", { ar2.id, ar2.result.resultType, ar2.result.inputRequests.b ~= nil,
+  ar2.result.inputRequests.a, ar2.result.requestState ~= ar.requestState }, { 41, "input_required", true, nil, true })
+mhandle(req(42, "tools/call", { _meta = EMETA, name = "execute_code", arguments = { code = "x" }, requestState = ar2.result.requestState,
+  inputResponses = { b = { roots = {} } } }), 242, hdr("tools/call", "execute_code"))
+check("all answered: the host call gets them by key", { coroutine.status(ahc), H.json_decode(replies[#replies].text) },
+  { "dead", { a = { action = "decline" }, b = { roots = {} } } })
+assert(coroutine.resume(aco, H.shaped({ success = true, result_json = "3", output = "", execution_time_ms = 1, instructions = 1, memory_peak_bytes = 1 })))
+check("answered to the last retry", m.sent[#m.sent].msg.id, 42)
+
+local cco = mhandle(req(43, "tools/call", { _meta = META, name = "execute_code", arguments = { code = "x" } }), 243, hdr("tools/call", "execute_code"))
+local cjob = 100 + #jobs
+host("client_request", '{"method":"sampling/createMessage","params":{}}', cjob)
+check("the code's call fails", replies[#replies].ok, false)
+check("and the execution is stopped", cancelled[#cancelled], cjob)
+assert(coroutine.resume(cco, H.shaped({ success = false, error_type = "cancelled", output = "", execution_time_ms = 1, instructions = 1, memory_peak_bytes = 1 })))
+e = m.sent[#m.sent]
+check("a missing client capability is -32021 naming it", { e.msg.id, e.msg.error.code, e.status, e.msg.error.data.requiredCapabilities },
+  { 43, -32021, 400, { sampling = {} } })
+
+-- an abandoned hold: its timer stops the execution
+local hco = mhandle(req(44, "tools/call", { _meta = EMETA, name = "execute_code", arguments = { code = "x" } }), 244, hdr("tools/call", "execute_code"))
+local hjob = 100 + #jobs
+local _, hhc = host("client_request", '{"method":"elicitation/create","params":{"message":"?"}}', hjob)
+local hstate = m.sent[#m.sent].msg.result.requestState
+timers[#timers].fn()
+check("the expired hold ends the wait with an error and cancels", { coroutine.status(hhc), replies[#replies].ok,
+  replies[#replies].text:match("mrtr_hold_ms") ~= nil, cancelled[#cancelled] }, { "dead", false, true, hjob })
+assert(coroutine.resume(hco, H.shaped({ success = false, error_type = "cancelled", output = "", execution_time_ms = 1, instructions = 1, memory_peak_bytes = 1 })))
+e = manswer(req(45, "tools/call", { _meta = EMETA, name = "execute_code", arguments = {}, requestState = hstate, inputResponses = {} }),
+  245, hdr("tools/call", "execute_code"))
+check("its requestState is no longer held", e.msg.error.code, -32602)
+
+-- subscriptions/listen: acknowledged, tagged, filtered, cancelled by a disconnect
+local sco = mhandle(req("L1", "subscriptions/listen", { _meta = META, notifications = { toolsListChanged = true } }), 250, hdr("subscriptions/listen"))
+local ack = m.sent[#m.sent]
+check("listen is acknowledged first, tagged, not final", { ack.msg.method, ack.msg.params._meta["io.modelcontextprotocol/subscriptionId"], ack.final, ack.exchange },
+  { "notifications/subscriptions/acknowledged", "L1", false, 250 })
+mhandle(req("L2", "subscriptions/listen", { _meta = META, notifications = { promptsListChanged = true } }), 251, hdr("subscriptions/listen"))
+n = #m.sent
+tools.list_changed()
+local on250, on251 = {}, {}
+for i = n + 1, #m.sent do
+  local s2 = m.sent[i]
+  if s2.exchange == 250 then on250[#on250 + 1] = s2.msg.method .. " " .. s2.msg.params._meta["io.modelcontextprotocol/subscriptionId"] end
+  if s2.exchange == 251 then on251[#on251 + 1] = s2.msg.method end
+end
+check("each listener hears what it asked for, tagged", { on250, on251 },
+  { { "notifications/tools/list_changed L1" }, { "notifications/prompts/list_changed" } })
+server.on_exchange_closed(250)
+check("a closed listen stream ends the listener (no answer)", coroutine.status(sco), "dead")
+n = #m.sent
+tools.list_changed()
+local after = 0
+for i = n + 1, #m.sent do if m.sent[i].exchange == 250 then after = after + 1 end end
+check("nothing more goes to it", after, 0)
+
+---------------------------------------------------------------------------------------------
 -- list_changed, shutdown, metrics
 
 n = #m.sent
@@ -369,16 +559,22 @@ tools.list_changed()
 local methods_sent = {}
 for i = n + 1, #m.sent do methods_sent[#methods_sent + 1] = m.sent[i].session .. " " .. m.sent[i].msg.method end
 table.sort(methods_sent)
-check("list_changed goes to initialized sessions only", methods_sent, {
+check("list_changed goes to initialized sessions and listeners only", methods_sent, {
+  "0 notifications/prompts/list_changed", -- the 2026-07-28 listener L2, on its own stream
   "11 notifications/prompts/list_changed", "11 notifications/resources/list_changed", "11 notifications/tools/list_changed",
   "2 notifications/prompts/list_changed", "2 notifications/resources/list_changed", "2 notifications/tools/list_changed",
   "3 notifications/prompts/list_changed", "3 notifications/resources/list_changed", "3 notifications/tools/list_changed",
+  "40 notifications/prompts/list_changed", "40 notifications/resources/list_changed", "40 notifications/tools/list_changed",
   "5 notifications/prompts/list_changed", "5 notifications/resources/list_changed", "5 notifications/tools/list_changed" })
 
 local flushed = 0
 m.history_flush = function() flushed = flushed + 1 end
+n = #m.sent
 server.on_shutdown()
 check("shutdown closes upstreams and flushes the history", { up_calls()[#up_calls()][1], flushed }, { "shutdown", 1 })
+check("shutdown tears the listener down with notifications/cancelled naming its request, final",
+  { m.sent[n + 1].msg.method, m.sent[n + 1].msg.params.requestId, m.sent[n + 1].final, m.sent[n + 1].exchange },
+  { "notifications/cancelled", "L2", true, 251 })
 check("metrics text from the upstreams", server.metrics_text(), "# upstream\n")
 
 H.done()
