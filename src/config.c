@@ -62,6 +62,7 @@ static const option options[] = {
 	I(mrtr_hold_ms, 300000, 1000, 86400000, "2026-07-28: how long an execution waits for the client's retry with its input (input_required)"),
 	I(mrtr_max_held, 64, 1, 100000, "2026-07-28: executions held waiting for client input at once"),
 	I(max_resource_subscriptions, 1000, 1, 1000000, "2026-07-28: resource uris one subscriptions/listen may watch"),
+	I(max_listeners, 1000, 1, 1000000, "2026-07-28: subscriptions/listen requests open at once"),
 	I(regex_match_limit, 100000, 100, 100000000, "PCRE2 match limit per re.* call"),
 	I(regex_heap_limit_kb, 8192, 64, 4194304, "PCRE2 backtracking heap per match, KiB"),
 	I(regex_max_pattern_bytes, 4096, 16, 1048576, "longest re.* pattern"),

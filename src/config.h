@@ -53,6 +53,7 @@ typedef struct mb_config {
 	int64_t mrtr_hold_ms;       /* an execution held for client input waits this long */
 	int64_t mrtr_max_held;
 	int64_t max_resource_subscriptions;
+	int64_t max_listeners;
 
 	/* re.* (PCRE2) */
 	int64_t regex_match_limit;

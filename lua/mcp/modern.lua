@@ -195,9 +195,14 @@ function M.listen_filter(params)
   return { kinds = kinds, uris = uris }
 end
 
-local next_listener = 0
--- Registers a listener and returns it; send(l, method, params, final) delivers to it.
+local next_listener, nlisteners = 0, 0
+-- Registers a listener and returns it, or nil and why (max_listeners).
 function M.add_listener(l)
+  if nlisteners >= mb.config.max_listeners then
+    return nil, string.format("subscriptions/listen: %d listens are open (max_listeners=%d)",
+                              nlisteners, mb.config.max_listeners)
+  end
+  nlisteners = nlisteners + 1
   next_listener = next_listener + 1
   l.key = next_listener
   listeners[l.key] = l
@@ -205,7 +210,10 @@ function M.add_listener(l)
 end
 
 function M.remove_listener(l)
-  listeners[l.key] = nil
+  if listeners[l.key] == l then
+    listeners[l.key] = nil
+    nlisteners = nlisteners - 1
+  end
 end
 
 -- Sends a notification to the listeners that asked for kind (e.g. "toolsListChanged") and may

@@ -347,9 +347,10 @@ end
 methods["subscriptions/listen"] = function(params, request)
   local filter, err = modern.listen_filter(params)
   if not filter then error(rpc_error(INVALID_PARAMS, err)) end
-  local l = modern.add_listener({ filter = filter, tenant = request.tenant, session = request.session,
-                                  exchange = request.exchange, co = coroutine.running(),
-                                  entry = request.entry })
+  local l, lerr = modern.add_listener({ filter = filter, tenant = request.tenant, session = request.session,
+                                        exchange = request.exchange, co = coroutine.running(),
+                                        entry = request.entry })
+  if not l then error(rpc_error(INVALID_PARAMS, lerr)) end
   l.sub_id = tostring(request.id)
   request.entry.listener = l
   send_listener(l, "notifications/subscriptions/acknowledged", {})

@@ -308,6 +308,7 @@ H.CONFIG = {
   default_instruction_limit = 100000000, max_instruction_limit = 10000000000,
   max_message_bytes = 16777216, tools_page_size = 50, regex_max_subject_bytes = 4194304,
   cache_ttl_ms = 60000, mrtr_hold_ms = 300000, mrtr_max_held = 64, max_resource_subscriptions = 1000,
+  max_listeners = 1000,
   pii_policy = 1, pii_restore = 1, mcp_servers = "", upstream_timeout_ms = 30000,
   history_max_rows = 100000, workflows_dir = "", data_dir = "/data", skills_dir = "/data/skills",
   catalog_dir = "", max_output_bytes = 1048576, max_result_bytes = 4194304, max_code_bytes = 1048576,

@@ -550,6 +550,10 @@ tools.list_changed()
 local after = 0
 for i = n + 1, #m.sent do if m.sent[i].exchange == 250 then after = after + 1 end end
 check("nothing more goes to it", after, 0)
+m.config.max_listeners = 1 -- L2 is open
+e = manswer(req("L3", "subscriptions/listen", { _meta = META, notifications = { toolsListChanged = true } }), 252, hdr("subscriptions/listen"))
+check("listens are bounded by max_listeners", { e.msg.error.code, e.msg.error.message:match("max_listeners=1") ~= nil }, { -32602, true })
+m.config.max_listeners = 1000
 
 ---------------------------------------------------------------------------------------------
 -- list_changed, shutdown, metrics
