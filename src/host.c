@@ -471,7 +471,7 @@ void mb_host_handle_line(mb_host *h, const char *line, size_t len)
 
 int mb_host_handle_message(mb_host *h, uint64_t session, uint64_t exchange, const char *tenant,
 			   const char *body, size_t len, const char *version, const char *method,
-			   const char *name)
+			   const char *name, const char *params)
 {
 	h->cur_exchange = exchange;
 	h->cur_pending = h->cur_answered = 0;
@@ -490,6 +490,8 @@ int mb_host_handle_message(mb_host *h, uint64_t session, uint64_t exchange, cons
 	lua_setfield(co, -2, "method");
 	lua_pushstring(co, name);
 	lua_setfield(co, -2, "name");
+	lua_pushstring(co, params);
+	lua_setfield(co, -2, "params");
 	run_coroutine(h, co, 5);
 	lua_pop(h->L, 1);
 	int r = h->cur_pending || h->cur_answered;

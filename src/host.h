@@ -62,13 +62,14 @@ void mb_host_handle_line(mb_host *h, const char *line, size_t len);
 
 /// Handles one message of a session (HTTP; session 0 = a sessionless 2026-07-28 request). Messages
 /// for it go out through io.send with this exchange; the last one has final set. version, method
-/// and name are the MCP-Protocol-Version, Mcp-Method and Mcp-Name headers (NULL when absent),
-/// which the protocol layer checks against the body.
+/// and name are the MCP-Protocol-Version, Mcp-Method and Mcp-Name headers, params the
+/// Mcp-Param-<Name> ones as "Name:value" lines (NULL when absent), which the protocol layer
+/// checks against the body.
 /// @returns 1 when the host answered or will answer on this exchange (a request, or an error
 ///          about the message), 0 when it will not (a notification, a client's response)
 int mb_host_handle_message(mb_host *h, uint64_t session, uint64_t exchange, const char *tenant,
 			   const char *body, size_t len, const char *version, const char *method,
-			   const char *name);
+			   const char *name, const char *params);
 
 /// The connection of a sessionless exchange closed before its answer: the request is cancelled.
 void mb_host_exchange_closed(mb_host *h, uint64_t exchange);

@@ -132,7 +132,7 @@ static int on_headers_complete(http_parser *p)
 		if (c->hover[i] && i != H_ACCEPT && i != H_ORIGIN && i != H_HOST && i != H_AUTH && i != H_SESSION &&
 		    i != H_MNAME)
 			return mb_http_bad(c, 400, "header %s is too long", mb_http_hdr_def[i].name);
-		if (c->hcount[i] > 1 && i != H_ACCEPT)
+		if (c->hcount[i] > 1 && i != H_ACCEPT && i != H_MPARAM)
 			return mb_http_bad(c, 400, "duplicate %s header", mb_http_hdr_def[i].name);
 	}
 	if (!c->hcount[H_HOST])
@@ -431,6 +431,8 @@ static void handle_post(conn *c)
 		header_unwrap((char *)hval(c, H_MNAME));
 		req.name = hval(c, H_MNAME);
 	}
+	if (c->hcount[H_MPARAM])
+		req.params = hval(c, H_MPARAM); /* decoded by the host: a bad encoding is its error */
 	int r = h->cb.on_message(h->cb.ud, s ? snum : 0, x, c->tenant, c->body, c->blen, &req);
 	if (c->state != C_BUSY || c->xnode.key != x || !c->xsession)
 		return; /* answered (or the connection closed) during the call */

@@ -62,6 +62,7 @@ typedef struct mb_http_req {
 	const char *protocol_version; /* MCP-Protocol-Version */
 	const char *method;           /* Mcp-Method */
 	const char *name;             /* Mcp-Name */
+	const char *params;           /* every Mcp-Param-<Name>: "Name:value" lines (not decoded) */
 	int sessionless;
 } mb_http_req;
 

@@ -43,6 +43,7 @@ const mb_http_hdr mb_http_hdr_def[NHDR] = {
 	HD("host", host), HD("origin", origin), HD("accept", accept), HD("content-type", ctype),
 	HD("authorization", auth), HD("mcp-session-id", session), HD("mcp-protocol-version", proto),
 	HD("expect", expect), HD("mcp-method", mmethod), HD("mcp-name", mname),
+	HD("mcp-param-", mparam), /* a prefix: every Mcp-Param-<Name> header */
 #undef HD
 };
 
@@ -482,11 +483,33 @@ int mb_http_on_header_value(http_parser *p, const char *at, size_t n)
 		c->fidx = -1;
 		if (!c->fover)
 			for (int i = 0; i < NHDR; i++)
-				if (strlen(mb_http_hdr_def[i].name) == c->flen && strncasecmp(mb_http_hdr_def[i].name, c->fname, c->flen) == 0) {
+				if (i != H_MPARAM && strlen(mb_http_hdr_def[i].name) == c->flen &&
+				    strncasecmp(mb_http_hdr_def[i].name, c->fname, c->flen) == 0) {
 					c->fidx = i;
 					break;
 				}
-		if (c->fidx >= 0) {
+		int param = 0;
+		if (c->fidx < 0 && !c->fover && c->flen > 10 && strncasecmp(c->fname, "mcp-param-", 10) == 0) {
+			/* Mcp-Param-<Name>: one "Name:value" line each in mparam */
+			size_t need = c->flen - 10 + 2, have = c->hlen[H_MPARAM];
+			char *v = c->hv.mparam;
+			if (c->hcount[H_MPARAM] < 255)
+				c->hcount[H_MPARAM]++;
+			if (c->hover[H_MPARAM] || have + need >= sizeof c->hv.mparam) {
+				c->hover[H_MPARAM] = 1;
+			} else {
+				if (have)
+					v[have++] = '\n';
+				memcpy(v + have, c->fname + 10, c->flen - 10);
+				have += c->flen - 10;
+				v[have++] = ':';
+				v[have] = 0;
+				c->hlen[H_MPARAM] = (uint16_t)have;
+			}
+			c->fidx = H_MPARAM;
+			param = 1;
+		}
+		if (c->fidx >= 0 && !param) {
 			int i = c->fidx;
 			if (c->hcount[i] < 255)
 				c->hcount[i]++;
@@ -505,7 +528,7 @@ int mb_http_on_header_value(http_parser *p, const char *at, size_t n)
 	if (header_budget(c, n))
 		return -1;
 	int i = c->fidx;
-	if (i < 0 || c->hover[i] || (c->hcount[i] > 1 && i != H_ACCEPT))
+	if (i < 0 || c->hover[i] || (c->hcount[i] > 1 && i != H_ACCEPT && i != H_MPARAM))
 		return 0;
 	if (c->hlen[i] + n >= mb_http_hdr_def[i].cap) {
 		c->hover[i] = 1;

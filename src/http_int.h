@@ -172,11 +172,12 @@ static inline void htab_del(htab *t, hnode *x)
 /* ---- types ----------------------------------------------------------------------------------- */
 
 enum { H_HOST, H_ORIGIN, H_ACCEPT, H_CTYPE, H_AUTH, H_SESSION, H_PROTO, H_EXPECT, H_MMETHOD, H_MNAME,
-       NHDR };
+       H_MPARAM, NHDR };
 
 typedef struct hvals {
 	char host[256], origin[256], accept[512], ctype[128], auth[600], session[128], proto[64],
 		expect[64], mmethod[128], mname[1024];
+	char mparam[1024]; /* every Mcp-Param-<Name> header, as "Name:value" lines (SEP-2243) */
 } hvals;
 
 /* The headers the transport reads, and where each one's value lives in hvals (http_conn.c). */

@@ -122,6 +122,54 @@ function M.check(method, params, hdr)
   return { version = version, capabilities = caps, client_info = meta[K_INFO], log_level = level }
 end
 
+-- SEP-2243: a tools/call argument whose input schema property says "x-mcp-header": "Name"
+-- travels in the Mcp-Param-Name header too (for proxies that route on it); the two must agree.
+-- lines: the transport's "Name:value" lines; a value "=?base64?...?=" is decoded (strictly).
+-- Returns nil, or an error {code, message}.
+local function header_value(v)
+  local inner = v:match("^=%?[Bb][Aa][Ss][Ee]64%?(.*)%?=$")
+  if not inner then return v end
+  return mb.base64_decode(inner)
+end
+
+function M.check_params(lines, schema, args)
+  local props = is_object(schema) and is_object(schema.properties) and schema.properties
+  if not props then return nil end
+  local given = {}
+  for line in (lines or ""):gmatch("[^\n]+") do
+    local name, value = line:match("^([^:]*):[ \t]*(.-)[ \t]*$")
+    if name then given[name:lower()] = value end
+  end
+  args = is_object(args) and args or {}
+  for prop, def in pairs(props) do
+    local hname = is_object(def) and def["x-mcp-header"]
+    if type(hname) == "string" then
+      local v, h = args[prop], given[hname:lower()]
+      if v == nil or v == null then
+        if h ~= nil then
+          return err(HEADER_MISMATCH, string.format("Header mismatch: Mcp-Param-%s is set but arguments.%s is absent",
+            hname:sub(1, 64), tostring(prop):sub(1, 64)))
+        end
+      else
+        if h == nil then
+          return err(HEADER_MISMATCH, string.format("Header mismatch: the Mcp-Param-%s header is required "
+            .. "(arguments.%s has x-mcp-header)", hname:sub(1, 64), tostring(prop):sub(1, 64)))
+        end
+        local decoded = header_value(h)
+        if decoded == nil then
+          return err(HEADER_MISMATCH, string.format("Header mismatch: Mcp-Param-%s is not valid base64",
+            hname:sub(1, 64)))
+        end
+        local want = type(v) == "string" and v or (type(v) == "number" or type(v) == "boolean") and mb.json_encode(v)
+        if decoded ~= want then
+          return err(HEADER_MISMATCH, string.format("Header mismatch: Mcp-Param-%s does not match arguments.%s",
+            hname:sub(1, 64), tostring(prop):sub(1, 64)))
+        end
+      end
+    end
+  end
+end
+
 -- The HTTP status of a modern error answer (the spec's: 400 for what the request got wrong in
 -- its envelope, 404 for an unknown method); nil = 200.
 local STATUS = { [-32700] = 400, [-32600] = 400, [-32601] = 404, [HEADER_MISMATCH] = 400,

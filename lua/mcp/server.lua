@@ -717,6 +717,11 @@ local function dispatch(msg, t0, ctx)
         .. (modern.REMOVED[method] and " (removed in " .. modern.LATEST .. ")" or ""), nil, 404)
     end
     local info, e = modern.check(method, params, ctx.hdr)
+    if info and ctx.hdr and method == "tools/call" and type(params.name) == "string" then
+      local tool = tools.find(params.name, ctx.tenant)
+      e = tool and modern.check_params(ctx.hdr.params, tool.definition.inputSchema, params.arguments)
+      if e then info = nil end
+    end
     if not info then return send_error(ctx, id, e.code, e.message, e.data, modern.status_of(e.code, true)) end
     sess = { tenant = ctx.tenant, log_level = info.log_level, client_capabilities = info.capabilities,
              inflight = base and base.inflight or {} }

@@ -414,6 +414,23 @@ e = manswer(req(12, "subscriptions/listen", { _meta = META }), 212, hdr("subscri
 check("listen needs params.notifications", { e.msg.error.code, e.msg.id }, { -32602, 12 })
 check("server/discover is not a 2025 method", err_of('{"jsonrpc":"2.0","id":14,"method":"server/discover"}', 2)[2], -32601)
 
+-- SEP-2243: arguments mirrored in Mcp-Param-<Name> headers must agree with them
+local modern = require("mcp.modern")
+m.base64_decode = function(t) if t == "SGVsbG8=" then return "Hello" end return nil, "invalid base64" end
+m.json_encode = H.json_encode
+local SCHEMA = { type = "object", properties = { region = { type = "string", ["x-mcp-header"] = "Region" },
+  n = { type = "integer", ["x-mcp-header"] = "N" }, plain = { type = "string" } } }
+local function cp(lines, args) local r = modern.check_params(lines, SCHEMA, args) return r and r.code or "ok" end
+check("Mcp-Param: equal values pass", cp("Region: eu-1\nN:5", { region = "eu-1", n = 5, plain = "x" }), "ok")
+check("Mcp-Param: names are case-insensitive", cp("rEgIoN:eu-1", { region = "eu-1" }), "ok")
+check("Mcp-Param: base64 decoded", cp("Region:=?base64?SGVsbG8=?=", { region = "Hello" }), "ok")
+check("Mcp-Param: bad base64 refused", cp("Region:=?base64?SGVsbG8?=", { region = "Hello" }), -32020)
+check("Mcp-Param: no wrapper end is literal", cp("Region:=?base64?SGVsbG8=", { region = "=?base64?SGVsbG8=" }), "ok")
+check("Mcp-Param: missing header refused", cp(nil, { region = "eu-1" }), -32020)
+check("Mcp-Param: different value refused", cp("Region:us", { region = "eu-1" }), -32020)
+check("Mcp-Param: a number compared as JSON text", cp("N:6", { n = 5 }), -32020)
+check("Mcp-Param: header without the argument refused", cp("Region:eu", {}), -32020)
+
 -- stdio: a request with _meta is read the 2026-07-28 way until initialize; after it, 2025
 local sd = answer(H.json_encode(req(15, "tools/list", { _meta = META })), 40)
 check("stdio modern request answered with resultType", sd.result.resultType, "complete")

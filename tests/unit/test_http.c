@@ -41,7 +41,7 @@ static struct {
 	char last_tenant[80];
 	char last_body[8192];
 	int last_sessionless;
-	char last_proto[64], last_mmethod[128], last_mname[1024]; /* "-" when the header was absent */
+	char last_proto[64], last_mmethod[128], last_mname[1024], last_params[1024]; /* "-": absent */
 	int ended;
 	uint64_t ended_ids[256];
 	int timers; /* delayed answers not sent yet */
@@ -117,6 +117,7 @@ static int fake_message(void *ud, uint64_t session, uint64_t exchange, const cha
 	snprintf(F.last_proto, sizeof F.last_proto, "%s", req->protocol_version ? req->protocol_version : "-");
 	snprintf(F.last_mmethod, sizeof F.last_mmethod, "%s", req->method ? req->method : "-");
 	snprintf(F.last_mname, sizeof F.last_mname, "%s", req->name ? req->name : "-");
+	snprintf(F.last_params, sizeof F.last_params, "%s", req->params ? req->params : "-");
 	F.last_session = session;
 	F.last_exchange = exchange;
 	snprintf(F.last_tenant, sizeof F.last_tenant, "%s", tenant);
@@ -784,6 +785,11 @@ TEST(status_codes)
 	CHECK_STR(F.last_proto, "2026-07-28");
 	CHECK_STR(F.last_mmethod, "tools/call");
 	CHECK_STR(F.last_mname, "execute_code"); /* decoded from =?base64?...?= */
+	CHECK_STR(F.last_params, "-");
+	CHECK(once(post(NULL, "Mcp-Param-Region: eu-1\r\nMCP-PARAM-n: =?base64?NQ==?=\r\n",
+			"{\"jsonrpc\":\"2.0\",\"id\":3,\"method\":\"x\"}"), &r) == 0 && r.status == 200);
+	resp_free(&r);
+	CHECK_STR(F.last_params, "Region:eu-1\nn:=?base64?NQ==?="); /* every Mcp-Param-*, names as sent */
 	CHECK(once(post(NULL, "Mcp-Name: =?base64?!!notbase64?=\r\n", "{\"jsonrpc\":\"2.0\",\"id\":2,\"method\":\"x\"}"),
 		   &r) == 0 && r.status == 200);
 	resp_free(&r);
