@@ -5,18 +5,21 @@
  * buffered (http_conn.c collects the request; a rejection is recorded and answered once the
  * message is complete). A complete request is dispatched by route and method: /healthz,
  * /metrics, OPTIONS, and on /mcp POST (a new exchange for the host, or a new session for
- * `initialize`), GET (the session's SSE stream) and DELETE (ends the session).
+ * `initialize`), GET (the session's SSE stream; with Last-Event-ID, the resumption of a broken
+ * stream) and DELETE (ends the session).
  *
  * Time. One repeating timer sweeps connections (read timeout, idle keep-alive, drain linger,
- * SSE heartbeats) and sessions (idle expiry); deadlines use uv_now.
+ * SSE heartbeats) and sessions (idle expiry, finished streams' replay records); deadlines use
+ * uv_now.
  *
- * The public API of http.h: start (listener, timer, parser settings), send (to an exchange, a
- * session's GET stream, or every GET stream), stats, address, close.
+ * The public API of http.h: start (listener, timer, parser settings), send (to an exchange -
+ * attached to its POST, or parked after its POST connection closed -, a session's GET stream, or
+ * every GET stream), stats, address, close.
  *
- * The top of the transport: it builds on http_session.c (sessions, exchanges, SSE) and
- * http_conn.c (connections, parsing, writes), which never call it; http_auth.c and
- * http_metrics.c (policy, counters) are below all three. Everything runs on the loop thread
- * (http.h).
+ * The top of the transport: it builds on http_session.c (sessions, exchanges, SSE, resumption),
+ * http_conn.c (connections, parsing, writes) and http_replay.c (the replay buffer), which never
+ * call it; http_auth.c and http_metrics.c (policy, counters) are below all of them. Everything
+ * runs on the loop thread (http.h).
  */
 #include "http.h"
 
@@ -40,6 +43,7 @@
 #include "log.h"
 
 #define HEARTBEAT_MS 15000        /* SSE comment on GET streams, for proxies */
+#define REPLAY_KEEP_MS 60000      /* a finished stream stays resumable this long (at most the idle time) */
 
 /* ---- routing --------------------------------------------------------------------------------- */
 
@@ -299,6 +303,10 @@ static void handle_get(conn *c)
 		mb_http_respond_error(c, 404, -32001, "Session not found", NULL);
 		return;
 	}
+	if (c->hcount[H_LASTID]) {
+		mb_http_resume(c, s); /* a broken stream (this GET stream, or a POST's) picked up again */
+		return;
+	}
 	if (s->stream) {
 		mb_http_respond_error(c, 409, -32000, "Conflict: this session already has an open GET stream", NULL);
 		return;
@@ -306,6 +314,7 @@ static void handle_get(conn *c)
 	char head[HEAD_MAX];
 	hb b = { head, 0, sizeof head };
 	mb_http_sse_head(c, &b, NULL);
+	mb_http_stream_open(c, s, 0, &b); /* a new GET stream: its record and priming event */
 	wreq *w = mb_http_wreq_get(h, c);
 	if (!w) {
 		mb_http_conn_close(c);
@@ -539,8 +548,10 @@ static void on_sweep(uv_timer_t *t)
 		h->next_session_sweep = now + h->tick * 4;
 		for (session *s = h->sessions, *next; s; s = next) {
 			next = s->next;
-			if (!s->stream && !s->exchanges && now - s->last_used >= h->idle_ms)
-				mb_http_session_end(h, s, END_EXPIRED);
+			if (!s->stream && !s->exchanges && !s->resumed && now - s->last_used >= h->idle_ms)
+				mb_http_session_end(h, s, END_EXPIRED); /* parked exchanges too: bounded by this */
+			else if (s->rp.first)
+				mb_http_replay_sweep(h, s, now);
 		}
 	}
 }
@@ -634,13 +645,16 @@ mb_http *mb_http_start(uv_loop_t *loop, const mb_config *cfg, const mb_http_call
 	h->max_header = (size_t)cfg->http_max_header_bytes;
 	h->read_timeout = (uint64_t)cfg->http_read_timeout_ms;
 	h->idle_ms = (uint64_t)cfg->http_session_idle_ms;
+	h->replay_max = (size_t)cfg->http_replay_bytes;
+	h->replay_keep = h->idle_ms < REPLAY_KEEP_MS ? h->idle_ms : REPLAY_KEEP_MS;
 	uint64_t m = h->read_timeout < h->idle_ms ? h->read_timeout : h->idle_ms;
 	h->tick = m / 8 < 10 ? 10 : m / 8 > 1000 ? 1000 : m / 8;
 	if (mb_http_policy_init(&h->pol, cfg, bound, err, errlen) != 0) {
 		free(h);
 		return NULL;
 	}
-	if (htab_init(&h->by_num, 64) || htab_init(&h->by_id, 64) || htab_init(&h->exchanges, 64)) {
+	if (htab_init(&h->by_num, 64) || htab_init(&h->by_id, 64) || htab_init(&h->exchanges, 64) ||
+	    htab_init(&h->parked, 64)) {
 		snprintf(err, errlen, "out of memory starting the HTTP transport");
 		goto fail;
 	}
@@ -686,6 +700,7 @@ fail:
 	free(h->by_num.b);
 	free(h->by_id.b);
 	free(h->exchanges.b);
+	free(h->parked.b);
 	mb_http_policy_free(&h->pol);
 	free(h);
 	return NULL;
@@ -703,6 +718,11 @@ void mb_http_send(mb_http *h, uint64_t session_num, uint64_t exchange, int final
 	if (exchange) {
 		hnode *x = htab_get(&h->exchanges, exchange);
 		conn *c = x ? container_of(x, conn, xnode) : NULL;
+		rstream *r = c ? NULL : mb_http_replay_parked(h, exchange);
+		if (r && (!session_num || r->s->num == session_num)) {
+			mb_http_parked_send(h, r, final, data, len); /* its POST connection is gone */
+			return;
+		}
 		if (!c || c->state != C_BUSY || (session_num && c->xsession != session_num)) {
 			h->st.messages_dropped++;
 			free(data);
@@ -715,23 +735,23 @@ void mb_http_send(mb_http *h, uint64_t session_num, uint64_t exchange, int final
 	}
 	if (session_num) {
 		session *s = session_by_num(h, session_num);
-		if (!s || !s->stream) {
+		if (!s) {
 			h->st.messages_dropped++;
 			free(data);
 			return;
 		}
-		mb_http_sse_write(s->stream, NULL, 0, data, len, 0);
+		mb_http_session_push(h, s, data, len); /* its GET stream, or kept for its resume */
 		return;
 	}
-	/* broadcast: a copy for every GET stream but the last, which takes data */
+	/* broadcast: a copy for every session's GET stream but the last, which takes data */
 	size_t left = 0;
-	for (conn *c = h->conns; c; c = c->next)
-		left += c->state == C_STREAM;
+	for (session *s = h->sessions; s; s = s->next)
+		left += (size_t)mb_http_session_listens(s);
 	if (!left)
 		h->st.messages_dropped++;
-	for (conn *c = h->conns, *next; c && left; c = next) {
-		next = c->next;
-		if (c->state != C_STREAM)
+	for (session *s = h->sessions, *next; s && left; s = next) {
+		next = s->next;
+		if (!mb_http_session_listens(s))
 			continue;
 		char *copy = --left ? malloc(len ? len : 1) : data;
 		if (!copy) {
@@ -742,7 +762,7 @@ void mb_http_send(mb_http *h, uint64_t session_num, uint64_t exchange, int final
 			memcpy(copy, data, len);
 		else
 			data = NULL;
-		mb_http_sse_write(c, NULL, 0, copy, len, 0);
+		mb_http_session_push(h, s, copy, len);
 	}
 	free(data);
 }

@@ -21,17 +21,30 @@
  *     DELETE with such a version get 405.
  *   - GET /mcp opens the session's server-to-client SSE stream (exchange 0 messages). One per
  *     session: a second GET while one is open gets 409. DELETE ends the session (204).
+ *   - Resumption (http_replay_bytes > 0, the default). Every SSE stream of a session gets event
+ *     ids "<tag>-<stream>-<seq>" (tag: 8 random hex digits per session) and, when the request's
+ *     MCP-Protocol-Version is 2025-11-25 or later, a priming event (id, `retry: 1000`, empty
+ *     data) first. Its events are kept, within http_replay_bytes per session. A POST whose
+ *     connection closes before the final message is not dropped: the exchange stays (parked)
+ *     and the host's later messages for it are kept; so are messages for a session whose GET
+ *     stream broke. A GET with Last-Event-ID replays what followed that event on its stream and
+ *     goes on live (a POST's stream ends after its final message; the session's GET stream takes
+ *     its place again); 204 when the stream has ended and nothing is left. The host never hears
+ *     of disconnects (a disconnect is not a cancellation); a parked exchange is bounded by its
+ *     session's idle expiry.
  *   - A session ends on DELETE, on idle expiry (http_session_idle_ms without a request, while it
- *     has no open GET stream and no unanswered exchange), when the host's initialize answer is
- *     an error, and in mb_http_close. Each end calls on_session_end exactly once; afterwards the
- *     id answers 404.
+ *     has no open GET stream and no unanswered exchange that still has its connection), when the
+ *     host's initialize answer is an error, and in mb_http_close. Each end calls on_session_end
+ *     exactly once; afterwards the id answers 404.
  *
  * Status codes: 400 bad request (malformed HTTP, missing Mcp-Session-Id, bad
- * MCP-Protocol-Version, duplicate Host...), 401 missing/wrong token (WWW-Authenticate: Bearer),
- * 403 Host/Origin not allowed, 404 unknown path or unknown/expired/other tenant's session, 405
- * other methods (with Allow), 406 Accept lacks application/json or text/event-stream (both needed
- * on POST, text/event-stream on GET; wildcards do not count), 408 request not read within
- * http_read_timeout_ms, 409 second GET stream, 413 body above http_max_body_bytes, 414 URL above
+ * MCP-Protocol-Version, duplicate Host, a Last-Event-ID not of this server's form...), 401
+ * missing/wrong token (WWW-Authenticate: Bearer), 403 Host/Origin not allowed, 404 unknown path
+ * or unknown/expired/other tenant's session, 405 other methods (with Allow), 406 Accept lacks
+ * application/json or text/event-stream (both needed on POST, text/event-stream on GET;
+ * wildcards do not count), 408 request not read within http_read_timeout_ms, 409 second GET
+ * stream, or a Last-Event-ID that cannot be resumed (another session's, forgotten, or its
+ * events dropped; resumption off), 413 body above http_max_body_bytes, 414 URL above
  * 2048 bytes, 415 Content-Type not application/json, 431 headers above http_max_header_bytes,
  * 503 http_max_sessions or http_max_connections reached. Error bodies are JSON-RPC errors with
  * id null (-32000; -32001 for an unknown session; -32700 for a sessionless body that is not
@@ -105,8 +118,12 @@ typedef struct mb_http_stats {
 	uint64_t sessions_created;
 	uint64_t sessions_expired;      /* ended by idle expiry */
 	uint64_t sessions_deleted;      /* ended by DELETE */
-	uint64_t streams_active;        /* open GET streams */
+	uint64_t streams_active;        /* open GET streams (a session's, or a resumed POST's) */
 	uint64_t exchanges_active;      /* POSTs waiting for the host's final message */
+	uint64_t exchanges_detached;    /* ... of which lost their connection (kept for a resume) */
+	uint64_t streams_resumed;       /* GETs with Last-Event-ID that replayed a stream */
+	uint64_t replay_bytes;          /* kept for resumption, all sessions (http_replay_bytes each) */
+	uint64_t replay_dropped;        /* events dropped from a replay buffer over its bound */
 	uint64_t messages_dropped;      /* host messages for a gone exchange/session/stream */
 	uint64_t read_timeouts;         /* connections cut by http_read_timeout_ms */
 	uint64_t auth_failures;         /* 401 answers */
@@ -126,9 +143,10 @@ mb_http *mb_http_start(uv_loop_t *loop, const mb_config *cfg, const mb_http_call
 		       char *err, size_t errlen);
 
 /// Sends one host message to a client. exchange != 0: on that POST's response (final=1 ends
-/// it; session, when not 0, must match the exchange's). exchange 0: to the session's open GET
-/// stream if any, else dropped; session 0 with exchange 0 = to every session's GET stream.
-/// Messages for a finished exchange or a gone session/connection are dropped silently.
+/// it; session, when not 0, must match the exchange's), or kept for a resume when the POST's
+/// SSE answer lost its connection. exchange 0: to the session's GET stream (kept for a resume
+/// while it is broken), else dropped; session 0 with exchange 0 = to every session's GET stream.
+/// Messages for a finished exchange or a gone session are dropped silently.
 /// @param status the HTTP status of a final message sent as the whole (JSON) response; 0 =
 ///               200 (an SSE response has already sent its 200)
 /// @param data malloc'd JSON text (trailing newline allowed); ownership is taken in all cases
@@ -149,7 +167,7 @@ int mb_http_status_code(int i);
 /// @returns the port, or -1
 int mb_http_address(mb_http *h, char *buf, size_t len);
 
-/// Stops listening, closes every connection (unanswered exchanges are dropped), ends every
+/// Stops listening, closes every connection (unanswered exchanges, parked ones too, are dropped), ends every
 /// session (on_session_end for each, synchronously) and frees the transport once its handles
 /// are closed: run the loop afterwards (uv_run) before uv_loop_close. h must not be used after.
 void mb_http_close(mb_http *h);

@@ -17,10 +17,12 @@
  * (from a free list, so a keep-alive request costs no allocation here) and the host's buffer
  * itself, freed when written.
  *
- * The bottom of the transport: http_session.c (sessions, exchanges, SSE) and http.c (routing,
- * the sweep, the public API) build on this file and it calls neither. Closing a connection ends
- * the exchange it holds, so mb_http_exchange_finish lives here. Everything runs on the loop
- * thread (http.h).
+ * Near the bottom of the transport: http_session.c (sessions, exchanges, SSE) and http.c
+ * (routing, the sweep, the public API) build on this file and it calls neither; it calls only
+ * http_replay.c (the replay buffer). Closing a connection ends the exchange it holds - or, when
+ * the exchange answers with a resumable SSE stream, parks it on its replay record, since a
+ * disconnect is not a cancellation - so mb_http_exchange_finish and mb_http_exchange_park live
+ * here. Everything runs on the loop thread (http.h).
  */
 #include <http_parser.h>
 #include <stdio.h>
@@ -44,6 +46,7 @@ const mb_http_hdr mb_http_hdr_def[NHDR] = {
 	HD("authorization", auth), HD("mcp-session-id", session), HD("mcp-protocol-version", proto),
 	HD("expect", expect), HD("mcp-method", mmethod), HD("mcp-name", mname),
 	HD("mcp-param-", mparam), /* a prefix: every Mcp-Param-<Name> header */
+	HD("last-event-id", lastid),
 #undef HD
 };
 
@@ -338,7 +341,7 @@ void mb_http_answer_reject(conn *c)
 
 /* ---- the exchange a connection holds -------------------------------------------------------- */
 
-/* Here rather than in http_session.c because closing a connection ends its exchange. */
+/* Here rather than in http_session.c because closing a connection ends (or parks) its exchange. */
 void mb_http_exchange_finish(conn *c)
 {
 	mb_http *h = c->h;
@@ -350,6 +353,27 @@ void mb_http_exchange_finish(conn *c)
 		s->last_used = uv_now(h->loop);
 	}
 	c->xsession = 0;
+	if (c->rs) {
+		c->rs->done = 1; /* nothing more comes on it (normally its final message is recorded) */
+		mb_http_replay_release(h, c->rs);
+	}
+}
+
+/* The exchange stays counted in exchanges_active until its final message or its record goes; it
+ * no longer holds its session open (the session's idle expiry bounds it). */
+void mb_http_exchange_park(conn *c)
+{
+	mb_http *h = c->h;
+	rstream *r = c->rs;
+	htab_del(&h->exchanges, &c->xnode);
+	session *s = session_by_num(h, c->xsession);
+	if (s) {
+		s->exchanges--;
+		s->last_used = uv_now(h->loop);
+	}
+	c->xsession = 0;
+	mb_http_replay_release(h, r);
+	mb_http_replay_park(h, r);
 }
 
 /* ---- parser callbacks ------------------------------------------------------------------------ */
@@ -753,18 +777,25 @@ void mb_http_conn_close(conn *c)
 	if (c->state == C_BUSY && c->xsession) {
 		uint64_t x = c->xnode.key;
 		int cancel = c->xsession == MB_HTTP_SESSIONLESS;
-		mb_http_exchange_finish(c); /* the host may still send for it: dropped */
+		if (c->rs && !c->rs->done && !h->closing)
+			mb_http_exchange_park(c); /* the host's later messages are kept for a resume */
+		else
+			mb_http_exchange_finish(c); /* the host may still send for it: dropped */
 		if (cancel && !h->closing)
 			mb_http_later(h, CLOSED_LATER, x); /* 2026-07-28: a disconnect cancels */
 	}
 	if (c->state == C_STREAM) {
 		session *s = session_by_num(h, c->ssession);
-		if (s && s->stream == c) {
+		if (s && s->stream == c)
 			s->stream = NULL;
+		else if (s)
+			s->resumed--;
+		if (s)
 			s->last_used = uv_now(h->loop);
-		}
 		h->st.streams_active--;
 	}
+	if (c->rs)
+		mb_http_replay_release(h, c->rs); /* the stream stays resumable */
 	c->state = C_CLOSED;
 	unqueue_drive(c);
 	if (c->prev)
@@ -790,6 +821,7 @@ void mb_http_maybe_free(mb_http *h)
 	free(h->by_num.b);
 	free(h->by_id.b);
 	free(h->exchanges.b);
+	free(h->parked.b);
 	free(h->ended);
 	mb_http_policy_free(&h->pol);
 	free(h);

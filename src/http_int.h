@@ -1,12 +1,13 @@
 /* http_int.h - internals shared by the files of the HTTP transport: http_conn.c (connections,
- * parsing, writes, responses), http_session.c (sessions, exchanges, SSE), http.c (routing, the
- * sweep, the public API), http_auth.c (listen address, tokens, Host/Origin/CORS allow-lists) and
- * http_metrics.c (Prometheus text). Not for other modules; tests may use it. Everything runs on
- * the loop thread; a policy is read-only after mb_http_policy_init.
+ * parsing, writes, responses), http_session.c (sessions, exchanges, SSE, resumption), http.c
+ * (routing, the sweep, the public API), http_replay.c (the per-session replay buffer behind SSE
+ * event ids and Last-Event-ID), http_auth.c (listen address, tokens, Host/Origin/CORS
+ * allow-lists) and http_metrics.c (Prometheus text). Not for other modules; tests may use it.
+ * Everything runs on the loop thread; a policy is read-only after mb_http_policy_init.
  *
- * The server's files depend one way: http.c on http_session.c on http_conn.c, all three on
- * http_auth.c and http_metrics.c. The small helpers below (hash table, head builder, hval,
- * session_by_num) are static inline so that each file has its own.
+ * The server's files depend one way: http.c on http_session.c on http_conn.c on http_replay.c,
+ * all four on http_auth.c and http_metrics.c. The small helpers below (hash table, head builder,
+ * hval, session_by_num) are static inline so that each file has its own.
  */
 #ifndef MB_HTTP_INT_H
 #define MB_HTTP_INT_H
@@ -172,12 +173,13 @@ static inline void htab_del(htab *t, hnode *x)
 /* ---- types ----------------------------------------------------------------------------------- */
 
 enum { H_HOST, H_ORIGIN, H_ACCEPT, H_CTYPE, H_AUTH, H_SESSION, H_PROTO, H_EXPECT, H_MMETHOD, H_MNAME,
-       H_MPARAM, NHDR };
+       H_MPARAM, H_LASTID, NHDR };
 
 typedef struct hvals {
 	char host[256], origin[256], accept[512], ctype[128], auth[600], session[128], proto[64],
 		expect[64], mmethod[128], mname[1024];
 	char mparam[1024]; /* every Mcp-Param-<Name> header, as "Name:value" lines (SEP-2243) */
+	char lastid[80];
 } hvals;
 
 /* The headers the transport reads, and where each one's value lives in hvals (http_conn.c). */
@@ -202,6 +204,51 @@ enum { END_DELETE, END_EXPIRED, END_INIT_FAILED, END_SHUTDOWN };
 
 typedef struct session session;
 typedef struct conn conn;
+typedef struct rstream rstream;
+typedef struct revent revent;
+
+/* ---- the replay buffer (http_replay.c) ------------------------------------------------------- */
+
+#define MB_HTTP_EVENT_ID_MAX 64    /* "<8 hex>-<stream>-<seq>" and its NUL */
+#define MB_HTTP_SSE_RETRY_MS 1000  /* the retry: field of a priming event */
+
+/* One kept event: a copy of the host's message. */
+struct revent {
+	revent *sprev, *snext; /* the session's kept events, oldest first */
+	revent *next;          /* the stream's, oldest first */
+	rstream *rs;
+	uint64_t seq;
+	size_t len;
+	char data[];
+};
+
+/* One SSE stream of a session, as far as a resume needs it. The priming event has seq 0, the
+ * host's messages 1, 2, ...; every event with seq <= dropped_to is gone (evicted, or too large to
+ * keep), every later one is kept. */
+struct rstream {
+	rstream *prev, *next;  /* the session's streams, oldest first */
+	hnode xnode;           /* in mb_http.parked (key: exchange) while parked */
+	session *s;
+	conn *c;               /* the connection writing it, or NULL */
+	uint64_t num;          /* 1, 2, ... within the session */
+	uint64_t exchange;     /* the POST's exchange; 0 for a GET stream */
+	uint64_t next_seq;
+	uint64_t dropped_to;
+	revent *head, *tail;
+	uint64_t idle_since;   /* when it last lost its connection or got its last event */
+	int done;              /* the last event is recorded (final message; a GET stream superseded) */
+	int parked;            /* its exchange lost its POST connection and waits for its final message */
+};
+
+typedef struct replay {
+	rstream *first, *last;
+	size_t n;
+	revent *ev_first, *ev_last;
+	size_t bytes;          /* kept messages plus their bookkeeping (sizeof(revent) each) */
+	uint64_t next_num;
+	rstream *get;          /* the GET stream's record (the newest one) */
+	char tag[9];           /* 8 random hex digits that start every event id of the session */
+} replay;
 
 struct session {
 	hnode by_num, by_id;
@@ -212,7 +259,9 @@ struct session {
 	char tenant[MB_HTTP_TENANT_MAX + 1];
 	uint64_t last_used;
 	conn *stream;       /* the open GET stream */
-	uint32_t exchanges; /* unanswered POSTs */
+	uint32_t exchanges; /* unanswered POSTs that still have their connection */
+	uint32_t resumed;   /* open GETs that resumed a POST's stream (Last-Event-ID) */
+	replay rp;
 };
 
 struct conn {
@@ -260,8 +309,11 @@ struct conn {
 	int xinit, xsse;
 	int xstatus;         /* the HTTP status the host chose for a JSON answer (0 = 200) */
 	int modern;          /* this POST goes the 2026-07-28 way: no session */
-	/* the GET stream (C_STREAM) */
+	/* the GET stream (C_STREAM): the session's, or a POST's stream resumed with Last-Event-ID */
 	uint64_t ssession;
+	/* the replay record of the SSE stream this connection writes (an SSE answer, a GET stream),
+	 * or NULL (JSON answers; resumption off) */
+	rstream *rs;
 	/* input read ahead */
 	char *pend;
 	size_t poff, plen, pcap;
@@ -294,6 +346,9 @@ struct mb_http {
 	size_t nconns;
 	session *sessions;
 	htab by_num, by_id, exchanges;
+	htab parked;          /* exchanges whose POST connection closed first: exchange -> rstream */
+	size_t replay_max;    /* http_replay_bytes per session; 0 = no event ids, no resumption */
+	uint64_t replay_keep; /* ms a finished stream without a connection stays resumable */
 	uint64_t next_session, next_exchange;
 	uint64_t next_session_sweep, next_heartbeat;
 	conn *drive;          /* conns with pipelined input to parse */
@@ -352,6 +407,57 @@ static inline session *session_by_num(mb_http *h, uint64_t num)
 	return x ? container_of(x, session, by_num) : NULL;
 }
 
+/* ---- http_replay.c: stream records, kept events, their bounds -------------------------------- */
+
+/// Draws the session's event-id tag (before any stream is opened).
+void mb_http_replay_init(session *s);
+
+/// A new stream record of s: for a POST's SSE answer (exchange != 0) or a GET stream (0: it
+/// becomes s->rp.get; the previous GET record is done). Beyond the per-session count, the oldest
+/// record without a connection is forgotten first (a finished one before a parked one).
+/// @returns the record, or NULL: resumption off, out of memory, or every record has a connection
+rstream *mb_http_replay_open(mb_http *h, session *s, uint64_t exchange);
+
+/// Gives the next event of r its sequence number and keeps a copy of data (the oldest events of
+/// the session are dropped while the session is over http_replay_bytes; one larger than that is
+/// not kept at all). last: the stream ends with this event (r->done).
+/// @returns the event's sequence number
+uint64_t mb_http_replay_add(mb_http *h, rstream *r, const char *data, size_t len, int last);
+
+/// Formats the id of event seq of r into id (MB_HTTP_EVENT_ID_MAX bytes).
+void mb_http_replay_id(const rstream *r, uint64_t seq, char *id);
+
+/// Finds the stream and position a Last-Event-ID names in s.
+/// @returns 0 (*out, *seq set: every event after seq is kept), -EINVAL (not an id of this
+///          server's form), -ENOENT (no stream of s has that event: another session's id, a
+///          forgotten stream, an event never sent) or -ERANGE (events after it were dropped)
+int mb_http_replay_find(session *s, const char *id, size_t len, rstream **out, uint64_t *seq);
+
+/// The connection writing r stops doing so (it closed, or r's response ended): r->c and its
+/// conn's rs are cleared and r's idle time starts.
+void mb_http_replay_release(mb_http *h, rstream *r);
+
+/// r's exchange lost its POST connection before its final message: it goes into h->parked, so
+/// that the host's later messages are kept for a resume (exchanges_detached).
+void mb_http_replay_park(mb_http *h, rstream *r);
+
+/// r's parked exchange ends (its final message is recorded, or r is forgotten): out of h->parked,
+/// and out of exchanges_active.
+void mb_http_replay_unpark(mb_http *h, rstream *r);
+
+/// The parked exchange's record, or NULL.
+rstream *mb_http_replay_parked(mb_http *h, uint64_t exchange);
+
+/// Frees r and its events (a parked exchange ends: the host's later messages are dropped). A
+/// connection still writing r goes on without event ids.
+void mb_http_replay_forget(mb_http *h, rstream *r);
+
+/// Forgets s's finished streams that have had no connection for h->replay_keep ms.
+void mb_http_replay_sweep(mb_http *h, session *s, uint64_t now);
+
+/// Forgets every stream of s (the session ends).
+void mb_http_replay_free(mb_http *h, session *s);
+
 /* ---- http_conn.c: writes, responses, the parser's callbacks, connections --------------------- */
 
 /// A write request for c from the free list (or malloc'd).
@@ -385,8 +491,14 @@ void mb_http_request_done(conn *c);
 /// Answers the rejection recorded for the current request (c->reject).
 void mb_http_answer_reject(conn *c);
 
-/// Unregisters c's exchange (the host's later messages for it are dropped).
+/// Unregisters c's exchange (the host's later messages for it are dropped) and lets go of its
+/// replay record (which stays resumable for a while).
 void mb_http_exchange_finish(conn *c);
+
+/// c's exchange, answered with SSE and resumable, loses its connection before the final message:
+/// it stays registered, parked on its replay record (mb_http_replay_park), for a GET with
+/// Last-Event-ID to pick up.
+void mb_http_exchange_park(conn *c);
 
 /// Records a request that cannot be parsed further (answered with status, then closed).
 /// @returns -1, for a parser callback to return
@@ -399,7 +511,8 @@ int mb_http_on_header_field(http_parser *p, const char *at, size_t n);
 int mb_http_on_header_value(http_parser *p, const char *at, size_t n);
 int mb_http_on_body(http_parser *p, const char *at, size_t n);
 
-/// Closes c now (its exchange is dropped, its GET stream detached from the session).
+/// Closes c now (its exchange is parked when resumable, else dropped; its GET stream detached from
+/// the session and its replay record kept).
 void mb_http_conn_close(conn *c);
 
 /// Frees h once its last handle is closed.
@@ -422,8 +535,38 @@ void mb_http_on_connection(uv_stream_t *srv, int status);
 /// just the end of the stream.
 void mb_http_sse_write(conn *c, const char *head, size_t hlen, char *data, size_t len, int last);
 
+/// mb_http_sse_write for an event with an id (NULL: none): "event: message", "id: ...", "data: ...".
+void mb_http_sse_event(conn *c, const char *head, size_t hlen, const char *id, char *data, size_t len,
+		       int last);
+
 /// Builds the head of an SSE response into b (status 200).
 void mb_http_sse_head(conn *c, hb *b, const char *extra);
+
+/// Opens the replay record of the SSE stream c starts (exchange: c's POST, 0: a GET stream of s)
+/// and appends its priming event (id, retry:, empty data) to the head in b when the request's
+/// MCP-Protocol-Version is 2025-11-25 or later. Nothing when resumption is off.
+void mb_http_stream_open(conn *c, session *s, uint64_t exchange, hb *b);
+
+/// Sends a host message on c's SSE stream (after head, when given): recorded and with an id when
+/// c has a replay record.
+void mb_http_stream_send(conn *c, const char *head, size_t hlen, char *data, size_t len, int last);
+
+/// Sends a host message for a parked exchange: recorded, and written to the GET that resumed it
+/// (whose response ends with the final message).
+void mb_http_parked_send(mb_http *h, rstream *r, int final, char *data, size_t len);
+
+/// Sends a host message to s's GET stream: written when it has a connection; kept for a resume
+/// when its record is live but its connection gone.
+/// @returns 0, or -1 when it had nowhere to go (freed and counted as dropped)
+int mb_http_session_push(mb_http *h, session *s, char *data, size_t len);
+
+/// Whether mb_http_session_push has somewhere to put a message for s.
+int mb_http_session_listens(const session *s);
+
+/// Answers a GET with Last-Event-ID on session s: replays the events after it on that stream,
+/// then continues live (or ends the response when the stream has ended; 204 when nothing is
+/// left), or a 400/409 JSON-RPC error.
+void mb_http_resume(conn *c, session *s);
 
 /// The session with this id (64 hex digits), or NULL.
 session *mb_http_session_by_id(mb_http *h, const char *hex, size_t len);

@@ -104,10 +104,19 @@ char *mb_http_metrics_render(const mb_http_stats_t *st, const char *extra, size_
 	       st->sessions_expired);
 	metric(&b, "moonbox_http_sessions_deleted_total", "counter", "MCP sessions ended by DELETE.",
 	       st->sessions_deleted);
-	metric(&b, "moonbox_http_streams_active", "gauge", "Open GET (server-to-client) SSE streams.",
+	metric(&b, "moonbox_http_streams_active", "gauge", "Open GET SSE streams (server-to-client, or resumed).",
 	       st->streams_active);
 	metric(&b, "moonbox_http_exchanges_active", "gauge", "POSTs waiting for their final message.",
 	       st->exchanges_active);
+	metric(&b, "moonbox_http_exchanges_detached", "gauge",
+	       "POSTs waiting for their final message whose connection closed (kept for a resume).",
+	       st->exchanges_detached);
+	metric(&b, "moonbox_http_streams_resumed_total", "counter",
+	       "SSE streams resumed by a GET with Last-Event-ID.", st->streams_resumed);
+	metric(&b, "moonbox_http_replay_bytes", "gauge", "Bytes of SSE events kept for resumption.",
+	       st->replay_bytes);
+	metric(&b, "moonbox_http_replay_dropped_total", "counter",
+	       "SSE events dropped from a session's replay buffer over http_replay_bytes.", st->replay_dropped);
 	metric(&b, "moonbox_http_messages_dropped_total", "counter",
 	       "Server messages dropped because their client, exchange or session was gone.", st->messages_dropped);
 	metric(&b, "moonbox_http_read_timeouts_total", "counter",

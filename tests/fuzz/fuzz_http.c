@@ -20,8 +20,9 @@
  *  - every error response (4xx, 5xx) has a JSON-RPC error body with id null;
  *  - after a response that says "Connection: close" the server closes the connection;
  *  - no more final responses than requests;
- *  - once the client is gone, no connection, exchange or stream is left; after mb_http_close
- *    every session created was ended exactly once and no libuv handle is left on the loop.
+ *  - once the client is gone, no connection, stream or exchange holding a connection is left
+ *    (parked ones, kept for a Last-Event-ID resume, may be); after mb_http_close every session
+ *    created was ended exactly once and no libuv handle is left on the loop.
  * Build and run: tests/fuzz/run.sh fuzz_http
  */
 #include <arpa/inet.h>
@@ -545,10 +546,12 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		if (!st.connections_active)
 			break;
 	}
-	if (st.connections_active || st.exchanges_active || st.streams_active)
-		FAIL("after the client left: %llu connections, %llu exchanges, %llu streams",
+	/* an exchange whose connection closed before its final message may stay parked for a resume
+	 * (its session's end frees it); none may still hold a connection */
+	if (st.connections_active || st.exchanges_active != st.exchanges_detached || st.streams_active)
+		FAIL("after the client left: %llu connections, %llu exchanges (%llu parked), %llu streams",
 		     (unsigned long long)st.connections_active, (unsigned long long)st.exchanges_active,
-		     (unsigned long long)st.streams_active);
+		     (unsigned long long)st.exchanges_detached, (unsigned long long)st.streams_active);
 	for (int i = 0; i < host.npending; i++)
 		free(host.pending[i].data);
 	host.npending = 0;

@@ -329,12 +329,20 @@ static mb_http_stats_t stats(void)
 typedef struct send_args {
 	uint64_t session, exchange;
 	const char *text;
+	int final;
 } send_args;
 
 static void send_job(void *arg)
 {
 	send_args *a = arg;
-	mb_http_send(H, a->session, a->exchange, 0, 0, strdup(a->text), strlen(a->text));
+	mb_http_send(H, a->session, a->exchange, a->final, 0, strdup(a->text), strlen(a->text));
+}
+
+/* Sends a host message from the test thread (on the loop). */
+static void host_says(uint64_t session, uint64_t exchange, int final, const char *text)
+{
+	send_args a = { session, exchange, text, final };
+	on_loop(send_job, &a);
 }
 
 /* ---- the client (test thread) --------------------------------------------------------------- */
@@ -471,6 +479,35 @@ static long read_chunk(cli *c, char *out, size_t cap)
 		out[k] = 0;
 	}
 	consume(c, (size_t)n + 2);
+	return n;
+}
+
+/* Takes the "id: ..." line out of an SSE event (in place); its value goes to id ("" when none).
+ * @returns ev */
+static char *strip_id(char *ev, char id[MB_HTTP_EVENT_ID_MAX])
+{
+	char *p = strncmp(ev, "id: ", 4) == 0 ? ev : strstr(ev, "\nid: ");
+	id[0] = 0;
+	if (!p)
+		return ev;
+	if (p != ev)
+		p++;
+	char *e = strchr(p, '\n');
+	if (!e)
+		return ev;
+	snprintf(id, MB_HTTP_EVENT_ID_MAX, "%.*s", (int)(e - p - 4), p + 4);
+	memmove(p, e + 1, strlen(e + 1) + 1);
+	return ev;
+}
+
+/* Reads one SSE event (a chunk), with its id taken out. @returns the chunk's size or -1 (0: the end) */
+static long read_event(cli *c, char *ev, size_t cap, char id[MB_HTTP_EVENT_ID_MAX])
+{
+	long n = read_chunk(c, ev, cap);
+	if (n > 0)
+		strip_id(ev, id);
+	else
+		id[0] = 0;
 	return n;
 }
 
@@ -711,13 +748,17 @@ TEST(sse_when_a_notification_comes_first)
 		CHECK_STR(hdr(&r, "transfer-encoding"), "chunked");
 		CHECK_STR(hdr(&r, "cache-control"), "no-cache");
 		CHECK(hdr(&r, "content-length") == NULL);
-		char ev[4096];
-		CHECK(read_chunk(c, ev, sizeof ev) > 0);
+		char ev[4096], id1[MB_HTTP_EVENT_ID_MAX], id2[MB_HTTP_EVENT_ID_MAX];
+		CHECK(read_event(c, ev, sizeof ev, id1) > 0); /* no MCP-Protocol-Version: no priming event */
 		CHECK(strncmp(ev, "event: message\ndata: {", 22) == 0);
 		CHECK(strstr(ev, "notifications/progress") && strstr(ev, "\"progress\":50"));
 		CHECK(strcmp(ev + strlen(ev) - 3, "}\n\n") == 0);
-		CHECK(read_chunk(c, ev, sizeof ev) > 0);
+		CHECK(read_event(c, ev, sizeof ev, id2) > 0);
 		CHECK(strncmp(ev, "event: message\ndata: {", 22) == 0 && strstr(ev, "\"result\""));
+		/* ids: <tag>-<stream>-<seq>, the host's messages from 1 */
+		CHECK(strlen(id1) > 9 && strcmp(id1 + strlen(id1) - 2, "-1") == 0);
+		CHECK(strlen(id2) == strlen(id1) && strcmp(id2 + strlen(id2) - 2, "-2") == 0 &&
+		      strncmp(id1, id2, strlen(id1) - 1) == 0);
 		CHECK(read_chunk(c, ev, sizeof ev) == 0); /* the stream ends after the final message */
 	}
 	/* the connection stays usable: a plain JSON answer next */
@@ -734,8 +775,8 @@ TEST(sse_when_a_notification_comes_first)
 	CHECK(r.status == 200);
 	CHECK(hdr(&r, "transfer-encoding") == NULL);
 	CHECK_STR(hdr(&r, "connection"), "close");
-	CHECK(strncmp(r.body, "event: message\ndata: {", 22) == 0);
-	CHECK(strstr(r.body, "}\n\nevent: message\ndata: {") != NULL);
+	CHECK(strncmp(r.body, "event: message\nid: ", 19) == 0 && strstr(r.body, "-1\ndata: {"));
+	CHECK(strstr(r.body, "}\n\nevent: message\nid: ") != NULL && strstr(r.body, "-2\ndata: {"));
 	CHECK(strcmp(r.body + r.blen - 3, "}\n\n") == 0);
 	resp_free(&r);
 	srv_stop();
@@ -1078,12 +1119,14 @@ TEST(clients_that_vanish)
 	says(c, post(sid, NULL, "{\"jsonrpc\":\"2.0\",\"id\":2,\"method\":\"delay\"}"));
 	WAIT_UNTIL(st_.exchanges_active == 1);
 	hang_up(c);
-	/* gone mid-SSE, and gone while the host never answers */
+	/* gone mid-SSE (the exchange is parked: its final message is kept for a resume), and gone
+	 * while the host never answers */
 	c = dial();
 	says(c, post(sid, NULL, "{\"jsonrpc\":\"2.0\",\"id\":3,\"method\":\"slow\"}"));
 	resp r = { 0 };
 	CHECK(read_head(c, &r, 0) == 0 && r.status == 200);
 	hang_up(c);
+	WAIT_UNTIL(st_.exchanges_active == 0); /* slow's final message, 30 ms later, ends it */
 	c = dial();
 	says(c, post(sid, NULL, "{\"jsonrpc\":\"2.0\",\"id\":4,\"method\":\"never\"}"));
 	WAIT_UNTIL(st_.exchanges_active == 1);
@@ -1091,21 +1134,23 @@ TEST(clients_that_vanish)
 	CHECK(st.exchanges_active == 1);
 	hang_up(c);
 	wait_timers();
-	WAIT_UNTIL(st_.exchanges_active == 0 && st_.connections_active == 0 && st_.messages_dropped == 2);
+	WAIT_UNTIL(st_.exchanges_active == 0 && st_.connections_active == 0 && st_.messages_dropped == 1);
 	st = stats();
 	CHECK(st.exchanges_active == 0);
+	CHECK(st.exchanges_detached == 0);
 	CHECK(st.connections_active == 0);
-	CHECK(st.messages_dropped == 2); /* the delayed answer and slow's final message */
+	CHECK(st.messages_dropped == 1); /* the delayed answer; slow's final message is kept */
+	CHECK(st.replay_bytes > 0);
 	pthread_mutex_lock(&F.mu);
 	CHECK(F.messages == before + 3); /* the half request never reached the host */
 	pthread_mutex_unlock(&F.mu);
 	/* late messages for unknown exchanges/sessions are dropped too */
-	send_args a = { 0, 999999, "{}" };
+	send_args a = { 0, 999999, "{}", 0 };
 	on_loop(send_job, &a);
-	send_args b = { 424242, 0, "{}" };
+	send_args b = { 424242, 0, "{}", 0 };
 	on_loop(send_job, &b);
 	st = stats();
-	CHECK(st.messages_dropped == 4);
+	CHECK(st.messages_dropped == 3);
 	/* the session is still there */
 	CHECK(once(post(sid, NULL, "{\"jsonrpc\":\"2.0\",\"id\":5,\"method\":\"a\"}"), &r) == 0 && r.status == 200);
 	resp_free(&r);
@@ -1131,6 +1176,10 @@ TEST(get_streams_delete_and_broadcast)
 	CHECK(read_head(g1, &r, 0) == 0 && r.status == 200);
 	CHECK_STR(hdr(&r, "content-type"), "text/event-stream");
 	CHECK_STR(hdr(&r, "transfer-encoding"), "chunked");
+	char ev[1024], id[MB_HTTP_EVENT_ID_MAX], id0[MB_HTTP_EVENT_ID_MAX];
+	CHECK(read_chunk(g1, ev, sizeof ev) > 0); /* MCP-Protocol-Version 2025-11-25: a priming event */
+	CHECK(strncmp(ev, "id: ", 4) == 0 && strstr(ev, "-0\nretry: 1000\ndata: \n\n"));
+	strip_id(ev, id0);
 	snprintf(q, sizeof q, "GET /mcp HTTP/1.1\r\nHost: localhost\r\nAccept: text/event-stream\r\n"
 		 "Mcp-Session-Id: %s\r\n\r\n", sid2);
 	says(g2, q);
@@ -1142,21 +1191,23 @@ TEST(get_streams_delete_and_broadcast)
 	mb_http_stats_t st = stats();
 	CHECK(st.streams_active == 2);
 	/* to one session's stream, then to all */
-	send_args a = { s1, 0, "{\"jsonrpc\":\"2.0\",\"method\":\"notifications/tools/list_changed\"}\n" };
+	send_args a = { s1, 0, "{\"jsonrpc\":\"2.0\",\"method\":\"notifications/tools/list_changed\"}\n", 0 };
 	on_loop(send_job, &a);
-	char ev[1024];
-	CHECK(read_chunk(g1, ev, sizeof ev) > 0);
+	CHECK(read_event(g1, ev, sizeof ev, id) > 0);
 	CHECK_STR(ev, "event: message\ndata: {\"jsonrpc\":\"2.0\",\"method\":\"notifications/tools/list_changed\"}\n\n");
-	send_args b = { 0, 0, "{\"b\":1}" };
+	CHECK(strlen(id) == strlen(id0) && strncmp(id, id0, strlen(id) - 1) == 0 && id[strlen(id) - 1] == '1');
+	send_args b = { 0, 0, "{\"b\":1}", 0 };
 	on_loop(send_job, &b);
-	CHECK(read_chunk(g1, ev, sizeof ev) > 0);
+	CHECK(read_event(g1, ev, sizeof ev, id) > 0);
 	CHECK_STR(ev, "event: message\ndata: {\"b\":1}\n\n");
-	CHECK(read_chunk(g2, ev, sizeof ev) > 0);
+	CHECK(id[strlen(id) - 1] == '2');
+	CHECK(read_event(g2, ev, sizeof ev, id) > 0); /* no MCP-Protocol-Version: no priming event */
 	CHECK_STR(ev, "event: message\ndata: {\"b\":1}\n\n");
+	CHECK(id[0] && strncmp(id, id0, 8) != 0); /* another session, another tag */
 	/* a message with line breaks becomes several data: lines */
-	send_args nl = { s2, 0, "{\n\"x\": 1\r\n}" };
+	send_args nl = { s2, 0, "{\n\"x\": 1\r\n}", 0 };
 	on_loop(send_job, &nl);
-	CHECK(read_chunk(g2, ev, sizeof ev) > 0);
+	CHECK(read_event(g2, ev, sizeof ev, id) > 0);
 	CHECK_STR(ev, "event: message\ndata: {\ndata: \"x\": 1\ndata: }\n\n");
 	/* DELETE ends the session: its stream ends, later requests get 404 */
 	snprintf(q, sizeof q, "DELETE /mcp HTTP/1.1\r\nHost: localhost\r\nMcp-Session-Id: %s\r\n\r\n", sid);
@@ -1169,19 +1220,541 @@ TEST(get_streams_delete_and_broadcast)
 	/* the stream's connection is reusable after the stream ended */
 	says(g1, "GET /healthz HTTP/1.1\r\nHost: localhost\r\n\r\n");
 	CHECK(read_resp(g1, &r) == 0 && r.status == 200);
-	/* the stream's client goes away: the session stays, sends are dropped */
+	/* the stream's client goes away: the session stays, sends are kept for its resume */
 	hang_up(g2);
 	WAIT_UNTIL(st_.streams_active == 0);
 	st = stats();
 	CHECK(st.streams_active == 0);
 	CHECK(st.sessions_active == 1);
 	CHECK(st.sessions_deleted == 1);
-	send_args d = { s2, 0, "{}" };
+	send_args d = { s2, 0, "{}", 0 };
 	on_loop(send_job, &d);
+	CHECK(stats().messages_dropped == st.messages_dropped);
+	CHECK(stats().replay_bytes > st.replay_bytes);
+	/* without resumption (http_replay_bytes=0) they are dropped */
+	srv_stop();
+	const char *const off[] = { "--http-replay-bytes", "0", NULL };
+	CHECK(srv_start(off) == 0);
+	CHECK(init_session(sid2, NULL) == 200);
+	CHECK(once(post(sid2, NULL, "{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"a\"}"), &r) == 0);
+	s2 = sess_of(r.body);
+	g2 = dial();
+	snprintf(q, sizeof q, "GET /mcp HTTP/1.1\r\nHost: localhost\r\nAccept: text/event-stream\r\n"
+		 "Mcp-Session-Id: %s\r\nMCP-Protocol-Version: 2025-11-25\r\n\r\n", sid2);
+	says(g2, q);
+	CHECK(read_head(g2, &r, 0) == 0 && r.status == 200);
+	on_loop(send_job, &b);
+	CHECK(read_chunk(g2, ev, sizeof ev) > 0); /* no priming event, no id */
+	CHECK_STR(ev, "event: message\ndata: {\"b\":1}\n\n");
+	hang_up(g2);
+	WAIT_UNTIL(st_.streams_active == 0);
+	st = stats();
+	send_args d2 = { s2, 0, "{}", 0 };
+	on_loop(send_job, &d2);
 	CHECK(stats().messages_dropped == st.messages_dropped + 1);
+	CHECK(stats().replay_bytes == 0);
 	hang_up(g1);
 	resp_free(&r);
 	srv_stop();
+}
+
+/* ---- event ids and resumption ---------------------------------------------------------------- */
+
+/* A GET /mcp on session sid, with Last-Event-ID when lastid is given, and MCP-Protocol-Version
+ * 2025-11-25 (which asks for a priming event) when proto. */
+static const char *get_req(const char *sid, const char *lastid, int proto)
+{
+	static char q[1024];
+	snprintf(q, sizeof q, "GET /mcp HTTP/1.1\r\nHost: localhost\r\nAccept: text/event-stream\r\n"
+		 "Mcp-Session-Id: %s\r\n%s%s%s%s\r\n", sid, lastid ? "Last-Event-ID: " : "", lastid ? lastid : "",
+		 lastid ? "\r\n" : "", proto ? "MCP-Protocol-Version: 2025-11-25\r\n" : "");
+	return q;
+}
+
+/* The session number behind sid (the echo host says it). */
+static uint64_t session_num(const char *sid)
+{
+	resp r = { 0 };
+	if (once(post(sid, NULL, "{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"a\"}"), &r) != 0)
+		return 0;
+	uint64_t n = sess_of(r.body);
+	resp_free(&r);
+	return n;
+}
+
+/* Starts a request the host leaves open ("never", 2025-11-25) on c, then has the host send one
+ * message on it, which makes the answer SSE: reads the head, the priming event (its id into
+ * prime) and that event (its id into id1). @returns the exchange, 0 on failure */
+static uint64_t open_sse(cli *c, const char *sid, uint64_t session, char *prime, char *id1)
+{
+	pthread_mutex_lock(&F.mu);
+	int before = F.messages;
+	pthread_mutex_unlock(&F.mu);
+	says(c, post(sid, "MCP-Protocol-Version: 2025-11-25\r\n", "{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"never\"}"));
+	uint64_t x = 0;
+	for (int i = 0; i < 300 && !x; i++) {
+		pthread_mutex_lock(&F.mu);
+		if (F.messages > before)
+			x = F.last_exchange;
+		pthread_mutex_unlock(&F.mu);
+		if (!x)
+			usleep(10000);
+	}
+	if (!x)
+		return 0;
+	host_says(session, x, 0, "{\"n\":1}");
+	resp r = { 0 };
+	char ev[1024];
+	if (read_head(c, &r, 0) != 0 || r.status != 200 || read_chunk(c, ev, sizeof ev) <= 0 ||
+	    strncmp(ev, "id: ", 4) != 0 || !strstr(ev, "\nretry: 1000\ndata: \n\n"))
+		return 0;
+	strip_id(ev, prime);
+	if (read_event(c, ev, sizeof ev, id1) <= 0 || !strstr(ev, "{\"n\":1}"))
+		return 0;
+	return x;
+}
+
+/* The id of event seq on the stream of id (same tag and stream). */
+static const char *id_at(const char *id, uint64_t seq)
+{
+	static char out[MB_HTTP_EVENT_ID_MAX];
+	const char *dash = strrchr(id, '-');
+	snprintf(out, sizeof out, "%.*s-%llu", (int)(dash ? dash - id : 0), id, (unsigned long long)seq);
+	return out;
+}
+
+/* Reads an event and checks its data and id. */
+static void expect_event(cli *c, const char *data, const char *id)
+{
+	char ev[4096], got[MB_HTTP_EVENT_ID_MAX], want[1024];
+	CHECK(read_event(c, ev, sizeof ev, got) > 0);
+	snprintf(want, sizeof want, "event: message\ndata: %s\n\n", data);
+	CHECK_STR(ev, want);
+	CHECK_STR(got, id);
+}
+
+TEST(resume_a_post_stream)
+{
+	CHECK(srv_start(NULL) == 0);
+	char sid[65], prime[MB_HTTP_EVENT_ID_MAX], id1[MB_HTTP_EVENT_ID_MAX], id3[MB_HTTP_EVENT_ID_MAX];
+	CHECK(init_session(sid, NULL) == 200);
+	uint64_t s1 = session_num(sid);
+	cli *c = dial();
+	uint64_t x = open_sse(c, sid, s1, prime, id1);
+	CHECK(x != 0);
+	/* "<8 hex>-<stream>-<seq>": the priming event is 0, the host's messages 1, 2, ... */
+	CHECK(strlen(prime) > 11 && strspn(prime, "0123456789abcdef") == 8 && prime[8] == '-');
+	CHECK(strcmp(prime + strlen(prime) - 2, "-0") == 0);
+	CHECK_STR(id_at(prime, 1), id1);
+	/* the client goes; a disconnect is not a cancellation: the exchange stays, parked */
+	hang_up(c);
+	WAIT_UNTIL(st_.exchanges_detached == 1);
+	mb_http_stats_t st = stats();
+	CHECK(st.exchanges_active == 1 && st.exchanges_detached == 1 && st.connections_active == 0);
+	host_says(s1, x, 0, "{\"n\":2}");
+	host_says(s1, x, 1, "{\"n\":3}");
+	st = stats();
+	CHECK(st.exchanges_active == 0 && st.exchanges_detached == 0);
+	CHECK(st.messages_dropped == 0);
+	snprintf(id3, sizeof id3, "%s", id_at(id1, 3));
+	/* resumed after event 1: events 2 and 3, then the end of the response */
+	c = dial();
+	says(c, get_req(sid, id1, 0));
+	resp r = { 0 };
+	CHECK(read_head(c, &r, 0) == 0 && r.status == 200);
+	CHECK_STR(hdr(&r, "content-type"), "text/event-stream");
+	expect_event(c, "{\"n\":2}", id_at(id1, 2));
+	expect_event(c, "{\"n\":3}", id3);
+	char ev[1024];
+	CHECK(read_chunk(c, ev, sizeof ev) == 0);
+	/* the connection serves on; from the last event there is nothing left: 204 (stop reconnecting) */
+	says(c, post(sid, NULL, "{\"jsonrpc\":\"2.0\",\"id\":2,\"method\":\"a\"}"));
+	CHECK(read_resp(c, &r) == 0 && r.status == 200);
+	says(c, get_req(sid, id3, 0));
+	CHECK(read_resp(c, &r) == 0 && r.status == 204);
+	/* from the priming event: all of it, exactly once, in order */
+	says(c, get_req(sid, prime, 0));
+	CHECK(read_head(c, &r, 0) == 0 && r.status == 200);
+	expect_event(c, "{\"n\":1}", id1);
+	expect_event(c, "{\"n\":2}", id_at(id1, 2));
+	expect_event(c, "{\"n\":3}", id3);
+	CHECK(read_chunk(c, ev, sizeof ev) == 0);
+	hang_up(c);
+	st = stats();
+	CHECK(st.streams_resumed == 2 && st.streams_active == 0);
+
+	/* resumed while the host still works: replay, then live; the POST connection the client
+	 * still holds is taken over (closed) */
+	cli *p = dial();
+	x = open_sse(p, sid, s1, prime, id1);
+	CHECK(x != 0);
+	c = dial();
+	says(c, get_req(sid, prime, 0));
+	CHECK(read_head(c, &r, 0) == 0 && r.status == 200);
+	expect_event(c, "{\"n\":1}", id1);
+	CHECK(closed_by_server(p));
+	hang_up(p);
+	WAIT_UNTIL(st_.streams_active == 1 && st_.exchanges_detached == 1 && st_.connections_active == 1);
+	st = stats();
+	CHECK(st.streams_active == 1 && st.exchanges_detached == 1 && st.exchanges_active == 1);
+	host_says(s1, x, 0, "{\"n\":2}");
+	expect_event(c, "{\"n\":2}", id_at(id1, 2));
+	host_says(s1, x, 1, "{\"n\":3}");
+	expect_event(c, "{\"n\":3}", id_at(id1, 3));
+	CHECK(read_chunk(c, ev, sizeof ev) == 0);
+	st = stats();
+	CHECK(st.streams_active == 0 && st.exchanges_active == 0 && st.exchanges_detached == 0);
+	says(c, post(sid, NULL, "{\"jsonrpc\":\"2.0\",\"id\":3,\"method\":\"a\"}"));
+	CHECK(read_resp(c, &r) == 0 && r.status == 200);
+	/* the stream's previous connection broke mid-resume: it can be resumed again */
+	p = dial();
+	x = open_sse(p, sid, s1, prime, id1);
+	hang_up(p);
+	says(c, get_req(sid, id1, 0));
+	CHECK(read_head(c, &r, 0) == 0 && r.status == 200);
+	host_says(s1, x, 0, "{\"n\":2}");
+	expect_event(c, "{\"n\":2}", id_at(id1, 2));
+	hang_up(c);
+	WAIT_UNTIL(st_.streams_active == 0 && st_.connections_active == 0);
+	host_says(s1, x, 1, "{\"n\":3}");
+	c = dial();
+	says(c, get_req(sid, id_at(id1, 2), 0));
+	CHECK(read_head(c, &r, 0) == 0 && r.status == 200);
+	expect_event(c, "{\"n\":3}", id_at(id1, 3));
+	CHECK(read_chunk(c, ev, sizeof ev) == 0);
+	hang_up(c);
+	st = stats();
+	CHECK(st.exchanges_active == 0 && st.exchanges_detached == 0 && st.messages_dropped == 0);
+	resp_free(&r);
+	srv_stop();
+}
+
+TEST(resume_refusals)
+{
+	CHECK(srv_start(NULL) == 0);
+	char sid[65], sid2[65], prime[MB_HTTP_EVENT_ID_MAX], id1[MB_HTTP_EVENT_ID_MAX], other[MB_HTTP_EVENT_ID_MAX],
+		v[256];
+	CHECK(init_session(sid, NULL) == 200);
+	CHECK(init_session(sid2, NULL) == 200);
+	uint64_t s1 = session_num(sid), s2 = session_num(sid2);
+	cli *c = dial(), *c2 = dial();
+	uint64_t x = open_sse(c, sid, s1, prime, id1);
+	CHECK(x != 0);
+	uint64_t x2 = open_sse(c2, sid2, s2, prime, other);
+	CHECK(x2 != 0);
+	char tag[9];
+	memcpy(tag, id1, 8);
+	tag[8] = 0;
+	/* not an id of this server: 400 */
+	const char *malformed[] = { "nope", "0123456789", "1234567g-1-1", "-1-1", "x", NULL };
+	for (int i = 0; malformed[i]; i++)
+		check_error(get_req(sid, malformed[i], 0), 400, "is not an event id of this server", NULL);
+	snprintf(v, sizeof v, "%s-01-1", tag);
+	check_error(get_req(sid, v, 0), 400, "is not an event id of this server", NULL);
+	snprintf(v, sizeof v, "%s-1-1x", tag);
+	check_error(get_req(sid, v, 0), 400, "is not an event id of this server", NULL);
+	snprintf(v, sizeof v, "%s-0-1", tag);
+	check_error(get_req(sid, v, 0), 400, "is not an event id of this server", NULL);
+	snprintf(v, sizeof v, "%s-1-123456789012345678901", tag);
+	check_error(get_req(sid, v, 0), 400, "is not an event id of this server", NULL);
+	char upper[MB_HTTP_EVENT_ID_MAX];
+	snprintf(upper, sizeof upper, "%s", id1);
+	for (int i = 0; i < 8; i++)
+		upper[i] = (char)toupper((unsigned char)upper[i]);
+	if (strcmp(upper, id1) != 0)
+		check_error(get_req(sid, upper, 0), 400, "is not an event id of this server", NULL);
+	memset(v, '7', 120);
+	v[120] = 0;
+	check_error(get_req(sid, v, 0), 400, "last-event-id is too long", NULL);
+	/* another session's id, an unknown stream, an event never sent: 409 */
+	check_error(get_req(sid, other, 0), 409, "no stream of this session has that event", NULL);
+	check_error(get_req(sid2, id1, 0), 409, "no stream of this session has that event", NULL);
+	snprintf(v, sizeof v, "%s-1-1", strcmp(tag, "12345678") ? "12345678" : "87654321");
+	check_error(get_req(sid, v, 0), 409, "no stream of this session has that event", NULL);
+	snprintf(v, sizeof v, "%s-99-1", tag);
+	check_error(get_req(sid, v, 0), 409, "no stream of this session has that event", NULL);
+	check_error(get_req(sid, id_at(id1, 2), 0), 409, "no stream of this session has that event", NULL);
+	/* the session rules come first: no session 400, an unknown one 404 */
+	snprintf(v, sizeof v, "GET /mcp HTTP/1.1\r\nHost: localhost\r\nAccept: text/event-stream\r\n"
+		 "Last-Event-ID: %s\r\n\r\n", id1);
+	check_error(v, 400, "Mcp-Session-Id header is required", NULL);
+	check_error(get_req("0000000000000000000000000000000000000000000000000000000000000000", id1, 0), 404,
+		    "Session not found", NULL);
+	/* none of that touched the streams */
+	mb_http_stats_t st = stats();
+	CHECK(st.exchanges_active == 2 && st.exchanges_detached == 0 && st.streams_active == 0);
+	CHECK(st.streams_resumed == 0);
+	host_says(s1, x, 1, "{\"n\":2}");
+	expect_event(c, "{\"n\":2}", id_at(id1, 2));
+	host_says(s2, x2, 1, "{\"n\":2}");
+	expect_event(c2, "{\"n\":2}", id_at(other, 2));
+	hang_up(c);
+	hang_up(c2);
+	/* with resumption off there are no ids, and every Last-Event-ID is refused */
+	srv_stop();
+	const char *const off[] = { "--http-replay-bytes", "0", NULL };
+	CHECK(srv_start(off) == 0);
+	CHECK(init_session(sid, NULL) == 200);
+	s1 = session_num(sid);
+	c = dial();
+	says(c, post(sid, "MCP-Protocol-Version: 2025-11-25\r\n", "{\"jsonrpc\":\"2.0\",\"id\":5,\"method\":\"slow\"}"));
+	resp r = { 0 };
+	char ev[4096];
+	CHECK(read_head(c, &r, 0) == 0 && r.status == 200);
+	CHECK(read_chunk(c, ev, sizeof ev) > 0);
+	CHECK(strncmp(ev, "event: message\ndata: {", 22) == 0); /* no priming event, no id */
+	hang_up(c); /* the exchange is dropped: its final message has nowhere to go */
+	wait_timers();
+	WAIT_UNTIL(st_.exchanges_active == 0 && st_.messages_dropped == 1);
+	st = stats();
+	CHECK(st.exchanges_active == 0 && st.exchanges_detached == 0 && st.messages_dropped == 1);
+	CHECK(st.replay_bytes == 0);
+	check_error(get_req(sid, id1, 0), 409, "resumption is off (http_replay_bytes=0)", NULL);
+	resp_free(&r);
+	srv_stop();
+}
+
+TEST(resume_the_get_stream)
+{
+	CHECK(srv_start(NULL) == 0);
+	char sid[65], gp[MB_HTTP_EVENT_ID_MAX], g1[MB_HTTP_EVENT_ID_MAX], ev[1024], id[MB_HTTP_EVENT_ID_MAX];
+	CHECK(init_session(sid, NULL) == 200);
+	uint64_t s1 = session_num(sid);
+	cli *g = dial();
+	says(g, get_req(sid, NULL, 1));
+	resp r = { 0 };
+	CHECK(read_head(g, &r, 0) == 0 && r.status == 200);
+	CHECK(read_chunk(g, ev, sizeof ev) > 0);
+	strip_id(ev, gp);
+	CHECK_STR(ev, "retry: 1000\ndata: \n\n");
+	host_says(s1, 0, 0, "{\"g\":1}");
+	snprintf(g1, sizeof g1, "%s", id_at(gp, 1));
+	expect_event(g, "{\"g\":1}", g1);
+	/* the stream breaks; what the host sends meanwhile is kept */
+	hang_up(g);
+	WAIT_UNTIL(st_.streams_active == 0);
+	host_says(s1, 0, 0, "{\"g\":2}");
+	host_says(0, 0, 0, "{\"b\":1}"); /* a broadcast too */
+	CHECK(stats().messages_dropped == 0);
+	/* resumed: the two, then live; it takes the GET stream's place */
+	g = dial();
+	says(g, get_req(sid, g1, 0));
+	CHECK(read_head(g, &r, 0) == 0 && r.status == 200);
+	expect_event(g, "{\"g\":2}", id_at(gp, 2));
+	expect_event(g, "{\"b\":1}", id_at(gp, 3));
+	check_error(get_req(sid, NULL, 0), 409, "already has an open GET stream", NULL);
+	host_says(s1, 0, 0, "{\"g\":4}");
+	expect_event(g, "{\"g\":4}", id_at(gp, 4));
+	mb_http_stats_t st = stats();
+	CHECK(st.streams_active == 1 && st.streams_resumed == 1);
+	/* resumed again while open (a client that saw it break first): the new GET takes over */
+	cli *g2 = dial();
+	says(g2, get_req(sid, id_at(gp, 3), 0));
+	CHECK(read_head(g2, &r, 0) == 0 && r.status == 200);
+	expect_event(g2, "{\"g\":4}", id_at(gp, 4));
+	CHECK(closed_by_server(g));
+	hang_up(g);
+	host_says(s1, 0, 0, "{\"g\":5}");
+	expect_event(g2, "{\"g\":5}", id_at(gp, 5));
+	WAIT_UNTIL(st_.streams_active == 1 && st_.connections_active == 1);
+	CHECK(stats().streams_active == 1);
+	hang_up(g2);
+	WAIT_UNTIL(st_.streams_active == 0);
+	/* a GET without Last-Event-ID starts a new stream; the old one can still be replayed to its
+	 * end, but no further */
+	g = dial();
+	says(g, get_req(sid, NULL, 1));
+	CHECK(read_head(g, &r, 0) == 0 && r.status == 200);
+	CHECK(read_chunk(g, ev, sizeof ev) > 0);
+	strip_id(ev, id);
+	CHECK(strcmp(id, gp) != 0 && strncmp(id, gp, 8) == 0);
+	host_says(s1, 0, 0, "{\"g\":6}");
+	expect_event(g, "{\"g\":6}", id_at(id, 1));
+	cli *c = dial();
+	says(c, get_req(sid, id_at(gp, 3), 0));
+	CHECK(read_head(c, &r, 0) == 0 && r.status == 200);
+	expect_event(c, "{\"g\":4}", id_at(gp, 4));
+	expect_event(c, "{\"g\":5}", id_at(gp, 5));
+	CHECK(read_chunk(c, ev, sizeof ev) == 0);
+	says(c, get_req(sid, id_at(gp, 5), 0));
+	CHECK(read_resp(c, &r) == 0 && r.status == 204);
+	hang_up(c);
+	/* DELETE ends the session: its streams and what was kept go */
+	char q[512];
+	snprintf(q, sizeof q, "DELETE /mcp HTTP/1.1\r\nHost: localhost\r\nMcp-Session-Id: %s\r\n\r\n", sid);
+	CHECK(once(q, &r) == 0 && r.status == 204);
+	CHECK(read_chunk(g, ev, sizeof ev) == 0);
+	hang_up(g);
+	WAIT_UNTIL(st_.connections_active == 0);
+	st = stats();
+	CHECK(st.streams_active == 0 && st.replay_bytes == 0 && st.sessions_active == 0);
+	resp_free(&r);
+	srv_stop();
+}
+
+TEST(replay_bounds)
+{
+	const char *const args[] = { "--http-replay-bytes", "2048", "--http-session-idle-ms", "400", NULL };
+	CHECK(srv_start(args) == 0);
+	char sid[65], prime[MB_HTTP_EVENT_ID_MAX], id1[MB_HTTP_EVENT_ID_MAX], big[4096], ev[4096];
+	CHECK(init_session(sid, NULL) == 200);
+	uint64_t s1 = session_num(sid);
+	cli *keep = dial(); /* an open GET stream keeps the session alive */
+	says(keep, get_req(sid, NULL, 0));
+	resp r = { 0 };
+	CHECK(read_head(keep, &r, 0) == 0 && r.status == 200);
+	cli *c = dial();
+	uint64_t x = open_sse(c, sid, s1, prime, id1);
+	CHECK(x != 0);
+	hang_up(c);
+	WAIT_UNTIL(st_.exchanges_detached == 1);
+	/* nine messages of ~400 bytes: the oldest go */
+	char pad[401];
+	memset(pad, 'y', 400);
+	pad[400] = 0;
+	snprintf(big, sizeof big, "{\"pad\":\"%s\"}", pad);
+	for (int i = 0; i < 9; i++)
+		host_says(s1, x, 0, big); /* seq 2..10 */
+	mb_http_stats_t st = stats();
+	CHECK(st.replay_bytes > 0 && st.replay_bytes <= 2048);
+	CHECK(st.replay_dropped >= 5);
+	check_error(get_req(sid, id1, 0), 409, "were dropped from the session's replay buffer (http_replay_bytes=2048)",
+		    NULL);
+	check_error(get_req(sid, prime, 0), 409, "were dropped", NULL);
+	/* what is still kept can be resumed */
+	c = dial();
+	says(c, get_req(sid, id_at(id1, 9), 0));
+	CHECK(read_head(c, &r, 0) == 0 && r.status == 200);
+	expect_event(c, big, id_at(id1, 10));
+	hang_up(c);
+	WAIT_UNTIL(st_.exchanges_detached == 1 && st_.streams_active == 1);
+	/* a message larger than the bound is not kept at all: resuming before it is refused */
+	char huge[3000];
+	memset(huge, 'z', sizeof huge - 1);
+	huge[0] = '"';
+	huge[sizeof huge - 2] = '"';
+	huge[sizeof huge - 1] = 0;
+	host_says(s1, x, 1, huge); /* seq 11, final */
+	st = stats();
+	CHECK(st.exchanges_active == 0 && st.exchanges_detached == 0);
+	check_error(get_req(sid, id_at(id1, 10), 0), 409, "were dropped", NULL);
+	c = dial();
+	says(c, get_req(sid, id_at(id1, 11), 0));
+	CHECK(read_resp(c, &r) == 0 && r.status == 204);
+	hang_up(c);
+	/* a finished stream is forgotten min(60 s, http_session_idle_ms) after it finished */
+	usleep(700000);
+	check_error(get_req(sid, id_at(id1, 11), 0), 409, "no stream of this session has that event", NULL);
+	/* at most 64 streams per session: the oldest finished ones are forgotten first */
+	c = dial();
+	char first[MB_HTTP_EVENT_ID_MAX] = "", last[MB_HTTP_EVENT_ID_MAX] = "";
+	for (int i = 0; i < 66; i++) {
+		says(c, post(sid, NULL, "{\"jsonrpc\":\"2.0\",\"id\":7,\"method\":\"slowsync\"}"));
+		CHECK(read_head(c, &r, 0) == 0 && r.status == 200);
+		CHECK(read_event(c, ev, sizeof ev, i ? last : first) > 0);
+		CHECK(read_chunk(c, ev, sizeof ev) > 0 && read_chunk(c, ev, sizeof ev) == 0);
+	}
+	check_error(get_req(sid, first, 0), 409, "no stream of this session has that event", NULL);
+	says(c, get_req(sid, last, 0));
+	CHECK(read_head(c, &r, 0) == 0 && r.status == 200);
+	CHECK(read_event(c, ev, sizeof ev, big) > 0 && strstr(ev, "\"result\""));
+	CHECK(read_chunk(c, ev, sizeof ev) == 0);
+	hang_up(c);
+	hang_up(keep);
+	/* a parked exchange does not keep its session alive: expiry ends both */
+	char sid2[65];
+	CHECK(init_session(sid2, NULL) == 200);
+	uint64_t s2 = session_num(sid2);
+	c = dial();
+	x = open_sse(c, sid2, s2, prime, id1);
+	CHECK(x != 0);
+	hang_up(c);
+	WAIT_UNTIL(st_.exchanges_detached == 1);
+	usleep(600000);
+	WAIT_UNTIL(st_.sessions_active == 0);
+	st = stats();
+	CHECK(fake_ended(s2));
+	CHECK(st.sessions_active == 0 && st.exchanges_active == 0 && st.exchanges_detached == 0);
+	CHECK(st.replay_bytes == 0 && st.streams_active == 0 && st.connections_active == 0);
+	uint64_t dropped = st.messages_dropped;
+	host_says(s2, x, 1, "{\"n\":2}");
+	CHECK(stats().messages_dropped == dropped + 1);
+	resp_free(&r);
+	srv_stop();
+}
+
+/* The replay buffer's bookkeeping on its own (no sockets). */
+TEST(replay_buffer_bookkeeping)
+{
+	uv_loop_t l;
+	uv_loop_init(&l);
+	mb_http *h = calloc(1, sizeof *h);
+	h->loop = &l;
+	h->replay_max = 4 * (sizeof(revent) + 10);
+	h->replay_keep = 1000;
+	CHECK(htab_init(&h->parked, 8) == 0);
+	session *s = calloc(1, sizeof *s);
+	mb_http_replay_init(s);
+	CHECK(strlen(s->rp.tag) == 8);
+	rstream *a = mb_http_replay_open(h, s, 7), *g = mb_http_replay_open(h, s, 0);
+	CHECK(a && g && a->num == 1 && g->num == 2 && s->rp.get == g);
+	char id[MB_HTTP_EVENT_ID_MAX], want[MB_HTTP_EVENT_ID_MAX];
+	CHECK(mb_http_replay_add(h, a, "0123456789", 10, 0) == 1);
+	CHECK(mb_http_replay_add(h, g, "abcdefghij", 10, 0) == 1);
+	CHECK(mb_http_replay_add(h, a, "0123456789", 10, 0) == 2);
+	mb_http_replay_id(a, 2, id);
+	snprintf(want, sizeof want, "%s-1-2", s->rp.tag);
+	CHECK_STR(id, want);
+	rstream *r = NULL;
+	uint64_t seq = 99;
+	CHECK(mb_http_replay_find(s, id, strlen(id), &r, &seq) == 0 && r == a && seq == 2);
+	mb_http_replay_id(g, 0, id);
+	CHECK(mb_http_replay_find(s, id, strlen(id), &r, &seq) == 0 && r == g && seq == 0);
+	mb_http_replay_id(g, 2, id); /* not sent yet */
+	CHECK(mb_http_replay_find(s, id, strlen(id), &r, &seq) == -ENOENT);
+	CHECK(mb_http_replay_find(s, "zz", 2, &r, &seq) == -EINVAL);
+	CHECK(h->st.replay_bytes == 3 * (sizeof(revent) + 10) && s->rp.bytes == h->st.replay_bytes);
+	/* over the bound: the session's oldest event goes (a's first), then g's */
+	mb_http_replay_add(h, a, "0123456789", 10, 0);
+	mb_http_replay_add(h, a, "0123456789", 10, 0);
+	CHECK(h->st.replay_dropped == 1 && a->dropped_to == 1 && a->head->seq == 2);
+	mb_http_replay_add(h, a, "0123456789", 10, 0);
+	CHECK(h->st.replay_dropped == 2 && g->head == NULL && g->dropped_to == 1);
+	mb_http_replay_id(a, 0, id);
+	CHECK(mb_http_replay_find(s, id, strlen(id), &r, &seq) == -ERANGE);
+	mb_http_replay_id(a, 1, id);
+	CHECK(mb_http_replay_find(s, id, strlen(id), &r, &seq) == 0 && r == a);
+	mb_http_replay_id(g, 1, id);
+	CHECK(mb_http_replay_find(s, id, strlen(id), &r, &seq) == 0 && r == g); /* nothing after it to miss */
+	/* parked: counted, found by exchange; the final message ends it */
+	h->st.exchanges_active = 1;
+	mb_http_replay_park(h, a);
+	CHECK(h->st.exchanges_detached == 1 && mb_http_replay_parked(h, 7) == a && !mb_http_replay_parked(h, 8));
+	mb_http_replay_add(h, a, "x", 1, 1);
+	mb_http_replay_unpark(h, a);
+	CHECK(a->done && h->st.exchanges_detached == 0 && h->st.exchanges_active == 0 && !mb_http_replay_parked(h, 7));
+	/* a new GET stream supersedes the old one; finished streams go after replay_keep */
+	rstream *g2 = mb_http_replay_open(h, s, 0);
+	CHECK(g->done && s->rp.get == g2 && s->rp.n == 3);
+	mb_http_replay_sweep(h, s, uv_now(&l) + 999);
+	CHECK(s->rp.n == 3);
+	mb_http_replay_sweep(h, s, uv_now(&l) + 1000);
+	CHECK(s->rp.n == 1 && s->rp.first == g2);
+	/* at most 64 records: one more forgets the oldest without a connection */
+	for (int i = 0; i < 63; i++)
+		CHECK(mb_http_replay_open(h, s, 100 + (uint64_t)i) != NULL);
+	CHECK(s->rp.n == 64);
+	rstream *more = mb_http_replay_open(h, s, 500);
+	CHECK(more && s->rp.n == 64 && s->rp.first->exchange == 100 && s->rp.get == NULL);
+	mb_http_replay_free(h, s);
+	CHECK(s->rp.n == 0 && s->rp.bytes == 0 && h->st.replay_bytes == 0);
+	/* off: no records */
+	h->replay_max = 0;
+	CHECK(mb_http_replay_open(h, s, 1) == NULL);
+	free(s);
+	free(h->parked.b);
+	free(h);
+	CHECK(uv_loop_close(&l) == 0);
 }
 
 TEST(idle_sessions_expire)
@@ -1744,6 +2317,11 @@ int main(int argc, char **argv)
 	RUN(slow_clients_are_cut);
 	RUN(clients_that_vanish);
 	RUN(get_streams_delete_and_broadcast);
+	RUN(replay_buffer_bookkeeping);
+	RUN(resume_a_post_stream);
+	RUN(resume_refusals);
+	RUN(resume_the_get_stream);
+	RUN(replay_bounds);
 	RUN(idle_sessions_expire);
 	RUN(tokens_and_tenants);
 	RUN(start_refusals);
