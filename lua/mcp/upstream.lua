@@ -29,6 +29,7 @@ local transport = require("mcp.upstream_transport")
 
 local M = { by_name = {}, by_ident = {}, list = {} }
 local tools, catalog, text -- set by init
+local RELAYED -- set below: requests an upstream may send moonbox during a call
 local arguments
 
 local PROTOCOL = mb.protocol.served[1] -- what moonbox asks for (src/protocol.h)
@@ -76,7 +77,7 @@ function S:request(method, params, timeout_ms, opts)
   local id = self.next_id
   local msg = { jsonrpc = "2.0", id = id, method = method, params = params }
   local p = { co = coroutine.running(), msg = msg, method = method, on_progress = opts.on_progress,
-              progress_token = opts.progress_token }
+              progress_token = opts.progress_token, request = opts.request }
   local ok, err = self.t:send(msg, nil, timeout_ms)
   if not ok then return nil, { message = "cannot send: " .. tostring(err) } end
   self.pending[id] = p
@@ -297,6 +298,53 @@ function S:refresh_tools(gen)
   return true
 end
 
+-- Questions an upstream server may ask its client while moonbox calls one of its tools
+-- (sampling/createMessage, elicitation/create: declared in initialize). moonbox asks its own
+-- client on behalf of the execution that made the call (2025-11-25: a request on its stream;
+-- 2026-07-28: input_required), with personal data in the question tokenized (it may reach a
+-- model), and hands the answer back. Roots are not offered: an upstream such as
+-- server-filesystem would take the client's roots as its own allowed directories.
+RELAYED = { ["sampling/createMessage"] = "sampling", ["elicitation/create"] = "elicitation" }
+
+function S:relay(msg)
+  local function reply(result, err)
+    if not self.t then return end
+    if result ~= nil then
+      self.t:send({ jsonrpc = "2.0", id = msg.id, result = result })
+    else
+      self.t:send({ jsonrpc = "2.0", id = msg.id, error = { code = -32603, message = tostring(err) } })
+    end
+  end
+  -- the execution the question belongs to: the one whose call to this server is the latest in
+  -- flight (over stdio nothing links a server's request to our call)
+  local p, pid
+  for id, q in pairs(self.pending) do
+    if q.request and (not pid or id > pid) then p, pid = q, id end
+  end
+  local request = p and p.request
+  if not request or request.entry.ended then
+    return reply(nil, "moonbox has no call in flight to ask its client about")
+  end
+  local capability = RELAYED[msg.method]
+  local caps = request.sess.client_capabilities or {}
+  if caps[capability] == nil then
+    return reply(nil, sfmt("the client of moonbox did not declare the %s capability", capability))
+  end
+  local params = is_object(msg.params) and msg.params or {}
+  local ok, text = pcall(mb.json_encode, params)
+  if ok then
+    local clean = mb.json_decode(tools.pii.outbound(request.tenant, text))
+    if is_object(clean) then params = clean end
+  end
+  self:log_limited("log", sfmt("asks the client: %s", msg.method))
+  local co = coroutine.create(function()
+    local result, err = request:client_request(msg.method, params, capability)
+    reply(result, result == nil and (is_object(err) and err.message or err) or nil)
+  end)
+  local rok, rerr = coroutine.resume(co)
+  if not rok then reply(nil, "internal error: " .. tostring(rerr)) end
+end
+
 local function handlers(self, gen)
   local h = {}
   function h.message(msg)
@@ -305,9 +353,11 @@ local function handlers(self, gen)
       if msg.id ~= nil then self:settle(msg.id, msg) end
       return
     end
-    if msg.id ~= nil then -- a request from the upstream: only ping is served
+    if msg.id ~= nil then -- a request from the upstream: ping, and questions for the client
       if msg.method == "ping" then
         self.t:send({ jsonrpc = "2.0", id = msg.id, result = {} })
+      elseif RELAYED[msg.method] then
+        self:relay(msg)
       else
         self.t:send({ jsonrpc = "2.0", id = msg.id, error = { code = -32601,
           message = "moonbox does not serve " .. tostring(msg.method) .. " to upstream servers" } })
@@ -431,7 +481,7 @@ for _, v in ipairs(mb.protocol.upstream) do PROTOCOLS[v] = true end
 function S:handshake(gen, t)
   do
     local r, ierr = self:request("initialize", {
-      protocolVersion = PROTOCOL, capabilities = {},
+      protocolVersion = PROTOCOL, capabilities = { sampling = {}, elicitation = {} }, -- relayed
       clientInfo = { name = "moonbox", title = "moonbox gateway", version = mb.version },
     }, cfg.upstream_init_timeout_ms)
     if gen ~= self.generation then return end
@@ -651,7 +701,7 @@ function M.call(request, sname, tname, args)
   args, err = arguments(request, args)
   if err then return nil, sfmt("%s.%s: %s", s.name, tool.name, err) end
   local params = { name = tool.name, arguments = args }
-  local opts = {}
+  local opts = { request = request } -- whose client a question of the upstream goes to
   if e.progress_token ~= nil then
     M.progress_seq = M.progress_seq + 1
     opts.progress_token = "mb-" .. M.progress_seq

@@ -26,9 +26,10 @@ import net from "node:net";
 import { tmpdir } from "node:os";
 import path from "node:path";
 import { setTimeout as sleep } from "node:timers/promises";
+import { CreateMessageRequestSchema, ElicitRequestSchema } from "@modelcontextprotocol/sdk/types.js";
 
 import {
-  MOONBOX, TESTS_DIR, UPSTREAM_JS, connectWithConfig, execute, makeDataDir, nodeServer,
+  MOONBOX, RawPeer, TESTS_DIR, UPSTREAM_JS, connectWithConfig, execute, makeDataDir, nodeServer,
   requireBinary, tapProgress, toolErrText as errText, upstreamStats, waitUpstream,
 } from "../lib/moonbox.mjs";
 
@@ -203,11 +204,12 @@ describe("gateway: discovery and calls over stdio (everything, filesystem, memor
 
   it("reports each upstream in get_execution_stats", T, withStderr(S, async () => {
     // server-everything registers one more tool after initialize and says so with
-    // notifications/tools/list_changed: the count settles at 13
-    const ev = await waitUpstream(s.client, "everything", (u) => u?.tools === 13, 5000);
+    // notifications/tools/list_changed: the count settles at 15 (with its sampling and
+    // elicitation tools, which it offers because moonbox declares those capabilities to relay)
+    const ev = await waitUpstream(s.client, "everything", (u) => u?.tools === 15, 5000);
     const all = await upstreamStats(s.client);
     assert.deepEqual(Object.keys(all).sort(), ["everything", "fs", "memory"]);
-    for (const [name, tools, server] of [["everything", 13, "mcp-servers/everything"],
+    for (const [name, tools, server] of [["everything", 15, "mcp-servers/everything"],
       ["fs", 14, "secure-filesystem-server"], ["memory", 9, "memory-server"]]) {
       const u = all[name];
       assert.equal(u.state, "ready", name);
@@ -221,11 +223,11 @@ describe("gateway: discovery and calls over stdio (everything, filesystem, memor
       assert.equal(u.failed_calls, 0, name);
       assert.equal(u.timeouts, 0, name);
     }
-    assert.equal(ev.callable_tools, 13);
+    assert.equal(ev.callable_tools, 15);
   }));
 
   it("search_tools finds upstream tools by description words; get_tool_definition gives schema and a Lua example", T, withStderr(S, async () => {
-    await waitUpstream(s.client, "everything", (u) => u?.tools === 13, 5000);
+    await waitUpstream(s.client, "everything", (u) => u?.tools === 15, 5000);
     const found = ok(await call(s, "search_tools", { query: "sum of two numbers" }));
     assert.ok(found.tools.some((t) => t.name === "get-sum" && t.category === "everything"),
       JSON.stringify(found.tools));
@@ -255,7 +257,7 @@ describe("gateway: discovery and calls over stdio (everything, filesystem, memor
 
     const cats = ok(await call(s, "list_tool_categories", {}));
     const byName = Object.fromEntries(cats.categories.map((c) => [c.name, c]));
-    assert.equal(byName.everything?.tools, 13);
+    assert.equal(byName.everything?.tools, 15);
     assert.equal(byName.fs?.tools, 14);
     assert.equal(byName.memory?.tools, 9);
   }));
@@ -480,7 +482,7 @@ describe("gateway: discovery and calls over stdio (everything, filesystem, memor
     assert.deepEqual(r.seen, ["everything:table", "fs:table", "memory:table"]);
     assert.equal(r.n, 3);
     assert.deepEqual(Object.keys(r.first).sort(), ["lua_name", "name", "state", "tools"]);
-    assert.equal(r.count, 13);
+    assert.equal(r.count, 15);
     assert.equal(r.echo.lua_name, "echo");
     assert.equal(r.echo.read_only, true);
     assert.match(r.echo.summary, /^Echoes back the input/);
@@ -1175,5 +1177,72 @@ describe("gateway: clean shutdown", () => {
       assert.equal(alive(pid), false, `${k} (pid ${pid}) is ${procState(pid)} after moonbox exited`);
     }
     rmSync(fsDir, { recursive: true, force: true });
+  });
+});
+
+// ---------------------------------------------------------------------------------------------
+
+describe("gateway: an upstream server asks its client (sampling, elicitation) through moonbox", () => {
+  it("server-everything's sampling and elicitation tools reach moonbox's client and get its answers; PII in the question is tokenized; without the capability the upstream gets an error", T, async () => {
+    const asked = [];
+    const s = await gateway({ mcpServers: { everything: EVERYTHING() } },
+      { clientOptions: { capabilities: { sampling: {}, elicitation: {} } } }, ["everything"]);
+    try {
+      s.client.setRequestHandler(CreateMessageRequestSchema, async (req) => {
+        asked.push(req.params);
+        return { role: "assistant", content: { type: "text", text: "Paris, says the model" }, model: "test-model" };
+      });
+      s.client.setRequestHandler(ElicitRequestSchema, async (req) => {
+        asked.push(req.params);
+        return { action: "accept", content: { color: "blue", number: 7, pets: "dogs" } };
+      });
+      const r = await runOk(s, `return servers.everything["trigger-sampling-request"]({ prompt = "capital of France? mail ann@example.com" })`);
+      assert.match(JSON.stringify(r), /Paris, says the model/);
+      const q = JSON.stringify(asked[0]);
+      assert.match(q, /capital of France/);
+      assert.doesNotMatch(q, /ann@example\.com/, "the address reached the client untokenized");
+      assert.match(q, TOKEN_RE);
+      const e = await runOk(s, `return servers.everything["trigger-elicitation-request"]({})`);
+      assert.match(JSON.stringify(e), /blue/);
+      assert.equal(asked.length, 2);
+    } finally {
+      await s.close();
+    }
+    // a client without the capabilities: the upstream's question fails, the call reports it
+    const s2 = await gateway({ mcpServers: { everything: EVERYTHING() } }, {}, ["everything"]);
+    try {
+      const [ok, msg] = await pcallOf(s2, `servers.everything["trigger-sampling-request"]({ prompt = "x" })`);
+      assert.equal(ok, false);
+      assert.match(String(msg), /did not declare the sampling capability/);
+    } finally {
+      await s2.close();
+    }
+  });
+
+  it("with a 2026-07-28 client the upstream's question becomes input_required, and the retry's answer goes back to the upstream", T, async () => {
+    const dataDir = makeDataDir();
+    writeFileSync(path.join(dataDir, "config.json"), JSON.stringify({ mcpServers: { everything: EVERYTHING() } }));
+    const p = new RawPeer({ dataDir });
+    try {
+      const meta = { "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+        "io.modelcontextprotocol/clientCapabilities": { elicitation: {} } };
+      const code = `return servers.everything["trigger-elicitation-request"]({})`;
+      await until(async () => {
+        const st = await p.request(`st${Date.now()}`, "tools/call", { _meta: meta, name: "get_execution_stats", arguments: {} });
+        return st.result?.structuredContent?.upstreams?.everything?.state === "ready";
+      }, 15000, "everything ready");
+      const r1 = await p.request("c1", "tools/call", { _meta: meta, name: "execute_code", arguments: { code } });
+      assert.equal(r1.result?.resultType, "input_required", JSON.stringify(r1).slice(0, 500));
+      const [key, q] = Object.entries(r1.result.inputRequests)[0];
+      assert.equal(q.method, "elicitation/create");
+      const r2 = await p.request("c2", "tools/call", { _meta: meta, name: "execute_code", arguments: { code },
+        requestState: r1.result.requestState, inputResponses: { [key]: { action: "accept", content: { color: "green" } } } });
+      assert.equal(r2.result?.resultType, "complete", JSON.stringify(r2).slice(0, 500));
+      assert.equal(r2.result.structuredContent.success, true, JSON.stringify(r2.result.structuredContent));
+      assert.match(JSON.stringify(r2.result.structuredContent.result), /green/);
+    } finally {
+      await p.close();
+      rmSync(dataDir, { recursive: true, force: true });
+    }
   });
 });
