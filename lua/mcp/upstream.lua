@@ -322,11 +322,11 @@ function S:relay(msg)
     if q.request and (not pid or id > pid) then p, pid = q, id end
   end
   local request = p and p.request
-  if not request or request.entry.ended then
+  if not request or not request.entry or request.entry.ended or not request.client_request then
     return reply(nil, "moonbox has no call in flight to ask its client about")
   end
   local capability = RELAYED[msg.method]
-  local caps = request.sess.client_capabilities or {}
+  local caps = request.sess and request.sess.client_capabilities or {}
   if caps[capability] == nil then
     return reply(nil, sfmt("the client of moonbox did not declare the %s capability", capability))
   end

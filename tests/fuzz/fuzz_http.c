@@ -92,15 +92,22 @@ static int on_message(void *ud, uint64_t session, uint64_t exchange, const char 
 		      size_t len, const mb_http_req *req)
 {
 	(void)ud;
-	(void)req;
 	if (!tenant || !*tenant || body[len] != 0)
 		FAIL("on_message without a tenant or with a body not NUL-terminated");
-	int known = 0;
+	if ((session == 0) != (req->sessionless != 0))
+		FAIL("session 0 is exactly a sessionless (2026-07-28) request");
+	int known = session == 0; /* sessionless: answered on its own exchange */
 	for (int i = 0; i < host.nsessions; i++)
 		known |= host.sessions[i] == session;
 	json_t *j = json_loadb(body, len, 0, NULL);
 	json_t *id = json_is_object(j) ? json_object_get(j, "id") : NULL;
 	const char *method = json_is_object(j) ? json_string_value(json_object_get(j, "method")) : NULL;
+	if (session == 0 && method && strcmp(method, "initialize") == 0 && id && !json_is_null(id) &&
+	    !req->protocol_version) {
+		json_t *strict = json_loadb(body, len, JSON_REJECT_DUPLICATES, NULL);
+		if (strict) /* a body with a repeated key goes to the host, which refuses it */
+			FAIL("a sessionless initialize request (without a version header) did not start a session");
+	}
 	if (!known) {
 		if (!method || strcmp(method, "initialize") != 0 || !id)
 			FAIL("a message for an unknown session that is not initialize");
