@@ -168,13 +168,16 @@ function M.listen_filter(params)
   if not is_object(n) then
     return nil, "subscriptions/listen: params.notifications must be an object"
   end
-  local kinds, uris = {}, {}
+  -- honored: the filter the acknowledgement reports (its params.notifications is required by
+  -- the schema; moonbox honours every kind it is asked for, and every resource uri)
+  local kinds, uris, honored = {}, {}, {}
   for _, k in ipairs({ "toolsListChanged", "promptsListChanged", "resourcesListChanged" }) do
     local v = n[k]
     if v ~= nil and v ~= null and type(v) ~= "boolean" then
       return nil, "subscriptions/listen: notifications." .. k .. " must be a boolean"
     end
     kinds[k] = v == true
+    if v == true then honored[k] = true end
   end
   local subs = n.resourceSubscriptions
   if subs ~= nil and subs ~= null then
@@ -191,8 +194,9 @@ function M.listen_filter(params)
       end
       uris[u] = true
     end
+    honored.resourceSubscriptions = subs
   end
-  return { kinds = kinds, uris = uris }
+  return { kinds = kinds, uris = uris, honored = honored }
 end
 
 local next_listener = 0
@@ -246,10 +250,13 @@ local function drop(hold)
 end
 M.drop = drop
 
--- A new hold for entry (the request's in-flight entry) waiting in coroutine co for the answers
--- to inputs = {key -> {method, params}}. Returns the hold and its requestState, or nil and why.
+-- A new hold for entry (the request's in-flight entry) waiting for the answers to inputs =
+-- {key -> {method, params}}. Returns the hold and its requestState, or nil and why.
 -- on_expire(hold) runs when no retry came within mrtr_hold_ms.
-function M.hold(entry, tenant, tool, inputs, co, on_expire)
+-- (server.lua's ask_inputs calls it with these five arguments; an unused `co` parameter before
+-- on_expire left on_expire nil, so an expired hold's timer raised instead of stopping the
+-- execution, which then held its worker until timeout_ms.)
+function M.hold(entry, tenant, tool, inputs, on_expire)
   if nholds >= mb.config.mrtr_max_held then
     return nil, string.format("%d executions already wait for their clients' input "
       .. "(mrtr_max_held=%d)", nholds, mb.config.mrtr_max_held)
@@ -257,7 +264,7 @@ function M.hold(entry, tenant, tool, inputs, co, on_expire)
   next_hold = next_hold + 1
   local id = string.format("%x.%x", next_hold, math.random(0, 0x7fffffff))
   local ttl = mb.config.mrtr_hold_ms
-  local hold = { id = id, entry = entry, tenant = tenant, tool = tool, inputs = inputs, co = co,
+  local hold = { id = id, entry = entry, tenant = tenant, tool = tool, inputs = inputs,
                  expires = mb.wall_ms() + ttl }
   holds[id] = hold
   nholds = nholds + 1
