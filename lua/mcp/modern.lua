@@ -216,13 +216,16 @@ function M.listen_filter(params)
   if not is_object(n) then
     return nil, "subscriptions/listen: params.notifications must be an object"
   end
-  local kinds, uris = {}, {}
+  -- honored: the filter the acknowledgement reports (its params.notifications is required by
+  -- the schema; moonbox honours every kind it is asked for, and every resource uri)
+  local kinds, uris, honored = {}, {}, {}
   for _, k in ipairs({ "toolsListChanged", "promptsListChanged", "resourcesListChanged" }) do
     local v = n[k]
     if v ~= nil and v ~= null and type(v) ~= "boolean" then
       return nil, "subscriptions/listen: notifications." .. k .. " must be a boolean"
     end
     kinds[k] = v == true
+    if v == true then honored[k] = true end
   end
   local subs = n.resourceSubscriptions
   if subs ~= nil and subs ~= null then
@@ -239,8 +242,9 @@ function M.listen_filter(params)
       end
       uris[u] = true
     end
+    honored.resourceSubscriptions = subs
   end
-  return { kinds = kinds, uris = uris }
+  return { kinds = kinds, uris = uris, honored = honored }
 end
 
 local next_listener, nlisteners = 0, 0

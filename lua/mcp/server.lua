@@ -353,7 +353,10 @@ methods["subscriptions/listen"] = function(params, request)
   if not l then error(rpc_error(INVALID_PARAMS, lerr)) end
   l.sub_id = tostring(request.id)
   request.entry.listener = l
-  send_listener(l, "notifications/subscriptions/acknowledged", {})
+  -- params.notifications (the honored filter) is required; an empty params left clients that
+  -- validate the acknowledgement with an empty honoredFilter
+  send_listener(l, "notifications/subscriptions/acknowledged",
+                { notifications = next(filter.honored) and filter.honored or mb.json_decode("{}") })
   coroutine.yield() -- resumed by a cancellation or at shutdown
   modern.remove_listener(l)
   return nil -- cancelled: not answered; at shutdown the cancellation was the last message
@@ -514,7 +517,9 @@ function request_mt:input_requests(list)
       entry.pending[key] = { method = q.method, params = q.params, done = function(msg)
         if msg.error ~= nil then first_err = first_err or msg.error else answers[name] = msg.result end
         waiting = waiting - 1
-        if waiting == 0 then
+        -- only once yielded below: ask_inputs may answer at once (mrtr_max_held reached), while
+        -- this coroutine still runs
+        if waiting == 0 and coroutine.status(co) == "suspended" then
           local ok, err = coroutine.resume(co)
           if not ok then mb.log("error", "input response: " .. tostring(err)) end
         end
@@ -523,7 +528,8 @@ function request_mt:input_requests(list)
   end
   if waiting > 0 then
     ask_inputs(entry)
-    coroutine.yield()
+    -- (a yield after an immediate answer was never resumed: the execution hung to timeout_ms)
+    if waiting > 0 then coroutine.yield() end
   end
   if first_err then return nil, first_err end
   return answers
