@@ -614,10 +614,16 @@ static void dispatch(mb_wpool *pp)
 		send_job(w, j, 0);
 		idle--;
 	}
+	/* Sending ahead binds a job to one worker: not while another worker is starting (it takes
+	 * the job in a moment), and never to one whose job waits in a host call (a question to the
+	 * client may wait minutes for a person: input_required, docs/protocol.md) */
+	for (wproc *w = pp->procs; w; w = w->next)
+		if (w->state == P_SPAWNING || w->state == P_STARTING)
+			return;
 	for (int more = 1; more && pp->q_head;) { /* one per busy worker per round */
 		more = 0;
 		for (wproc *w = pp->procs; w && pp->q_head; w = w->next)
-			if (w->state == P_BUSY && w->nahead < AHEAD_MAX &&
+			if (w->state == P_BUSY && w->nahead < AHEAD_MAX && !(w->job && w->job->call_waiting) &&
 			    strcmp(w->tenant, pp->q_head->tenant) == 0) {
 				send_job(w, pop(pp), 1);
 				more = 1;

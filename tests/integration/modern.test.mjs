@@ -677,9 +677,10 @@ describe("raw: input_required and requestState", { skip: SKIP }, () => {
     }
   });
 
-  it("an execution held for input does not hold up another one (worker processes, just started)",
-    { ...T, todo: "worker_pool.c sends a job ahead to a busy worker of its tenant; a job sent ahead of an "
-      + "execution held for input waits until that one ends (at most timeout_ms / mrtr_hold_ms)" }, async () => {
+  // worker_pool.c sends no job ahead while a worker is starting, nor to a worker whose job waits
+  // in a host call; before that, both went to the first ready worker and the second waited for
+  // the held execution's deadline
+  it("an execution held for input does not hold up another one (worker processes, just started)", T, async () => {
     const p = spawnRaw({ args: ["--isolation", "process", "--workers", "2"] });
     try {
       // both at once, as the server starts
