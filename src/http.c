@@ -315,14 +315,7 @@ static void handle_get(conn *c)
 	hb b = { head, 0, sizeof head };
 	mb_http_sse_head(c, &b, NULL);
 	mb_http_stream_open(c, s, 0, &b); /* a new GET stream: its record and priming event */
-	wreq *w = mb_http_wreq_get(h, c);
-	if (!w) {
-		mb_http_conn_close(c);
-		return;
-	}
-	memcpy(w->head, head, b.n);
-	w->bufs[0] = uv_buf_init(w->head, (unsigned)b.n);
-	mb_http_wreq_send(c, w, 1);
+	mb_http_write_head(c, head, b.n);
 	if (c->state == C_CLOSED)
 		return;
 	c->state = C_STREAM;

@@ -191,6 +191,31 @@ void mb_http_wreq_send(conn *c, wreq *w, unsigned n)
 
 /* ---- responses ------------------------------------------------------------------------------- */
 
+void mb_http_write_head(conn *c, const char *head, size_t n)
+{
+	wreq *w = mb_http_wreq_get(c->h, c);
+	if (!w) {
+		mb_http_conn_close(c);
+		return;
+	}
+	memcpy(w->head, head, n);
+	w->bufs[0] = uv_buf_init(w->head, (unsigned)n);
+	mb_http_wreq_send(c, w, 1);
+}
+
+void mb_http_stream_detach(conn *c)
+{
+	mb_http *h = c->h;
+	session *s = session_by_num(h, c->ssession);
+	if (s && s->stream == c)
+		s->stream = NULL;
+	else if (s)
+		s->resumed--;
+	if (s)
+		s->last_used = uv_now(h->loop);
+	h->st.streams_active--;
+}
+
 void mb_http_count(conn *c, int status)
 {
 	mb_http *h = c->h;
@@ -784,16 +809,8 @@ void mb_http_conn_close(conn *c)
 		if (cancel && !h->closing)
 			mb_http_later(h, CLOSED_LATER, x); /* 2026-07-28: a disconnect cancels */
 	}
-	if (c->state == C_STREAM) {
-		session *s = session_by_num(h, c->ssession);
-		if (s && s->stream == c)
-			s->stream = NULL;
-		else if (s)
-			s->resumed--;
-		if (s)
-			s->last_used = uv_now(h->loop);
-		h->st.streams_active--;
-	}
+	if (c->state == C_STREAM)
+		mb_http_stream_detach(c);
 	if (c->rs)
 		mb_http_replay_release(h, c->rs); /* the stream stays resumable */
 	c->state = C_CLOSED;

@@ -470,6 +470,10 @@ void mb_http_wreq_put(mb_http *h, wreq *w);
 /// Queues w (bufs[0..n)). On failure the connection is closed; w and its buffer are freed.
 void mb_http_wreq_send(conn *c, wreq *w, unsigned n);
 
+/// Writes a response head (or any bytes up to HEAD_MAX) on c; closes c when out of memory.
+void mb_http_write_head(conn *c, const char *head, size_t n);
+/// c stops being a stream (C_STREAM): off its session (the GET stream, or a resumed one), counted.
+void mb_http_stream_detach(conn *c);
 /// Counts a response with this status in the request counters.
 void mb_http_count(conn *c, int status);
 

@@ -207,14 +207,7 @@ static void stream_end(conn *c, int write_end)
 		if (c->state != C_STREAM)
 			return; /* closed: mb_http_conn_close did what follows */
 	}
-	session *s = session_by_num(h, c->ssession);
-	if (s && s->stream == c)
-		s->stream = NULL;
-	else if (s)
-		s->resumed--;
-	if (s)
-		s->last_used = uv_now(h->loop);
-	h->st.streams_active--;
+	mb_http_stream_detach(c);
 	c->ssession = 0;
 	if (c->rs)
 		mb_http_replay_release(h, c->rs);
@@ -315,16 +308,8 @@ void mb_http_resume(conn *c, session *s)
 	mb_http_sse_head(c, &b, NULL);
 	h->st.streams_resumed++;
 	s->last_used = uv_now(h->loop);
-	if (!e) {
-		wreq *w = mb_http_wreq_get(h, c);
-		if (!w) {
-			mb_http_conn_close(c);
-			return;
-		}
-		memcpy(w->head, head, b.n);
-		w->bufs[0] = uv_buf_init(w->head, (unsigned)b.n);
-		mb_http_wreq_send(c, w, 1);
-	}
+	if (!e)
+		mb_http_write_head(c, head, b.n);
 	for (int first = 1; e && c->state != C_CLOSED; e = e->next, first = 0) {
 		char id[MB_HTTP_EVENT_ID_MAX];
 		char *copy = malloc(e->len ? e->len : 1);
