@@ -181,6 +181,25 @@ static void proc_closed(uv_handle_t *h)
 }
 
 /* Ends a worker: killed when sig, reaped; returns its wait status. The pipe closes after. */
+
+/* The jobs sent ahead to w, never started, go back to the head of the queue, in order (they
+ * stay counted in queued): w died, or its job waits on the client (W_RECALL). */
+static void requeue_ahead(wproc *w)
+{
+	if (!w->ahead)
+		return;
+	for (wjob *a = w->ahead; a; a = a->next) {
+		a->state = J_QUEUED;
+		a->proc = NULL;
+	}
+	w->ahead_tail->next = w->pp->q_head;
+	w->pp->q_head = w->ahead;
+	if (!w->pp->q_tail)
+		w->pp->q_tail = w->ahead_tail;
+	w->ahead = w->ahead_tail = NULL;
+	w->nahead = 0;
+}
+
 static int end_worker(wproc *w, int sig)
 {
 	int st = -1;
@@ -199,18 +218,7 @@ static int end_worker(wproc *w, int sig)
 		w->pp->alive--;
 	w->state = P_DEAD;
 	w->job = NULL;
-	if (w->ahead) { /* never started: back to the head of the queue, in order (still counted) */
-		for (wjob *a = w->ahead; a; a = a->next) {
-			a->state = J_QUEUED;
-			a->proc = NULL;
-		}
-		w->ahead_tail->next = w->pp->q_head;
-		w->pp->q_head = w->ahead;
-		if (!w->pp->q_tail)
-			w->pp->q_tail = w->ahead_tail;
-		w->ahead = w->ahead_tail = NULL;
-		w->nahead = 0;
-	}
+	requeue_ahead(w);
 	if (w->pipe_open && !uv_is_closing((uv_handle_t *)&w->pipe))
 		uv_close((uv_handle_t *)&w->pipe, proc_closed);
 	return st;
@@ -753,6 +761,15 @@ static int on_call(wproc *w, wjob *j, mb_wmsg *m)
 	j->calls++;
 	j->seq++;
 	j->call_waiting = 1;
+	if (w->nahead && (strncmp(nm, "client_request", 14) == 0 || strncmp(nm, "upstream_", 9) == 0)) {
+		/* a question to the client (input_required may wait minutes for a person) or an
+		 * upstream call: the jobs sent ahead go back to the queue for other workers; the
+		 * worker, waiting for this call's reply, drops them before it can start one */
+		mb_wbuf_start(&pp->wb, W_RECALL);
+		send_frame(w, &pp->wb);
+		requeue_ahead(w);
+		dispatch(pp);
+	}
 	pp->cb.on_call(pp->cb.ud, j->id, j->seq, nm, args, an);
 	return 0;
 }

@@ -76,7 +76,7 @@ typedef struct kept_job {
 static kept_job *kept_head, *kept_tail;
 
 /* The server's answer to the request just sent. A job sent ahead may come first: it is kept
- * for when this one ends. */
+ * for when this one ends, unless W_RECALL takes the kept ones back (the call may wait long). */
 static mb_wmsg wait_reply(void)
 {
 	mb_wmsg m;
@@ -88,6 +88,15 @@ static mb_wmsg wait_reply(void)
 			_exit(0);
 		if (m.type == W_REPLY)
 			return m;
+		if (m.type == W_RECALL) { /* this job may wait long: the server gives them to others */
+			while (kept_head) {
+				kept_job *k = kept_head;
+				kept_head = k->next;
+				free(k);
+			}
+			kept_tail = NULL;
+			continue;
+		}
 		if (m.type != W_JOB)
 			die("the server sent something else than a reply");
 		size_t len = (size_t)(m.end - m.p);

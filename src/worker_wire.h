@@ -28,6 +28,7 @@
 
 enum {
 	W_INIT = 1, W_READY, W_JOB, W_REPLY, W_NOTIFY, W_CALL, W_WS, W_MINT, W_DONE, W_START,
+	W_RECALL, /* server -> worker, only while it waits for a reply: drop the jobs sent ahead */
 };
 
 /* Workspace operations of W_WS (the sandbox's port, sandbox.h). */

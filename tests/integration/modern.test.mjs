@@ -677,6 +677,46 @@ describe("raw: input_required and requestState", { skip: SKIP }, () => {
     }
   });
 
+  // worker_pool.c takes the jobs sent ahead to a worker back (W_RECALL) when its job asks the
+  // client something: before that, a job sent ahead to the worker of an execution held for input
+  // waited until that execution ended
+  it("jobs sent ahead to a worker go to another one when its execution asks the client", T, async () => {
+    const p = spawnRaw({ args: ["--isolation", "process", "--workers", "2"] });
+    try {
+      // both workers up
+      p.send({ jsonrpc: "2.0", id: "w1", method: "tools/call", params: { name: "execute_code",
+        arguments: { code: "local t = os.clock() + 0.2 while os.clock() < t do end return 1" }, _meta: META() } });
+      p.send({ jsonrpc: "2.0", id: "w2", method: "tools/call", params: { name: "execute_code",
+        arguments: { code: "local t = os.clock() + 0.2 while os.clock() < t do end return 2" }, _meta: META() } });
+      await p.response("w1", { timeout: 20000 });
+      await p.response("w2", { timeout: 20000 });
+      // A busies its worker, then asks; B busies the other one; C and D arrive meanwhile and
+      // are sent ahead, one to each
+      const busyThenAsk = "local t = os.clock() + 0.3 while os.clock() < t do end\n" + CODE;
+      p.send({ jsonrpc: "2.0", id: "A", method: "tools/call", params: { name: "execute_code",
+        arguments: { code: busyThenAsk, timeout_ms: 60000 }, _meta: META(CAPS) } });
+      p.send({ jsonrpc: "2.0", id: "B", method: "tools/call", params: { name: "execute_code",
+        arguments: { code: "local t = os.clock() + 0.6 while os.clock() < t do end return 'b'" }, _meta: META() } });
+      for (const id of ["C", "D"]) {
+        p.send({ jsonrpc: "2.0", id, method: "tools/call", params: { name: "execute_code",
+          arguments: { code: `return '${id}'` }, _meta: META() } });
+      }
+      const held = (await p.response("A", { timeout: 20000 })).result;
+      assert.equal(held.resultType, "input_required", JSON.stringify(held).slice(0, 300));
+      // C and D are answered while A is still held (A's deadline is a minute away)
+      for (const id of ["B", "C", "D"]) {
+        const r = await p.response(id, { timeout: 20000 });
+        assert.equal(r.result?.structuredContent?.success, true, JSON.stringify(r).slice(0, 300));
+      }
+      const [key] = Object.keys(held.inputRequests);
+      const done = await modernReq(p, "A2", "tools/call", { name: "execute_code", arguments: { code: busyThenAsk, timeout_ms: 60000 },
+        requestState: held.requestState, inputResponses: { [key]: { action: "accept", content: { name: "Io" } } } }, CAPS);
+      assert.equal(done.result?.structuredContent?.result, "Io", JSON.stringify(done).slice(0, 400));
+    } finally {
+      await p.dispose();
+    }
+  });
+
   // worker_pool.c sends no job ahead while a worker is starting, nor to a worker whose job waits
   // in a host call; before that, both went to the first ready worker and the second waited for
   // the held execution's deadline
