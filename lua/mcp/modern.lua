@@ -268,20 +268,12 @@ function M.remove_listener(l)
   end
 end
 
--- Sends a notification to the listeners that asked for kind (e.g. "toolsListChanged") and may
--- see tenant's lists (nil = every tenant).
-function M.notify_kind(send, kind, method, tenant)
+-- Sends a notification to the listeners that asked for kind (e.g. "toolsListChanged") and whose
+-- tenant concerns(tenant) says the change is about.
+function M.notify_kind(send, kind, method, concerns)
   for _, l in pairs(listeners) do
-    if l.filter.kinds[kind] and (tenant == nil or l.tenant == tenant) then
+    if l.filter.kinds[kind] and concerns(l.tenant) then
       send(l, method, {})
-    end
-  end
-end
-
-function M.notify_updated(send, uri, tenant)
-  for _, l in pairs(listeners) do
-    if l.filter.uris[uri] and (tenant == nil or l.tenant == tenant) then
-      send(l, "notifications/resources/updated", { uri = uri })
     end
   end
 end

@@ -318,10 +318,12 @@ end
 
 -- Published skills changed: tools, prompts and resources may all have (clients re-list), and
 -- so may the resources subscribed to (published skill resources, skill sources).
-tools.list_changed = function()
+-- tenants: the set of tenants whose lists changed (nil: every tenant, e.g. workflows).
+tools.list_changed = function(tenants)
+  local function concerns(tenant) return tenants == nil or tenants[tenant or "default"] end
   local updated = {}
   for sid, s in pairs(sessions) do
-    if s.initialized then
+    if s.initialized and concerns(s.tenant) then
       local ctx = { session = sid, exchange = 0 }
       notify(ctx, "notifications/tools/list_changed", {})
       notify(ctx, "notifications/prompts/list_changed", {})
@@ -331,11 +333,11 @@ tools.list_changed = function()
       end
     end
   end
-  modern.notify_kind(send_listener, "toolsListChanged", "notifications/tools/list_changed")
-  modern.notify_kind(send_listener, "promptsListChanged", "notifications/prompts/list_changed")
-  modern.notify_kind(send_listener, "resourcesListChanged", "notifications/resources/list_changed")
+  modern.notify_kind(send_listener, "toolsListChanged", "notifications/tools/list_changed", concerns)
+  modern.notify_kind(send_listener, "promptsListChanged", "notifications/prompts/list_changed", concerns)
+  modern.notify_kind(send_listener, "resourcesListChanged", "notifications/resources/list_changed", concerns)
   for _, l in pairs(modern.listeners) do
-    for uri in pairs(l.filter.uris) do
+    for uri in pairs(concerns(l.tenant) and l.filter.uris or {}) do
       if not uri:find("^workspace://") then updated[#updated + 1] = { l, uri } end
     end
   end

@@ -204,26 +204,41 @@ end
 ---------------------------------------------------------------------------------------------
 -- published tools
 
-local function published_signature()
-  local parts = {}
+-- tenant -> signature of its published set (names and versions of skills published as tools,
+-- prompts or resources)
+local function published_signatures()
+  local out = {}
   for tenant, t in pairs(tenants) do
+    local parts = {}
     for name, e in pairs(t.skills) do
       if (e.tool or e.prompt or e.resource) and e.code then
-        parts[#parts + 1] = tenant .. "/" .. name .. "@" .. tostring(e.version)
+        parts[#parts + 1] = name .. "@" .. tostring(e.version)
       end
     end
+    table.sort(parts)
+    out[tenant] = table.concat(parts, ",")
   end
-  table.sort(parts)
-  return table.concat(parts, ",")
+  return out
 end
 
+-- Tells the clients of the tenants whose published set changed (list_changed(tenants): only
+-- their sessions and listeners hear of it; another tenant's skills are none of their business).
 local function check_published()
-  local sig = published_signature()
-  if published_sig ~= nil and sig ~= published_sig then
-    published_sig = sig
-    require("mcp.tools").list_changed()
+  local sigs = published_signatures()
+  if published_sig ~= nil then
+    local changed = {}
+    for tenant, sig in pairs(sigs) do
+      if (published_sig[tenant] or "") ~= sig then changed[tenant] = true end
+    end
+    for tenant, sig in pairs(published_sig) do
+      if sigs[tenant] == nil and sig ~= "" then changed[tenant] = true end
+    end
+    if next(changed) then
+      published_sig = sigs
+      require("mcp.tools").list_changed(changed)
+    end
   end
-  published_sig = sig
+  published_sig = sigs
 end
 
 ---------------------------------------------------------------------------------------------

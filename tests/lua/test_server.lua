@@ -588,6 +588,17 @@ check("list_changed goes to initialized sessions and listeners only", methods_se
   "40 notifications/prompts/list_changed", "40 notifications/resources/list_changed", "40 notifications/tools/list_changed",
   "5 notifications/prompts/list_changed", "5 notifications/resources/list_changed", "5 notifications/tools/list_changed" })
 
+-- a change of one tenant's published skills goes to that tenant's sessions only
+answer('{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{}}}', 70, 0, "zeta")
+n = #m.sent
+tools.list_changed({ zeta = true })
+local to = {}
+for i = n + 1, #m.sent do to[#to + 1] = m.sent[i].session end
+check("list_changed for one tenant reaches its sessions only", to, { 70, 70, 70 })
+n = #m.sent
+tools.list_changed({ nobody = true })
+check("... and nothing for a tenant without sessions", #m.sent, n)
+
 local flushed = 0
 m.history_flush = function() flushed = flushed + 1 end
 n = #m.sent
