@@ -39,6 +39,9 @@ M.SERVER_INFO = {
   description = "Code-execution MCP server: Lua 5.4 in a hardened sandbox",
 }
 
+-- every result carries it: encoded once, spliced as it is
+local SERVER_INFO_RAW = mb.json_raw(mb.json_encode(M.SERVER_INFO))
+
 -- Methods of 2025-11-25 that 2026-07-28 removed: a modern request for one is "not found".
 M.REMOVED = { initialize = true, ping = true, ["logging/setLevel"] = true,
               ["resources/subscribe"] = true, ["resources/unsubscribe"] = true }
@@ -185,7 +188,7 @@ function M.decorate(method, result)
   if result.resultType == nil then result.resultType = "complete" end
   local meta = result._meta
   if not is_object(meta) then meta = {}; result._meta = meta end
-  meta[K_SERVER] = M.SERVER_INFO
+  meta[K_SERVER] = SERVER_INFO_RAW
   if CACHED[method] then
     if result.ttlMs == nil then result.ttlMs = mb.config.cache_ttl_ms end
     if result.cacheScope == nil then
