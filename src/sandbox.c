@@ -103,7 +103,7 @@ int mb_sandbox_global_init(void)
 	test_stall_ms = stall ? strtol(stall, NULL, 10) : 0;
 	if (test_stall_ms < 0 || test_stall_ms > 600000)
 		test_stall_ms = 0;
-	if (mb_sandbox_core_init() != 0)
+	if (mb_sandbox_core_init() != 0 || mb_sandbox_env_init() != 0)
 		return -1;
 
 	/* Compile the prelude once; each sandbox loads this trusted bytecode instead of parsing. */
