@@ -240,10 +240,11 @@ static int sb_setup(lua_State *L)
 	lua_pushglobaltable(L);
 	for (int i = 0; i < prelude_count; i++) {
 		for (char **e = prelude[i].exports; *e; e++) {
+			lua_pushlstring(L, *e, strlen(*e)); /* the key, and the stub's upvalue 2 */
 			lua_pushinteger(L, i);
-			lua_pushstring(L, *e);
+			lua_pushvalue(L, -2);
 			lua_pushcclosure(L, prelude_stub, 2);
-			lua_setfield(L, -2, *e);
+			lua_rawset(L, -3);
 		}
 	}
 	lua_pop(L, 1);

@@ -1399,8 +1399,9 @@ int mb_sandbox_env_open(lua_State *L)
 	mb_regex_open(L, &rl);
 	lua_setfield(L, -2, "re");
 
-	/* mcp: host calls */
-	lua_createtable(L, 0, 2);
+	/* mcp: host calls (log, progress; sample, elicit, roots, ask, client_capabilities:
+	 * sandbox_skills.c; call, parallel, tools: sandbox_upstream.c) */
+	lua_createtable(L, 0, 10);
 	set_field(L, "log", sb_mcp_log);
 	set_field(L, "progress", sb_mcp_progress);
 	lua_setfield(L, -2, "mcp");
