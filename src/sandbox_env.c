@@ -1,7 +1,8 @@
 /* sandbox_env.c - the restricted environment: what sandbox code may see.
  *
  * Built by adding, not removing: only base, string, table, math, utf8, coroutine and four os
- * functions are opened, then every function that could escape, swallow a tripped limit or run
+ * functions are put in a state (filled from a record of the stock libraries read once per
+ * process, below), and every function that could escape, swallow a tripped limit or run
  * unbounded inside C is replaced:
  *   - pcall, xpcall, coroutine.resume/close/wrap re-raise a tripped limit after the protected call;
  *   - guards for Lua bugs fixed after 5.4.4 (docs/security.md): coroutine.close refuses a coroutine
@@ -1315,8 +1316,9 @@ int mb_sandbox_env_open(lua_State *L)
 	mb_sandbox_ctx *c = mb_sandbox_ctx_of(L);
 	if (!env_ready)
 		return luaL_error(L, "sandbox: the stock libraries were not read (mb_sandbox_env_init)");
-	/* A globals table sized for everything we add (~70 names), so building the environment
-	 * does not rehash it several times (what that cost: docs/benchmarks.md, "Session 2"). */
+	/* A globals table sized for everything we add (56 names, with room for context variables
+	 * and the code's own), so building the environment does not rehash it several times (what
+	 * that cost: docs/benchmarks.md, "Session 2"). */
 	lua_createtable(L, 0, 96);
 	lua_pushvalue(L, -1);
 	lua_rawseti(L, LUA_REGISTRYINDEX, LUA_RIDX_GLOBALS);
