@@ -419,7 +419,7 @@ void mb_json_push_null(lua_State *L)
 
 int mb_json_open(lua_State *L, const mb_json_limits *lim)
 {
-	lua_createtable(L, 0, 4);
+	lua_createtable(L, 0, 6); /* the sandbox adds read_file and write_file */
 	mb_json_limits *u = lua_newuserdatauv(L, sizeof *u, 0);
 	*u = json_norm_limits(lim);
 	lua_pushvalue(L, -1);

@@ -771,15 +771,24 @@ static int lp_gsub(lua_State *L)
 	return 2;
 }
 
+static const luaL_Reg fns[] = {
+	{"find", lp_find},
+	{"match", lp_match_fn},
+	{"gmatch", lp_gmatch},
+	{"gsub", lp_gsub},
+	{NULL, NULL},
+};
+
+lua_CFunction mb_lpattern_function(const char *name)
+{
+	for (const luaL_Reg *r = fns; r->name; r++)
+		if (strcmp(r->name, name) == 0)
+			return r->func;
+	return NULL;
+}
+
 void mb_lpattern_register(lua_State *L, int idx)
 {
-	static const luaL_Reg fns[] = {
-		{"find", lp_find},
-		{"match", lp_match_fn},
-		{"gmatch", lp_gmatch},
-		{"gsub", lp_gsub},
-		{NULL, NULL},
-	};
 	idx = lua_absindex(L, idx);
 	lua_pushvalue(L, idx);
 	luaL_setfuncs(L, fns, 0);

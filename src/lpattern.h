@@ -18,4 +18,8 @@
 /// @returns nothing; raises a Lua error only on memory exhaustion while setting the fields
 void mb_lpattern_register(lua_State *L, int idx);
 
+/// The budget-aware replacement of the string function `name` ("find", "match", "gmatch" or
+/// "gsub"), or NULL for any other name (the sandbox builds its string table from these).
+lua_CFunction mb_lpattern_function(const char *name);
+
 #endif

@@ -860,7 +860,7 @@ int mb_regex_open(lua_State *L, const mb_regex_limits *lim)
 	lua_createtable(L, 0, 5);                                /* module */
 	size_t size = sizeof(re_state) + (size_t)l.max_patterns * sizeof(re_pattern);
 	re_state *st = lua_newuserdatauv(L, size, 1);
-	memset(st, 0, size);
+	memset(st, 0, sizeof *st); /* a slot is cleared when a pattern takes it (re_get_pattern) */
 	st->lim = l;
 	lua_createtable(L, 0, 1);                                /* metatable */
 	lua_pushcfunction(L, re_state_gc);

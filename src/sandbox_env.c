@@ -1,7 +1,8 @@
 /* sandbox_env.c - the restricted environment: what sandbox code may see.
  *
  * Built by adding, not removing: only base, string, table, math, utf8, coroutine and four os
- * functions are opened, then every function that could escape, swallow a tripped limit or run
+ * functions are put in a state (filled from a record of the stock libraries read once per
+ * process, below), and every function that could escape, swallow a tripped limit or run
  * unbounded inside C is replaced:
  *   - pcall, xpcall, coroutine.resume/close/wrap re-raise a tripped limit after the protected call;
  *   - guards for Lua bugs fixed after 5.4.4 (docs/security.md): coroutine.close refuses a coroutine
@@ -971,15 +972,338 @@ static int sb_mcp_progress(lua_State *L)
 	return 0;
 }
 
-/* ---- assembly ------------------------------------------------------------------------ */
+/* ---- the stock libraries, read once per process --------------------------------------------
+ *
+ * Opening the stock libraries in every fresh state (luaL_requiref, luaopen_*) made each one, its
+ * functions and its names, and then the policy above replaced or removed a third of what they had
+ * made: os alone made eleven functions to keep four. mb_sandbox_env_init opens them once, in a
+ * scratch state, and records what each table holds (the C function behind each name, the
+ * constants), with the policy already applied; each fresh state is then filled from that record
+ * in one pass into presized tables, each name made once (docs/benchmarks.md, "Issue 22").
+ * The tables hold the same names and values as before: the stock C functions (light functions,
+ * as luaL_setfuncs makes them), our replacements, the same constants, math.random and
+ * math.randomseed sharing a new state seeded as luaopen_math seeds it. Anything of another shape
+ * in a stock table (a Lua other than the one this was written for) fails the start, rather than
+ * being copied wrongly. */
 
-/* Replaces t[name] (t at the top of the stack) with f, giving f the old value as upvalue 1. */
-static void wrap_field(lua_State *L, const char *name, lua_CFunction f)
+enum { R_KEEP, R_DROP, R_OWN, R_WRAP, R_WRAP_NAMED };
+typedef struct {
+	const char *name;
+	unsigned char how; /* R_OWN: f instead of the stock function; R_WRAP: f with the stock one as
+			    * upvalue 1; R_WRAP_NAMED: also the name as upvalue 2 */
+	lua_CFunction f;
+} env_rule;
+
+enum { E_FUNC, E_WRAP, E_WRAP_NAMED, E_RANDOM, E_INT, E_NUM, E_STR, E_BOOL, E_REF };
+typedef struct {
+	char *name;
+	size_t len;
+	unsigned char kind;
+	lua_CFunction f, stock; /* E_FUNC, E_RANDOM: f; E_WRAP*: f closing over stock */
+	lua_Integer i;          /* E_INT, E_BOOL */
+	lua_Number n;           /* E_NUM */
+	char *s;                /* E_STR */
+	size_t slen;
+} env_entry;
+
+typedef struct {
+	const char *name;   /* its global name; NULL for the string metatable */
+	lua_CFunction open; /* NULL: the string metatable, read after string */
+	const env_rule *rules;
+	int keep_unlisted;  /* 0: only the names listed in rules */
+	int loaded;         /* listed in the registry's loaded table, as luaL_requiref did */
+	int extra;          /* fields the assembly adds after the record */
+	env_entry *e;
+	int n;
+	size_t random_size; /* the state math.random and math.randomseed share */
+} env_lib;
+
+static const env_rule base_rules[] = {
+	{ "dofile", R_DROP, NULL },	{ "loadfile", R_DROP, NULL },
+	{ "warn", R_DROP, NULL },	{ "require", R_DROP, NULL },
+	{ "load", R_OWN, sb_load },	{ "pcall", R_OWN, sb_pcall },
+	{ "xpcall", R_OWN, sb_xpcall }, { "collectgarbage", R_OWN, sb_collectgarbage },
+	{ "print", R_OWN, sb_print },	{ NULL, 0, NULL },
+};
+static const env_rule string_rules[] = {
+	{ "dump", R_DROP, NULL },
+	{ "rep", R_OWN, sb_rep },
+	{ "upper", R_OWN, sb_upper },
+	{ "lower", R_OWN, sb_lower },
+	{ "reverse", R_OWN, sb_reverse },
+	{ "format", R_WRAP, sb_format },
+	{ "pack", R_WRAP, sb_pack },
+	{ "unpack", R_WRAP_NAMED, sb_pack_format_only },
+	{ "packsize", R_WRAP_NAMED, sb_pack_format_only },
+	/* find, match, gmatch, gsub: mb_lpattern_function */
+	{ NULL, 0, NULL },
+};
+static const env_rule table_rules[] = {
+	{ "sort", R_OWN, sb_sort },	{ "move", R_OWN, sb_move },	{ "insert", R_OWN, sb_insert },
+	{ "remove", R_OWN, sb_remove }, { "concat", R_OWN, sb_concat }, { NULL, 0, NULL },
+};
+static const env_rule utf8_rules[] = {
+	{ "len", R_WRAP, sb_utf8_len },
+#if LUA_VERSION_RELEASE_NUM < 50405
+	{ "codes", R_OWN, sb_utf8_codes },
+#endif
+	{ NULL, 0, NULL },
+};
+/* coroutine.wrap closes over our resume: made by the assembly */
+static const env_rule coroutine_rules[] = {
+	{ "resume", R_WRAP, sb_resume }, { "close", R_WRAP, sb_close }, { NULL, 0, NULL },
+};
+/* os: only these, in a fresh table (the full library is never in the state) */
+static const env_rule os_rules[] = {
+	{ "time", R_KEEP, NULL },  { "difftime", R_KEEP, NULL },
+	{ "date", R_WRAP, sb_date }, { "clock", R_OWN, sb_clock },
+	{ NULL, 0, NULL },
+};
+static const env_rule none_rules[] = { { NULL, 0, NULL } };
+
+enum { LIB_BASE, LIB_STRING, LIB_STRMETA, LIB_TABLE, LIB_MATH, LIB_UTF8, LIB_CO, LIB_OS, LIB_N };
+static env_lib env_libs[LIB_N] = {
+	[LIB_BASE] = { LUA_GNAME, luaopen_base, base_rules, 1, 1, 0, NULL, 0, 0 },
+	[LIB_STRING] = { LUA_STRLIBNAME, luaopen_string, string_rules, 1, 1, 0, NULL, 0, 0 },
+	[LIB_STRMETA] = { NULL, NULL, none_rules, 1, 0, 1 /* __metatable */, NULL, 0, 0 },
+	[LIB_TABLE] = { LUA_TABLIBNAME, luaopen_table, table_rules, 1, 1, 0, NULL, 0, 0 },
+	[LIB_MATH] = { LUA_MATHLIBNAME, luaopen_math, none_rules, 1, 1, 0, NULL, 0, 0 },
+	[LIB_UTF8] = { LUA_UTF8LIBNAME, luaopen_utf8, utf8_rules, 1, 1, 0, NULL, 0, 0 },
+	[LIB_CO] = { LUA_COLIBNAME, luaopen_coroutine, coroutine_rules, 1, 1, 0, NULL, 0, 0 },
+	[LIB_OS] = { "os", luaopen_os, os_rules, 0, 0, 0, NULL, 0, 0 },
+};
+static int env_ready;
+
+static const env_rule *find_rule(const env_lib *lib, const char *name)
 {
-	lua_getfield(L, -1, name);
-	lua_pushcclosure(L, f, 1);
-	lua_setfield(L, -2, name);
+	for (const env_rule *r = lib->rules; r->name; r++)
+		if (strcmp(r->name, name) == 0)
+			return r;
+	return NULL;
 }
+
+static char *dup_bytes(const char *s, size_t n)
+{
+	char *d = malloc(n + 1);
+	if (d) {
+		memcpy(d, s, n);
+		d[n] = 0;
+	}
+	return d;
+}
+
+/* Records the table at the top of H's stack into lib (ref: the index of the table a field may
+ * name, E_REF: _G itself, the string metatable's __index). Returns 0, or -1 with a message. */
+static int read_lib(lua_State *H, env_lib *lib, int ref, char *err, size_t errlen)
+{
+	int t = lua_gettop(H);
+	int cap = 0;
+	const void *random_state = NULL;
+	const char *what = lib->name ? lib->name : "string metatable";
+	lua_pushnil(H);
+	while (lua_next(H, t)) {
+		if (lua_type(H, -2) != LUA_TSTRING) {
+			snprintf(err, errlen, "%s: a key that is not a string", what);
+			return -1;
+		}
+		size_t len;
+		const char *name = lua_tolstring(H, -2, &len);
+		const env_rule *r = find_rule(lib, name);
+		env_rule lp = { name, R_OWN, mb_lpattern_function(name) };
+		if (lib == &env_libs[LIB_STRING] && lp.f)
+			r = &lp;
+		if ((r && r->how == R_DROP) || (!r && !lib->keep_unlisted)) {
+			lua_pop(H, 1);
+			continue;
+		}
+		if (lib->n == cap) {
+			cap = cap ? 2 * cap : 32;
+			env_entry *e = realloc(lib->e, (size_t)cap * sizeof *e);
+			if (!e)
+				goto oom;
+			lib->e = e;
+		}
+		env_entry *e = &lib->e[lib->n];
+		memset(e, 0, sizeof *e);
+		if (!(e->name = dup_bytes(name, len)))
+			goto oom;
+		e->len = len;
+		lib->n++;
+		switch (lua_type(H, -1)) {
+		case LUA_TFUNCTION: {
+			lua_CFunction f = lua_tocfunction(H, -1);
+			if (!f) {
+				snprintf(err, errlen, "%s.%s is not a C function", what, name);
+				return -1;
+			}
+			if (lua_getupvalue(H, -1, 1)) {
+				/* luaopen_math: random and randomseed share a plain userdata */
+				int ok = lib == &env_libs[LIB_MATH] && r == NULL &&
+					 (strcmp(name, "random") == 0 || strcmp(name, "randomseed") == 0) &&
+					 lua_type(H, -1) == LUA_TUSERDATA;
+				if (ok && lua_getmetatable(H, -1)) {
+					ok = 0;
+					lua_pop(H, 1);
+				}
+				if (ok) {
+					ok = lua_getiuservalue(H, -1, 1) == LUA_TNONE;
+					lua_pop(H, 1);
+				}
+				if (ok && lua_getupvalue(H, -2, 2)) {
+					ok = 0;
+					lua_pop(H, 1);
+				}
+				ok = ok && (!random_state || random_state == lua_topointer(H, -1));
+				random_state = lua_topointer(H, -1);
+				lib->random_size = lua_rawlen(H, -1);
+				lua_pop(H, 1);
+				if (!ok) {
+					snprintf(err, errlen, "%s.%s has upvalues", what, name);
+					return -1;
+				}
+				e->kind = E_RANDOM;
+				e->f = f;
+				break;
+			}
+			e->kind = !r || r->how == R_KEEP || r->how == R_OWN ? E_FUNC
+				  : r->how == R_WRAP ? E_WRAP : E_WRAP_NAMED;
+			e->f = r && r->how != R_KEEP ? r->f : f;
+			e->stock = f;
+			break;
+		}
+		case LUA_TNUMBER:
+			if (lua_isinteger(H, -1)) {
+				e->kind = E_INT;
+				e->i = lua_tointeger(H, -1);
+			} else {
+				e->kind = E_NUM;
+				e->n = lua_tonumber(H, -1);
+			}
+			break;
+		case LUA_TSTRING: {
+			const char *s = lua_tolstring(H, -1, &e->slen);
+			if (!(e->s = dup_bytes(s, e->slen)))
+				goto oom;
+			e->kind = E_STR;
+			break;
+		}
+		case LUA_TBOOLEAN:
+			e->kind = E_BOOL;
+			e->i = lua_toboolean(H, -1);
+			break;
+		case LUA_TTABLE:
+			if (lua_rawequal(H, -1, ref)) {
+				e->kind = E_REF;
+				break;
+			}
+			/* fall through */
+		default:
+			snprintf(err, errlen, "%s.%s: a %s", what, name, luaL_typename(H, -1));
+			return -1;
+		}
+		if (r && r->how != R_KEEP && e->kind != E_FUNC && e->kind != E_WRAP &&
+		    e->kind != E_WRAP_NAMED) {
+			snprintf(err, errlen, "%s.%s: not a function to replace", what, name);
+			return -1;
+		}
+		lua_pop(H, 1);
+	}
+	if (random_state && lib->random_size == 0) {
+		snprintf(err, errlen, "math: no random state");
+		return -1;
+	}
+	return 0;
+oom:
+	snprintf(err, errlen, "out of memory");
+	return -1;
+}
+
+int mb_sandbox_env_init(void)
+{
+	if (env_ready)
+		return 0;
+	char err[160] = "cannot make a Lua state";
+	lua_State *H = luaL_newstate();
+	int ok = H != NULL;
+	for (int i = 0; ok && i < LIB_N; i++) {
+		env_lib *lib = &env_libs[i];
+		if (i == LIB_STRMETA) { /* the string table is at the top */
+			lua_pushliteral(H, "");
+			ok = lua_getmetatable(H, -1);
+			lua_remove(H, -2);
+			ok = ok && read_lib(H, lib, lua_gettop(H) - 1, err, sizeof err) == 0;
+			lua_settop(H, 0);
+			continue;
+		}
+		luaL_requiref(H, lib->name, lib->open, 0);
+		ok = read_lib(H, lib, lua_gettop(H), err, sizeof err) == 0;
+		if (i != LIB_STRING)
+			lua_settop(H, 0);
+	}
+	if (H)
+		lua_close(H);
+	if (!ok) {
+		mb_log(MB_LOG_ERROR, "sandbox: reading the stock Lua libraries: %s", err);
+		return -1;
+	}
+	env_ready = 1;
+	return 0;
+}
+
+/* Fills the table at t from lib's record; ref: the table an E_REF names. */
+static void fill_lib(lua_State *L, const env_lib *lib, int t, int ref)
+{
+	int rnd = 0;
+	if (lib->random_size) {
+		lua_newuserdatauv(L, lib->random_size, 0);
+		rnd = lua_gettop(L);
+	}
+	for (int i = 0; i < lib->n; i++) {
+		const env_entry *e = &lib->e[i];
+		lua_pushlstring(L, e->name, e->len);
+		switch (e->kind) {
+		case E_FUNC:
+			lua_pushcfunction(L, e->f);
+			break;
+		case E_WRAP:
+			lua_pushcfunction(L, e->stock);
+			lua_pushcclosure(L, e->f, 1);
+			break;
+		case E_WRAP_NAMED:
+			lua_pushcfunction(L, e->stock);
+			lua_pushvalue(L, -2);
+			lua_pushcclosure(L, e->f, 2);
+			break;
+		case E_RANDOM:
+			lua_pushvalue(L, rnd);
+			lua_pushcclosure(L, e->f, 1);
+			break;
+		case E_INT:
+			lua_pushinteger(L, e->i);
+			break;
+		case E_NUM:
+			lua_pushnumber(L, e->n);
+			break;
+		case E_STR:
+			lua_pushlstring(L, e->s, e->slen);
+			break;
+		case E_BOOL:
+			lua_pushboolean(L, (int)e->i);
+			break;
+		default: /* E_REF */
+			lua_pushvalue(L, ref);
+			break;
+		}
+		lua_rawset(L, t);
+	}
+	if (rnd) { /* seeded as luaopen_math seeds it: math.randomseed() */
+		lua_getfield(L, t, "randomseed");
+		lua_call(L, 0, 0);
+		lua_remove(L, rnd);
+	}
+}
+
+/* ---- assembly ------------------------------------------------------------------------ */
 
 static void set_field(lua_State *L, const char *name, lua_CFunction f)
 {
@@ -987,29 +1311,57 @@ static void set_field(lua_State *L, const char *name, lua_CFunction f)
 	lua_setfield(L, -2, name);
 }
 
-static void clear_field(lua_State *L, const char *name)
-{
-	lua_pushnil(L);
-	lua_setfield(L, -2, name);
-}
-
 int mb_sandbox_env_open(lua_State *L)
 {
 	mb_sandbox_ctx *c = mb_sandbox_ctx_of(L);
-	static const luaL_Reg libs[] = {
-		{ LUA_GNAME, luaopen_base },       { LUA_STRLIBNAME, luaopen_string },
-		{ LUA_TABLIBNAME, luaopen_table }, { LUA_MATHLIBNAME, luaopen_math },
-		{ LUA_UTF8LIBNAME, luaopen_utf8 }, { LUA_COLIBNAME, luaopen_coroutine },
-		{ NULL, NULL },
-	};
-	/* A globals table sized for everything we add (~70 names), so building the environment
-	 * does not rehash it several times (what that cost: docs/benchmarks.md, "Session 2"). */
+	if (!env_ready)
+		return luaL_error(L, "sandbox: the stock libraries were not read (mb_sandbox_env_init)");
+	/* A globals table sized for everything we add (56 names, with room for context variables
+	 * and the code's own), so building the environment does not rehash it several times (what
+	 * that cost: docs/benchmarks.md, "Session 2"). */
 	lua_createtable(L, 0, 96);
+	lua_pushvalue(L, -1);
 	lua_rawseti(L, LUA_REGISTRYINDEX, LUA_RIDX_GLOBALS);
-	for (const luaL_Reg *l = libs; l->name; l++) {
-		luaL_requiref(L, l->name, l->func, 1);
-		lua_pop(L, 1);
+	int g = lua_gettop(L);
+	/* The registry's loaded table, as luaL_requiref left it: luaL_traceback and luaL_argerror
+	 * look functions up there for their names ("function 'string.format'"). Not reachable from
+	 * sandbox code. */
+	lua_createtable(L, 0, LIB_N);
+	lua_pushvalue(L, -1);
+	lua_setfield(L, LUA_REGISTRYINDEX, LUA_LOADED_TABLE);
+	int loaded = g + 1;
+	for (int i = 0; i < LIB_N; i++) {
+		const env_lib *lib = &env_libs[i];
+		if (i == LIB_BASE) {
+			fill_lib(L, lib, g, g);
+			lua_pushvalue(L, g);
+		} else if (i == LIB_STRMETA) { /* the string table is at the top */
+			lua_createtable(L, 0, lib->n + lib->extra);
+			fill_lib(L, lib, lua_gettop(L), lua_gettop(L) - 1);
+			/* locked: getmetatable("") is false */
+			lua_pushboolean(L, 0);
+			lua_setfield(L, -2, "__metatable");
+			lua_pushliteral(L, "");
+			lua_insert(L, -2);
+			lua_setmetatable(L, -2);
+			lua_pop(L, 2);
+			continue;
+		} else {
+			lua_createtable(L, 0, lib->n + lib->extra);
+			fill_lib(L, lib, lua_gettop(L), lua_gettop(L));
+		}
+		if (lib->loaded) {
+			lua_pushvalue(L, -1);
+			lua_setfield(L, loaded, lib->name);
+		}
+		if (i != LIB_BASE) {
+			lua_pushvalue(L, -1);
+			lua_setfield(L, g, lib->name);
+		}
+		if (i != LIB_STRING) /* kept for its metatable, next */
+			lua_pop(L, 1);
 	}
+	lua_settop(L, g);
 
 	/* coroutine -> xpcalls it is inside (sb_xpcall, sb_close): weak keys */
 	mb_sandbox_weak_keys(L);
@@ -1021,87 +1373,17 @@ int mb_sandbox_env_open(lua_State *L)
 	lua_pushliteral(L, "error in error handling");
 	lua_rawsetp(L, LUA_REGISTRYINDEX, &errerr_key);
 
-	/* os: only time, clock, date, difftime, in a fresh table (the full library is not kept). */
-	luaL_requiref(L, "mb.os", luaopen_os, 0);
-	lua_createtable(L, 0, 4);
-	static const char *const os_keep[] = { "time", "clock", "date", "difftime", NULL };
-	for (int i = 0; os_keep[i]; i++) {
-		lua_getfield(L, -2, os_keep[i]);
-		lua_setfield(L, -2, os_keep[i]);
-	}
-	wrap_field(L, "date", sb_date);
-	set_field(L, "clock", sb_clock);
-	lua_setglobal(L, "os");
-	lua_pop(L, 1);
-	lua_getfield(L, LUA_REGISTRYINDEX, LUA_LOADED_TABLE);
-	clear_field(L, "mb.os");
-	lua_pop(L, 1);
-
-	/* base */
-	lua_pushglobaltable(L);
-	clear_field(L, "dofile");
-	clear_field(L, "loadfile");
-	clear_field(L, "warn");
-	clear_field(L, "require");
-	set_field(L, "load", sb_load);
-	set_field(L, "pcall", sb_pcall);
-	set_field(L, "xpcall", sb_xpcall);
-	set_field(L, "collectgarbage", sb_collectgarbage);
-	set_field(L, "print", sb_print);
+	/* base: what the record could not make (closures over per-state values) */
 	lua_getfield(L, -1, "setmetatable");
 	mb_sandbox_weak_keys(L); /* metatable anchors */
 	lua_pushcclosure(L, sb_setmetatable, 2);
 	lua_setfield(L, -2, "setmetatable");
 
-	/* coroutine */
+	/* coroutine.wrap, over our resume */
 	lua_getfield(L, -1, LUA_COLIBNAME);
-	wrap_field(L, "resume", sb_resume);
-	wrap_field(L, "close", sb_close);
-	lua_getfield(L, -1, "resume"); /* our resume, for wrap */
+	lua_getfield(L, -1, "resume");
 	lua_pushcclosure(L, sb_wrap, 1);
 	lua_setfield(L, -2, "wrap");
-	lua_pop(L, 1);
-
-	/* string: the real table, which the string metatable's __index points at */
-	lua_getfield(L, -1, LUA_STRLIBNAME);
-	clear_field(L, "dump");
-	set_field(L, "rep", sb_rep);
-	set_field(L, "upper", sb_upper);
-	set_field(L, "lower", sb_lower);
-	set_field(L, "reverse", sb_reverse);
-	wrap_field(L, "format", sb_format);
-	wrap_field(L, "pack", sb_pack);
-	for (int i = 0; i < 2; i++) {
-		static const char *const fmt_only[] = { "unpack", "packsize" };
-		lua_getfield(L, -1, fmt_only[i]);
-		lua_pushstring(L, fmt_only[i]);
-		lua_pushcclosure(L, sb_pack_format_only, 2);
-		lua_setfield(L, -2, fmt_only[i]);
-	}
-	mb_lpattern_register(L, lua_gettop(L));
-	lua_pop(L, 1);
-	lua_pushliteral(L, "");
-	if (lua_getmetatable(L, -1)) {
-		lua_pushboolean(L, 0);
-		lua_setfield(L, -2, "__metatable");
-		lua_pop(L, 1);
-	}
-	lua_pop(L, 1);
-
-	lua_getfield(L, -1, LUA_UTF8LIBNAME);
-	wrap_field(L, "len", sb_utf8_len);
-#if LUA_VERSION_RELEASE_NUM < 50405
-	set_field(L, "codes", sb_utf8_codes);
-#endif
-	lua_pop(L, 1);
-
-	/* table */
-	lua_getfield(L, -1, LUA_TABLIBNAME);
-	set_field(L, "sort", sb_sort);
-	set_field(L, "move", sb_move);
-	set_field(L, "insert", sb_insert);
-	set_field(L, "remove", sb_remove);
-	set_field(L, "concat", sb_concat);
 	lua_pop(L, 1);
 
 	/* json and re */
@@ -1119,8 +1401,9 @@ int mb_sandbox_env_open(lua_State *L)
 	mb_regex_open(L, &rl);
 	lua_setfield(L, -2, "re");
 
-	/* mcp: host calls */
-	lua_createtable(L, 0, 2);
+	/* mcp: host calls (log, progress; sample, elicit, roots, ask, client_capabilities:
+	 * sandbox_skills.c; call, parallel, tools: sandbox_upstream.c) */
+	lua_createtable(L, 0, 10);
 	set_field(L, "log", sb_mcp_log);
 	set_field(L, "progress", sb_mcp_progress);
 	lua_setfield(L, -2, "mcp");

@@ -113,6 +113,9 @@ void mb_sandbox_pii_thread_exit(void);
 /// Builds the restricted environment in the fresh state L (sandbox_env.c). Runs inside a
 /// protected call. Expects the state's budget already attached.
 int mb_sandbox_env_open(lua_State *L);
+/// Reads the stock libraries once (sandbox_env.c), before any state is built: called by
+/// mb_sandbox_global_init before any worker starts; read-only afterwards. Returns 0 or -1.
+int mb_sandbox_env_init(void);
 
 /// Registers read_file, write_file, list_files, delete_file, file_exists and json.read_file,
 /// json.write_file in the sandbox state L (sandbox_workspace.c). They act on the running execution's

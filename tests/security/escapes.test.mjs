@@ -91,6 +91,32 @@ describe("poisoning is confined to one execution", () => {
   });
 });
 
+describe("the environment filled from the record of the stock libraries (issue 22)", () => {
+  // Each state is filled from C data read once per process; nothing of it is a Lua value that
+  // one execution could reach and change for the next.
+  test("math.random's state and the library constants are new in each execution", async () => {
+    const [a, b] = await sequence([
+      'math.randomseed(7) local x = math.random(1, 1e9) rawset(math, "maxinteger", 0) ' +
+        'rawset(utf8, "charpattern", "") string.pack = nil return x',
+      'math.randomseed(7) return math.random(1, 1e9), math.maxinteger == 0x7fffffffffffffff, ' +
+        '#utf8.charpattern > 0, type(string.pack)',
+    ]);
+    assert.equal(typeof a.result, "number", `poisoning run: ${brief(a)}`);
+    assert.deepEqual(b.result, [a.result, true, true, "function"], `next run: ${brief(b)}`);
+  });
+
+  test("no library holds a value other than functions, numbers and strings (math.random's state is out of reach)", () =>
+    check('for _, t in ipairs({string, table, math, utf8, coroutine, os}) do ' +
+      'for k, v in pairs(t) do local ty = type(v) ' +
+      'if ty ~= "function" and ty ~= "number" and ty ~= "string" then return k end end end ' +
+      'return getmetatable(math) == nil and getmetatable(string) == nil and debug == nil and package == nil',
+      ok(true)));
+
+  test("the registry's loaded table stays unreachable: require knows only skills", () =>
+    check('local r = {} for _, n in ipairs({"_G", "string", "math", "_LOADED"}) do ' +
+      'r[#r + 1] = (pcall(require, n)) end return r', ok([false, false, false, false])));
+});
+
 describe("dangerous functions are absent or refused", () => {
   test("debug, io, package, dofile, loadfile, warn and most of os are nil; require loads only skills", () =>
     check('return debug == nil, io == nil, package == nil, not pcall(require, "io"), dofile == nil, loadfile == nil, warn == nil, ' +

@@ -1,6 +1,8 @@
 /* test_sandbox.c - the sandbox engine in-process (no transport): results, error shapes, limits,
  * escapes and timeout evasion. Runs under ASan/UBSan in `make test`, so every path through
  * sandbox.c and sandbox_env.c here is also checked for memory errors and leaks. */
+#include <lauxlib.h>
+#include <lualib.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -212,6 +214,101 @@ TEST(escapes)
 	expect_result("return {type(string.upper), marker == nil}", "[\"function\",true]");
 }
 
+/* The environment is filled from a record of the stock libraries read once per process
+ * (sandbox_env.c, issue 22). Against a state with the stock libraries opened the usual way, the
+ * sandbox must hold the same names with the same types and constants, less what the policy
+ * removes (string.dump; dofile, loadfile, warn; os but time, clock, date, difftime). */
+static const char env_dump[] =
+	"local only = ... "
+	"local drop = {['string.dump'] = 1, ['_G.dofile'] = 1, ['_G.loadfile'] = 1, ['_G.warn'] = 1} "
+	"local keep_os = {time = 1, clock = 1, date = 1, difftime = 1} "
+	"local out = {} "
+	"for _, lib in ipairs({'_G', 'string', 'table', 'math', 'utf8', 'coroutine', 'os'}) do "
+	"  local t = lib == '_G' and _G or _G[lib] "
+	"  local names = {} "
+	"  for k, v in next, t do "
+	"    if not drop[lib .. '.' .. k] and (lib ~= 'os' or keep_os[k]) and (not only or lib ~= '_G' or only[k]) then "
+	"      local d = type(v) "
+	"      if d == 'string' then d = d .. '=' .. v:gsub('.', function(c) return ('%02x'):format(c:byte()) end) "
+	"      elseif d ~= 'function' and d ~= 'table' then d = d .. '=' .. tostring(v) end "
+	"      names[#names + 1] = k .. ':' .. d "
+	"    end "
+	"  end "
+	"  table.sort(names) "
+	"  out[#out + 1] = lib .. '{' .. table.concat(names, ',') .. '}' "
+	"end "
+	"return table.concat(out, ' ')";
+
+TEST(env_from_the_record)
+{
+	lua_State *H = luaL_newstate();
+	static const luaL_Reg libs[] = {
+		{ LUA_GNAME, luaopen_base },	 { LUA_STRLIBNAME, luaopen_string },
+		{ LUA_TABLIBNAME, luaopen_table }, { LUA_MATHLIBNAME, luaopen_math },
+		{ LUA_UTF8LIBNAME, luaopen_utf8 }, { LUA_COLIBNAME, luaopen_coroutine },
+		{ LUA_OSLIBNAME, luaopen_os },	 { NULL, NULL },
+	};
+	for (const luaL_Reg *l = libs; l->name; l++) {
+		luaL_requiref(H, l->name, l->func, 1);
+		lua_pop(H, 1);
+	}
+	/* the stock globals, as a Lua table constructor for the sandbox's side */
+	char only[2048] = "{";
+	lua_pushglobaltable(H);
+	lua_pushnil(H);
+	while (lua_next(H, -2)) {
+		size_t n = strlen(only);
+		snprintf(only + n, sizeof only - n, "['%s']=true,", lua_tostring(H, -2));
+		lua_pop(H, 1);
+	}
+	lua_pop(H, 1);
+	strcat(only, "}");
+	CHECK(luaL_loadstring(H, env_dump) == LUA_OK);
+	CHECK(lua_pcall(H, 0, 1, 0) == LUA_OK);
+	const char *want = lua_tostring(H, -1);
+
+	char code[4096];
+	snprintf(code, sizeof code, "return (function(...) %s end)(%s)", env_dump, only);
+	run_out *o = run(code);
+	CHECK(o->r.success);
+	char *want_json = NULL;
+	if (want) {
+		size_t n = strlen(want) + 3;
+		want_json = malloc(n);
+		snprintf(want_json, n, "\"%s\"", want);
+	}
+	if (o->r.success && want_json && strcmp(o->r.result_json, want_json) != 0)
+		fprintf(stderr, "  sandbox: %s\n  stock:   %s\n", o->r.result_json, want_json);
+	CHECK(o->r.success && want_json && strcmp(o->r.result_json, want_json) == 0);
+	free(want_json);
+	done(o);
+	lua_close(H);
+
+	/* behaviour the record must keep */
+	expect_result("return {_G._G == _G, rawget(_G, '_G') == _G, getmetatable(_G) == nil,"
+		      " getmetatable(string) == nil, getmetatable(math) == nil, rawget(string, 'dump') == nil,"
+		      " rawget(string, 'format') == string.format, ('ab'):upper(), '10' + 1, -'2', '7' // 2}",
+		      "[true,true,true,true,true,true,true,\"AB\",11,-2,3]");
+	/* math.random and math.randomseed share a fresh, seeded state */
+	expect_result("local r = math.random() local a = {math.random(1, 6), r >= 0 and r < 1}"
+		      " math.randomseed(42) local x = math.random(1, 1e9) math.randomseed(42)"
+		      " return {a[2], x == math.random(1, 1e9), math.random(3, 3)}",
+		      "[true,true,3]");
+	/* argument errors and tracebacks still name library functions (the loaded table) */
+	expect_result("return select(2, pcall(string.rep))",
+		      "\"bad argument #1 to 'string.rep' (string expected, got no value)\"");
+	o = run("local function f() table.sort({3, 2, 1}, function() error('x') end) end f()");
+	CHECK(!o->r.success && o->r.traceback && strstr(o->r.traceback, "in function 'table.sort'"));
+	done(o);
+	/* pairs and next agree on _G and on the libraries; a library replaced by code is replaced */
+	expect_result("local function n(t, it) local c = 0 for _ in it, t do c = c + 1 end return c end"
+		      " local ok = true for _, t in ipairs({_G, string, math, os, utf8, table, coroutine}) do"
+		      " ok = ok and n(t, pairs(t)) == n(t, next) end"
+		      " math = {pi = 3} string.upper = function() return 'mine' end"
+		      " return {ok, math.pi, ('a'):upper()}",
+		      "[true,3,\"mine\"]");
+}
+
 TEST(limits)
 {
 	uint64_t big = 1000000000;
@@ -392,6 +489,7 @@ int main(void)
 	RUN(output_and_notifications);
 	RUN(error_shapes);
 	RUN(escapes);
+	RUN(env_from_the_record);
 	RUN(limits);
 	RUN(timeout_cannot_be_swallowed);
 	RUN(long_c_calls);
