@@ -25,6 +25,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
+#include <time.h>
 
 #include "log.h"
 #include "lpattern.h"
@@ -982,7 +984,7 @@ static int sb_mcp_progress(lua_State *L)
  * in one pass into presized tables, each name made once (docs/benchmarks.md, "Issue 22").
  * The tables hold the same names and values as before: the stock C functions (light functions,
  * as luaL_setfuncs makes them), our replacements, the same constants, math.random and
- * math.randomseed sharing a new state seeded as luaopen_math seeds it. Anything of another shape
+ * math.randomseed sharing a new state with a seed of its own (next_seed). Anything of another shape
  * in a stock table (a Lua other than the one this was written for) fails the start, rather than
  * being copied wrongly. */
 
@@ -1251,6 +1253,26 @@ int mb_sandbox_env_init(void)
 }
 
 /* Fills the table at t from lib's record; ref: the table an E_REF names. */
+
+/* Seeds for math.random, one pair per fresh state: splitmix64 over a per-thread start drawn
+ * from getrandom once (a worker process may call it: confine.c). luaopen_math seeds from the
+ * time and the state's address, and the arena gives consecutive states one address, so
+ * executions on one worker within a second drew the same numbers. */
+static uint64_t next_seed(void)
+{
+	static _Thread_local uint64_t s;
+	static _Thread_local int ready;
+	if (!ready) {
+		if (getrandom(&s, sizeof s, 0) != (ssize_t)sizeof s)
+			s = (uint64_t)time(NULL) ^ (uint64_t)(uintptr_t)&s;
+		ready = 1;
+	}
+	uint64_t z = (s += 0x9e3779b97f4a7c15ULL);
+	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+	z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+	return z ^ (z >> 31);
+}
+
 static void fill_lib(lua_State *L, const env_lib *lib, int t, int ref)
 {
 	int rnd = 0;
@@ -1296,9 +1318,11 @@ static void fill_lib(lua_State *L, const env_lib *lib, int t, int ref)
 		}
 		lua_rawset(L, t);
 	}
-	if (rnd) { /* seeded as luaopen_math seeds it: math.randomseed() */
+	if (rnd) { /* a seed of its own: math.randomseed(a, b) */
 		lua_getfield(L, t, "randomseed");
-		lua_call(L, 0, 0);
+		lua_pushinteger(L, (lua_Integer)next_seed());
+		lua_pushinteger(L, (lua_Integer)next_seed());
+		lua_call(L, 2, 0);
 		lua_remove(L, rnd);
 	}
 }

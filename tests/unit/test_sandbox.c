@@ -239,6 +239,24 @@ static const char env_dump[] =
 	"end "
 	"return table.concat(out, ' ')";
 
+/* Each fresh state gets its own random sequence: seeded from the time and the state's address
+ * (as luaopen_math seeds), consecutive states on one thread within a second repeated the same
+ * numbers, since the arena hands the next state the same address. */
+TEST(math_random_differs_between_executions)
+{
+	char seen[8][64];
+	int repeats = 0;
+	for (int i = 0; i < 8; i++) {
+		run_out *o = run("return tostring(math.random(0)) .. ':' .. tostring(math.random(1, 1000000000))");
+		CHECK(o->r.success);
+		snprintf(seen[i], sizeof seen[i], "%s", o->r.result_json ? o->r.result_json : "");
+		for (int k = 0; k < i; k++)
+			repeats += strcmp(seen[k], seen[i]) == 0;
+		done(o);
+	}
+	CHECK(repeats == 0);
+}
+
 TEST(env_from_the_record)
 {
 	lua_State *H = luaL_newstate();
@@ -490,6 +508,7 @@ int main(void)
 	RUN(error_shapes);
 	RUN(escapes);
 	RUN(env_from_the_record);
+	RUN(math_random_differs_between_executions);
 	RUN(limits);
 	RUN(timeout_cannot_be_swallowed);
 	RUN(long_c_calls);
