@@ -572,14 +572,20 @@ local function resume_inputs(request, params, name)
 end
 
 -- Ends the waits of client requests made for this request (the execution ended).
+-- (Most executions asked nothing: no empty table is made to say so.)
 function request_mt:abandon_client_requests()
-  for id in pairs(self.entry.client_requests or {}) do
-    local co = client_requests[id]
-    client_requests[id] = nil
-    if co then coroutine.resume(co, { error = { code = -32603, message = "the execution ended" } }) end
+  local entry = self.entry
+  if entry.client_requests then
+    for id in pairs(entry.client_requests) do
+      local co = client_requests[id]
+      client_requests[id] = nil
+      if co then coroutine.resume(co, { error = { code = -32603, message = "the execution ended" } }) end
+    end
   end
-  for key in pairs(self.entry.pending or {}) do
-    answer_pending(self.entry, key, { error = { code = -32603, message = "the execution ended" } })
+  if entry.pending then
+    for key in pairs(entry.pending) do
+      answer_pending(entry, key, { error = { code = -32603, message = "the execution ended" } })
+    end
   end
 end
 
@@ -742,8 +748,11 @@ local function dispatch(msg, t0, ctx)
     return send_error(ctx, id, INVALID_REQUEST, "Invalid Request: id " .. tostring(id) .. " is already in use")
   end
   local meta = params._meta
+  -- made at the size it reaches (the nil fields are set later: request, origin, job, tool,
+  -- ended), so it is not rehashed twice on the way
   local entry = { method = method, cancelled = false,
-                  progress_token = is_object(meta) and valid_id(meta.progressToken) and meta.progressToken or nil }
+                  progress_token = is_object(meta) and valid_id(meta.progressToken) and meta.progressToken or nil,
+                  request = nil, origin = nil, job = nil, tool = nil, ended = nil }
   local request = setmetatable({ id = id, entry = entry, tenant = sess.tenant, sess = sess,
                                   modern = is_modern, session = ctx.session, exchange = ctx.exchange },
                                request_mt)
