@@ -51,7 +51,9 @@ call; errors name the limit that stopped you.]]
 -- client's log level, whether it is initialized, its tenant and its requests in flight. Every
 -- message is sent with its session and exchange (the HTTP POST it answers; 0 for messages not
 -- tied to one), and the final one of an exchange says so.
-local sessions = {}   -- session id -> { tenant, log_level, initialized, inflight = {key -> entry} }
+-- A request's id (an integer or a string, valid_id) is its key in inflight as it is: Lua keeps
+-- 1 and "1" apart, so no key string is made per request.
+local sessions = {}   -- session id -> { tenant, log_level, initialized, inflight = {id -> entry} }
 local client_requests = {} -- our request id -> the coroutine waiting for the client's answer
 local by_exchange = {} -- sessionless (2026-07-28 HTTP) exchange -> inflight entry: a disconnect cancels
 local DEFERRED = {}    -- a handler's answer comes later, from another coroutine
@@ -68,9 +70,6 @@ local function session(sid, tenant)
   return s
 end
 
-local function id_key(id)
-  return (math.type(id) == "integer" and "i:" or "s:") .. tostring(id)
-end
 
 -- ctx: anything with .session and .exchange (a request, or the context of a message)
 local function send_result(ctx, id, result)
@@ -389,7 +388,7 @@ notifications["notifications/initialized"] = function(params, sess) sess.initial
 notifications["notifications/cancelled"] = function(params, sess)
   local rid = params.requestId
   if rid == nil or (type(rid) ~= "string" and math.type(rid) ~= "integer") then return end
-  local entry = sess.inflight[id_key(rid)]
+  local entry = sess.inflight[rid]
   if not entry or entry.method == "initialize" then return end
   cancel_entry(entry)
 end
@@ -573,14 +572,20 @@ local function resume_inputs(request, params, name)
 end
 
 -- Ends the waits of client requests made for this request (the execution ended).
+-- (Most executions asked nothing: no empty table is made to say so.)
 function request_mt:abandon_client_requests()
-  for id in pairs(self.entry.client_requests or {}) do
-    local co = client_requests[id]
-    client_requests[id] = nil
-    if co then coroutine.resume(co, { error = { code = -32603, message = "the execution ended" } }) end
+  local entry = self.entry
+  if entry.client_requests then
+    for id in pairs(entry.client_requests) do
+      local co = client_requests[id]
+      client_requests[id] = nil
+      if co then coroutine.resume(co, { error = { code = -32603, message = "the execution ended" } }) end
+    end
   end
-  for key in pairs(self.entry.pending or {}) do
-    answer_pending(self.entry, key, { error = { code = -32603, message = "the execution ended" } })
+  if entry.pending then
+    for key in pairs(entry.pending) do
+      answer_pending(entry, key, { error = { code = -32603, message = "the execution ended" } })
+    end
   end
 end
 
@@ -739,26 +744,30 @@ local function dispatch(msg, t0, ctx)
   if not handler then
     return send_error(ctx, id, METHOD_NOT_FOUND, "Method not found: " .. clip(method))
   end
-  local key = id_key(id)
-  if sess.inflight[key] then
+  if sess.inflight[id] then
     return send_error(ctx, id, INVALID_REQUEST, "Invalid Request: id " .. tostring(id) .. " is already in use")
   end
   local meta = params._meta
+  -- made at the size it reaches (the nil fields are set later: request, origin, job, tool,
+  -- ended), so it is not rehashed twice on the way
   local entry = { method = method, cancelled = false,
-                  progress_token = is_object(meta) and valid_id(meta.progressToken) and meta.progressToken or nil }
-  local request = setmetatable({ id = id, entry = entry, tenant = sess.tenant, sess = sess, key = key,
+                  progress_token = is_object(meta) and valid_id(meta.progressToken) and meta.progressToken or nil,
+                  request = nil, origin = nil, job = nil, tool = nil, ended = nil }
+  local request = setmetatable({ id = id, entry = entry, tenant = sess.tenant, sess = sess,
                                   modern = is_modern, session = ctx.session, exchange = ctx.exchange },
                                request_mt)
   mb.exchange_pending() -- a response will come on this exchange
   entry.request, entry.origin = request, request
-  entry.hold_name = method .. ":" .. tostring(params.name or params.uri or "")
-  sess.inflight[key] = entry
+  if is_modern then -- what a held execution is found by (only 2026-07-28 requests are held)
+    entry.hold_name = method .. ":" .. tostring(params.name or params.uri or "")
+  end
+  sess.inflight[id] = entry
   if is_modern and ctx.session == 0 then by_exchange[ctx.exchange] = entry end
   local ok, result
   if is_modern and params.requestState ~= nil and params.requestState ~= null then
     ok, result = pcall(resume_inputs, request, params, entry.hold_name)
     if ok and result == DEFERRED then -- answered when the held execution ends
-      sess.inflight[key] = request.entry
+      sess.inflight[id] = request.entry
       if ctx.session == 0 then by_exchange[ctx.exchange] = request.entry end
       return
     end
@@ -769,10 +778,10 @@ local function dispatch(msg, t0, ctx)
   if entry.fail_with then ok, result = false, entry.fail_with end
   -- the request to answer: this one, or the retry that took over its held execution
   local target = entry.request
-  sess.inflight[key] = nil
+  sess.inflight[id] = nil
   if ctx.session == 0 then by_exchange[ctx.exchange] = nil end
   if target and target ~= request then
-    target.sess.inflight[target.key] = nil
+    target.sess.inflight[target.id] = nil
     if target.session == 0 then by_exchange[target.exchange] = nil end
   end
   if entry.hold then -- answered input_required, and the execution ended before the retry came

@@ -290,6 +290,7 @@ register({
   local res, err, refusal = request:execute({
     code = code, context_json = context_json, timeout_ms = timeout_ms,
     memory_bytes = memory_mb * 1048576, instruction_limit = instruction_limit,
+    tenant = request.tenant, -- (set by execute too: here the table is made with room for it)
   })
   if not res and not err then return nil end -- cancelled: no response
   res = res or refusal

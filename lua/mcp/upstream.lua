@@ -747,7 +747,9 @@ end
 -- The execution ended: cancel its calls still in flight.
 function M.abandon(entry)
   entry.ended = true
-  for opts, s in pairs(entry.upstream_pending or {}) do
+  local pending = entry.upstream_pending
+  if not pending then return end -- most executions call no upstream
+  for opts, s in pairs(pending) do
     if opts.id then s:cancel_request(opts.id, "the execution that made this call ended") end
   end
   entry.upstream_pending = nil

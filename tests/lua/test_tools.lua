@@ -49,7 +49,8 @@ check("built-in tools first", { tools.list[1].definition.name, tools.list[2].def
 -- execute_code: arguments
 
 local _, spec = run({ code = "return 1" })
-check("defaults", spec, { code = "return 1", timeout_ms = 5000, memory_bytes = 64 * 1048576, instruction_limit = 100000000 })
+check("defaults", spec, { code = "return 1", timeout_ms = 5000, memory_bytes = 64 * 1048576, instruction_limit = 100000000,
+                        tenant = "default" })
 check("defaults are integers", { math.type(spec.timeout_ms), math.type(spec.memory_bytes), math.type(spec.instruction_limit) },
   { "integer", "integer", "integer" })
 
