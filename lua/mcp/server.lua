@@ -57,6 +57,7 @@ local sessions = {}   -- session id -> { tenant, log_level, initialized, infligh
 local client_requests = {} -- our request id -> the coroutine waiting for the client's answer
 local by_exchange = {} -- sessionless (2026-07-28 HTTP) exchange -> inflight entry: a disconnect cancels
 local DEFERRED = {}    -- a handler's answer comes later, from another coroutine
+local release          -- (request, entry): forgets what request registered for entry
 local next_client_request = 0
 local by_job = {}     -- job id -> inflight entry (jobs are unique across sessions)
 
@@ -453,6 +454,13 @@ end
 -- host call until the client's retry brings inputResponses (resume_inputs) or the hold expires.
 -- entry.pending[key] = {method, params, done(msg)}: msg is {result = ...} or {error = ...}.
 local next_input = 0
+-- request no longer stands for entry: its in-flight id and its sessionless exchange are
+-- forgotten, unless they already stand for something else (a reused id).
+release = function(request, entry)
+  if request.sess.inflight[request.id] == entry then request.sess.inflight[request.id] = nil end
+  if request.session == 0 and by_exchange[request.exchange] == entry then by_exchange[request.exchange] = nil end
+end
+
 local function answer_pending(entry, key, msg)
   local p = entry.pending[key]
   entry.pending[key] = nil
@@ -483,6 +491,8 @@ local function ask_inputs(entry)
   end
   entry.hold = hold
   entry.request = nil -- answered; the retry becomes the request to answer
+  -- answered, its id and connection are the client's again (a stdio client may reuse the id)
+  release(target, entry)
   send_result(target, target.id, modern.decorate(entry.method,
     { resultType = "input_required", inputRequests = inputs, requestState = state }))
 end
@@ -778,12 +788,8 @@ local function dispatch(msg, t0, ctx)
   if entry.fail_with then ok, result = false, entry.fail_with end
   -- the request to answer: this one, or the retry that took over its held execution
   local target = entry.request
-  sess.inflight[id] = nil
-  if ctx.session == 0 then by_exchange[ctx.exchange] = nil end
-  if target and target ~= request then
-    target.sess.inflight[target.id] = nil
-    if target.session == 0 then by_exchange[target.exchange] = nil end
-  end
+  release(request, entry)
+  if target and target ~= request then release(target, entry) end
   if entry.hold then -- answered input_required, and the execution ended before the retry came
     local o_ok, o_result = ok, result
     entry.finished = function()

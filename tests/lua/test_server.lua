@@ -502,6 +502,23 @@ check("the execution's result answers the retry", { m.sent[#m.sent].msg.id, m.se
 e = manswer(retry, 235, hdr("tools/call", "execute_code"), "acme")
 check("a used requestState is refused", e.msg.error.code, -32602)
 
+-- stdio: once answered input_required, the request's id is the client's again
+local sco2 = handle(H.json_encode(req(7, "tools/call", { _meta = EMETA, name = "execute_code", arguments = { code = "x" } })), 42)
+local sjob = 100 + #jobs
+host("client_request", '{"method":"elicitation/create","params":{"message":"?"}}', sjob)
+local sir = m.sent[#m.sent].msg
+check("stdio: input_required for id 7", { sir.id, sir.result.resultType }, { 7, "input_required" })
+local reuse = answer(H.json_encode(req(7, "tools/list", { _meta = META })), 42)
+check("the id may be reused at once", { reuse.id, reuse.result and reuse.result.resultType }, { 7, "complete" })
+local skey = next(sir.result.inputRequests)
+handle(H.json_encode(req(8, "tools/call", { _meta = EMETA, name = "execute_code", arguments = { code = "x" },
+  requestState = sir.result.requestState, inputResponses = { [skey] = { action = "accept" } } })), 42)
+local busy7 = answer(H.json_encode(req(8, "tools/list", { _meta = META })), 42)
+check("the retry's id is in use while its execution runs", busy7.error and busy7.error.code, -32600)
+assert(coroutine.resume(sco2, H.shaped({ success = true, result_json = "5", output = "", execution_time_ms = 1, instructions = 1, memory_peak_bytes = 1 })))
+check("the result answers the retry", m.sent[#m.sent].msg.id, 8)
+check("and frees its id", answer(H.json_encode(req(8, "tools/list", { _meta = META })), 42).result.resultType, "complete")
+
 -- mcp.ask: several inputs in one round; a missing answer is asked again; -32021 without the capability
 local aco = mhandle(req(40, "tools/call", { _meta = with(EMETA, "io.modelcontextprotocol/clientCapabilities",
   { elicitation = {}, roots = {} }), name = "execute_code", arguments = { code = "x" } }), 240, hdr("tools/call", "execute_code"))
