@@ -4,7 +4,9 @@
 # pass/fail test: it exits 0 whatever the numbers are, and non-zero only when it cannot measure.
 #
 # What it does (docs/benchmarks.md explains each figure):
-#   1. builds tests/bench/bench_client.c (the stdio MCP client that measures),
+#   1. builds tests/bench/bench_client.c (the stdio MCP client that measures), the two floors of
+#      issue 22 (tests/bench/bench_null_server.c, a server that only answers, and
+#      tests/bench/bench_stock.c, a fresh stock Lua state per `return 1+1`),
 #      tests/bench/bench_sandbox.c (one execution in-process, linked like the unit tests) and
 #      tests/bench/bench_parallel.c (the sandbox's side of mcp.parallel, the same way);
 #   2. installs the comparison server from tests/bench/package-lock.json into
@@ -12,9 +14,11 @@
 #      the install fails, or with BENCH_NO_PROXY=1);
 #   3. runs BENCH_REPS rounds; each round measures moonbox, then my-cool-proxy, with the same
 #      client: idle RSS, ping, sequential tools/call, pipelined tools/call (unbounded, then at most
-#      BENCH_WINDOW in flight), RSS after, and BENCH_SPAWNS/BENCH_REPS fresh starts;
+#      BENCH_WINDOW in flight), RSS after, and BENCH_SPAWNS/BENCH_REPS fresh starts; then the
+#      floors: the same sequential run against bench_null_server, and bench_stock;
 #   4. prints the median of each figure over the rounds (start-up: median of all spawns), the
-#      ratios, how busy the machine was with other work, and which of the issue's targets are met;
+#      ratios, how busy the machine was with other work, which of the issue's targets are met,
+#      and issue 22's targets against the floors taken in the same rounds;
 #   5. counts instructions under callgrind (repeatable, unlike times on a shared machine): per
 #      execution of bench_sandbox and the functions they go to, and per tools/call in the whole
 #      server, split into its main thread and its workers.
@@ -49,6 +53,13 @@ cp "$BUILD/moonbox" "$MOONBOX" || exit 1
 # ---- build the measuring programs --------------------------------------------------------------
 $CC -O2 -g -std=c11 -Wall -Wextra -Werror -pthread tests/bench/bench_client.c \
   -o "$OUT/bench_client" || exit 1
+# issue 22's floors: a server that only answers, and a fresh stock Lua state per execution
+# (the same Lua library moonbox links).
+$CC -O2 -g -std=c11 -Wall -Wextra -Werror tests/bench/bench_null_server.c \
+  -o "$OUT/bench_null_server" || exit 1
+# shellcheck disable=SC2046
+$CC -O2 -g -std=c11 -Wall -Wextra -Werror $(pkg-config --cflags "$LUA_PKG") tests/bench/bench_stock.c \
+  $(pkg-config --libs "$LUA_PKG") -o "$OUT/bench_stock" || exit 1
 # Linked like the Makefile's unit tests: the object of every src/*.c but main.c, and the
 # embedded Lua.
 LIB_OBJ="$BUILD/obj/embedded_lua.o"
@@ -101,6 +112,12 @@ run_moonbox() { # round
     -- "$MOONBOX" --data-dir "$d" > "$OUT/moonbox-window.$r.txt"
 }
 
+run_floors() { # round: issue 22's floors, in the same rounds as moonbox
+  local r=$1
+  "$client" -n "$N" -P 0 -m 0 -s 0 -l /dev/null -- "$OUT/bench_null_server" > "$OUT/floor-client.$r.txt"
+  "$OUT/bench_stock" 3 2000 > "$OUT/floor-stock.$r.txt"
+}
+
 run_proxy() { # round
   local r=$1; local d=$SCRATCH/proxy.$r
   mkdir -p "$d"
@@ -131,6 +148,8 @@ echo "bench: $REPS rounds; sequential $N calls, pipelined $M (my-cool-proxy $PRO
 for r in $(seq 1 "$REPS"); do
   printf 'bench: round %s/%s moonbox' "$r" "$REPS"
   run_moonbox "$r" || { echo; echo "bench: moonbox round $r failed" >&2; exit 1; }
+  printf ', floors'
+  run_floors "$r" || { echo; echo "bench: floors round $r failed" >&2; exit 1; }
   if [ $HAVE_PROXY = 1 ]; then
     printf ', my-cool-proxy'
     run_proxy "$r" || { echo " (failed; see $OUT/proxy.stderr.log)"; HAVE_PROXY=0; }
@@ -268,6 +287,33 @@ row() { # label lower moonbox-shown proxy-shown moonbox-raw proxy-raw
   target "idle RSS <= 10 MB" "${MB[rss_idle_kb]}" 9766 le "$(kb2mib "${MB[rss_idle_kb]}")"
   target "process start to initialize answered <= 10 ms" "${MB[startup_ms]}" 10 le \
     "$(fmt '%.1f ms' "${MB[startup_ms]}")"
+
+  # issue 22: each target against floors taken in the same rounds (medians over the rounds)
+  FC=$(med seq_p50_us "$OUT"/floor-client.[0-9]*.txt)   # client floor: round trip to a null server
+  FS=$(med stock_p50_us "$OUT"/floor-stock.[0-9]*.txt)  # fresh stock state + openlibs + run + close
+  L1=$(awk -v c="$FC" -v s="$FS" 'BEGIN { if (c != "" && s != "") printf("%.1f", c + 4 * s) }')
+  L2=$(awk -v s="$FS" 'BEGIN { if (s != "") printf("%.1f", 3 * s) }')
+  ucpu=$(med pipe_server_cpu_us_per_call "$OUT"/moonbox.[0-9]*.txt)
+  echo
+  echo "Issue 22: the targets against floors ($(nproc) CPUs, medians of $REPS rounds):"
+  echo "  client floor (bench_client's sequential round trip to bench_null_server) p50:" \
+       "$(fmt '%.1f us' "$FC")"
+  echo "  fresh-stock-state floor (luaL_newstate+openlibs+'return 1+1'+lua_close, bench_stock)" \
+       "p50: $(fmt '%.1f us' "$FS")"
+  target "round trip p50 <= client + 4x stock = $(fmt '%.0f us' "$L1")" "${MB[seq_p50_us]}" "$L1" le \
+    "$(fmt '%.0f us' "${MB[seq_p50_us]}")"
+  target "CPU/execution, pipelined <=$WINDOW, <= 3x stock = $(fmt '%.0f us' "$L2")" "${MB[win_cpu_us]}" \
+    "$L2" le "$(fmt '%.1f us' "${MB[win_cpu_us]}")"
+  target "CPU/execution, pipelined unbounded, <= 3x stock = $(fmt '%.0f us' "$L2")" "$ucpu" "$L2" le \
+    "$(fmt '%.1f us' "$ucpu")"
+  target ">= 60,000 executions/s pipelined (<= $WINDOW in flight)" "${MB[win_execs_per_s]}" 60000 ge \
+    "$(fmt '%.0f/s' "${MB[win_execs_per_s]}")"
+  target ">= 60,000 executions/s pipelined (unbounded)" "${MB[pipe_execs_per_s]}" 60000 ge \
+    "$(fmt '%.0f/s' "${MB[pipe_execs_per_s]}")"
+  target "start to initialize <= 10 ms" "${MB[startup_ms]}" 10 le "$(fmt '%.1f ms' "${MB[startup_ms]}")"
+  target "idle RSS <= 10 MiB" "${MB[rss_idle_kb]}" 10240 le "$(kb2mib "${MB[rss_idle_kb]}")"
+  echo "  HTTP >= 30,000 req/s keep-alive, loop thread < 60% of a core at 20,000 req/s:" \
+       "see tests/bench/http_bench.sh (below)"
 } | tee "$OUT/results.txt"
 
 # ---- instructions per execution (callgrind) ----------------------------------------------------
