@@ -1075,6 +1075,7 @@ static env_lib env_libs[LIB_N] = {
 	[LIB_OS] = { "os", luaopen_os, os_rules, 0, 0, 0, NULL, 0, 0 },
 };
 static int env_ready;
+static uint64_t seed_base; /* math.random's seeds start here (next_seed) */
 
 static const env_rule *find_rule(const env_lib *lib, const char *name)
 {
@@ -1224,6 +1225,8 @@ int mb_sandbox_env_init(void)
 {
 	if (env_ready)
 		return 0;
+	if (getrandom(&seed_base, sizeof seed_base, 0) != (ssize_t)sizeof seed_base)
+		seed_base = (uint64_t)time(NULL) ^ (uint64_t)(uintptr_t)&seed_base;
 	char err[160] = "cannot make a Lua state";
 	lua_State *H = luaL_newstate();
 	int ok = H != NULL;
@@ -1254,17 +1257,17 @@ int mb_sandbox_env_init(void)
 
 /* Fills the table at t from lib's record; ref: the table an E_REF names. */
 
-/* Seeds for math.random, one pair per fresh state: splitmix64 over a per-thread start drawn
- * from getrandom once (a worker process may call it: confine.c). luaopen_math seeds from the
- * time and the state's address, and the arena gives consecutive states one address, so
- * executions on one worker within a second drew the same numbers. */
+/* Seeds for math.random, one pair per fresh state: splitmix64 over a per-thread start, the
+ * process's random base (getrandom once in mb_sandbox_env_init, before a worker process is
+ * confined: its seccomp filter refuses getrandom) mixed with the thread's own address.
+ * luaopen_math seeds from the time and the state's address, and the arena gives consecutive
+ * states one address, so executions on one worker within a second drew the same numbers. */
 static uint64_t next_seed(void)
 {
 	static _Thread_local uint64_t s;
 	static _Thread_local int ready;
 	if (!ready) {
-		if (getrandom(&s, sizeof s, 0) != (ssize_t)sizeof s)
-			s = (uint64_t)time(NULL) ^ (uint64_t)(uintptr_t)&s;
+		s = seed_base ^ (uint64_t)(uintptr_t)&s;
 		ready = 1;
 	}
 	uint64_t z = (s += 0x9e3779b97f4a7c15ULL);
