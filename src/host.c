@@ -499,28 +499,27 @@ int mb_host_handle_message(mb_host *h, uint64_t session, uint64_t exchange, cons
 	return r;
 }
 
-void mb_host_exchange_closed(mb_host *h, uint64_t exchange)
+/* Calls the entry function name(v) in a protected call; an error is logged. */
+static void call_entry_u64(mb_host *h, const char *name, uint64_t v)
 {
 	lua_State *L = h->L;
-	if (!push_entry_fn(h, "on_exchange_closed"))
+	if (!push_entry_fn(h, name))
 		return;
-	lua_pushinteger(L, (lua_Integer)exchange);
+	lua_pushinteger(L, (lua_Integer)v);
 	if (lua_pcall(L, 1, 0, 0) != LUA_OK) {
-		mb_log(MB_LOG_ERROR, "host: on_exchange_closed: %s", lua_tostring(L, -1));
+		mb_log(MB_LOG_ERROR, "host: %s: %s", name, lua_tostring(L, -1));
 		lua_pop(L, 1);
 	}
 }
 
+void mb_host_exchange_closed(mb_host *h, uint64_t exchange)
+{
+	call_entry_u64(h, "on_exchange_closed", exchange);
+}
+
 void mb_host_end_session(mb_host *h, uint64_t session)
 {
-	lua_State *L = h->L;
-	if (!push_entry_fn(h, "on_session_end"))
-		return;
-	lua_pushinteger(L, (lua_Integer)session);
-	if (lua_pcall(L, 1, 0, 0) != LUA_OK) {
-		mb_log(MB_LOG_ERROR, "host: on_session_end: %s", lua_tostring(L, -1));
-		lua_pop(L, 1);
-	}
+	call_entry_u64(h, "on_session_end", session);
 }
 
 void mb_host_handle_oversize(mb_host *h, size_t bytes)

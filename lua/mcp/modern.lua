@@ -135,8 +135,28 @@ local function header_value(v)
   return mb.base64_decode(inner)
 end
 
+-- schema -> {property -> header name} of its x-mcp-header properties (false: none), made once
+-- per tool definition (tools/call is hot; almost no tool has one)
+local header_props = setmetatable({}, { __mode = "k" })
+local function mirrored(schema)
+  local m = header_props[schema]
+  if m == nil then
+    m = false
+    local props = is_object(schema.properties) and schema.properties or {}
+    for prop, def in pairs(props) do
+      local hname = is_object(def) and def["x-mcp-header"]
+      if type(hname) == "string" then
+        m = m or {}
+        m[prop] = hname
+      end
+    end
+    header_props[schema] = m
+  end
+  return m
+end
+
 function M.check_params(lines, schema, args)
-  local props = is_object(schema) and is_object(schema.properties) and schema.properties
+  local props = is_object(schema) and mirrored(schema)
   if not props then return nil end
   local given = {}
   for line in (lines or ""):gmatch("[^\n]+") do
@@ -144,30 +164,27 @@ function M.check_params(lines, schema, args)
     if name then given[name:lower()] = value end
   end
   args = is_object(args) and args or {}
-  for prop, def in pairs(props) do
-    local hname = is_object(def) and def["x-mcp-header"]
-    if type(hname) == "string" then
-      local v, h = args[prop], given[hname:lower()]
-      if v == nil or v == null then
-        if h ~= nil then
-          return err(HEADER_MISMATCH, string.format("Header mismatch: Mcp-Param-%s is set but arguments.%s is absent",
-            hname:sub(1, 64), tostring(prop):sub(1, 64)))
-        end
-      else
-        if h == nil then
-          return err(HEADER_MISMATCH, string.format("Header mismatch: the Mcp-Param-%s header is required "
-            .. "(arguments.%s has x-mcp-header)", hname:sub(1, 64), tostring(prop):sub(1, 64)))
-        end
-        local decoded = header_value(h)
-        if decoded == nil then
-          return err(HEADER_MISMATCH, string.format("Header mismatch: Mcp-Param-%s is not valid base64",
-            hname:sub(1, 64)))
-        end
-        local want = type(v) == "string" and v or (type(v) == "number" or type(v) == "boolean") and mb.json_encode(v)
-        if decoded ~= want then
-          return err(HEADER_MISMATCH, string.format("Header mismatch: Mcp-Param-%s does not match arguments.%s",
-            hname:sub(1, 64), tostring(prop):sub(1, 64)))
-        end
+  for prop, hname in pairs(props) do
+    local v, h = args[prop], given[hname:lower()]
+    if v == nil or v == null then
+      if h ~= nil then
+        return err(HEADER_MISMATCH, string.format("Header mismatch: Mcp-Param-%s is set but arguments.%s is absent",
+          hname:sub(1, 64), tostring(prop):sub(1, 64)))
+      end
+    else
+      if h == nil then
+        return err(HEADER_MISMATCH, string.format("Header mismatch: the Mcp-Param-%s header is required "
+          .. "(arguments.%s has x-mcp-header)", hname:sub(1, 64), tostring(prop):sub(1, 64)))
+      end
+      local decoded = header_value(h)
+      if decoded == nil then
+        return err(HEADER_MISMATCH, string.format("Header mismatch: Mcp-Param-%s is not valid base64",
+          hname:sub(1, 64)))
+      end
+      local want = type(v) == "string" and v or (type(v) == "number" or type(v) == "boolean") and mb.json_encode(v)
+      if decoded ~= want then
+        return err(HEADER_MISMATCH, string.format("Header mismatch: Mcp-Param-%s does not match arguments.%s",
+          hname:sub(1, 64), tostring(prop):sub(1, 64)))
       end
     end
   end

@@ -546,10 +546,9 @@ function request_mt:input_requests(list)
   return answers
 end
 
-local next_auto_key = 0
 function request_mt:input_request(method, params)
-  next_auto_key = next_auto_key + 1
-  local key = method:gsub("/.*$", "") .. "-" .. next_auto_key
+  next_input = next_input + 1
+  local key = method:gsub("/.*$", "") .. "-" .. next_input
   local answers, err = self:input_requests({ { key = key, method = method, params = params,
                                                capability = CLIENT_METHODS[method] } })
   if not answers then return nil, err end

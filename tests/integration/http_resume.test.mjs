@@ -9,44 +9,20 @@
 
 import { describe, it, before, after } from "node:test";
 import assert from "node:assert/strict";
-import { spawn } from "node:child_process";
 import http from "node:http";
-import { rmSync } from "node:fs";
-import { setTimeout as sleep } from "node:timers/promises";
-import { MOONBOX, makeDataDir, requireBinary } from "../lib/moonbox.mjs";
+import { startHttp as startHttpServer, until } from "../lib/moonbox.mjs";
 
 const T = { timeout: 60000 };
 const PROTO = "2025-11-25";
 
-/** Starts moonbox on an ephemeral loopback port; resolves with {url, stop()}. */
+/** moonbox over HTTP (tests/lib); stop() also checks it exited cleanly. */
 async function startHttp(args = []) {
-  requireBinary();
-  const dataDir = makeDataDir();
-  const proc = spawn(MOONBOX, ["--data-dir", dataDir, "--http", "127.0.0.1:0", ...args],
-    { stdio: ["ignore", "ignore", "pipe"] });
-  let stderr = "";
-  const exited = new Promise((resolve) => proc.on("exit", (code, signal) => resolve({ code, signal })));
-  const url = await new Promise((resolve, reject) => {
-    const timer = setTimeout(() => reject(new Error(`no listening line; stderr:\n${stderr}`)), 10000);
-    proc.stderr.on("data", (c) => {
-      stderr += c;
-      const m = stderr.match(/serving MCP over HTTP on (http:\/\/\S+\/mcp)/);
-      if (m) { clearTimeout(timer); resolve(m[1]); }
-    });
-    proc.on("exit", (code) => { clearTimeout(timer); reject(new Error(`exited ${code}: ${stderr}`)); });
-  }).catch(async (e) => {
-    proc.kill("SIGKILL");
-    await exited;
-    rmSync(dataDir, { recursive: true, force: true });
-    throw e;
-  });
+  const srv = await startHttpServer(args);
   return {
-    url,
+    url: srv.url,
     async stop() {
-      proc.kill("SIGTERM");
-      const r = await exited;
-      rmSync(dataDir, { recursive: true, force: true });
-      assert.equal(r.code, 0, `moonbox exited ${r.code} ${r.signal}: ${stderr.slice(-2000)}`);
+      const r = await srv.stop();
+      assert.equal(r.code, 0, `moonbox exited ${r.code} ${r.signal}: ${srv.stderr().slice(-2000)}`);
     },
   };
 }
@@ -188,14 +164,6 @@ async function metric(url, name, headers = {}) {
   return Number(m[1]);
 }
 
-async function until(pred, what, ms = 15000) {
-  const deadline = Date.now() + ms;
-  while (!(await pred())) {
-    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
-    await sleep(50);
-  }
-}
-
 /** An execute_code call with a progress token: its progress and log messages come as SSE. */
 const callCode = (id, code) => ({ jsonrpc: "2.0", id, method: "tools/call",
   params: { name: "execute_code", arguments: { code }, _meta: { progressToken: `p${id}` } } });
@@ -271,7 +239,7 @@ describe("SSE resumption (Last-Event-ID)", () => {
     p.cut();
     // parked (or, on a very slow machine, already answered: then the rest is all replayed)
     await until(async () => (await metric(srv.url, "moonbox_http_exchanges_detached")) === 1 ||
-      (await metric(srv.url, "moonbox_http_exchanges_active")) === 0, "the exchange parked");
+      (await metric(srv.url, "moonbox_http_exchanges_active")) === 0, 15000, "the exchange parked");
     const g = await get(srv.url, sid, first.id);
     assert.equal(g.status, 200);
     const rest = await g.rest();
@@ -331,7 +299,7 @@ describe("SSE resumption (Last-Event-ID)", () => {
       "notifications/prompts/list_changed", "notifications/resources/list_changed"]);
     assert.deepEqual(changed.map((e) => idParts(e.id).seq), [1, 2, 3]);
     g.cut();
-    await until(async () => (await metric(srv.url, "moonbox_http_streams_active")) === 0, "the stream closed");
+    await until(async () => (await metric(srv.url, "moonbox_http_streams_active")) === 0, 15000, "the stream closed");
     await saveTool("resume_two", 11); // sent while the stream is broken: kept
     g = await get(srv.url, sid, changed[0].id);
     assert.equal(g.status, 200);
@@ -368,7 +336,7 @@ describe("SSE resumption bounds and tenants", () => {
     const first = await p.next();
     p.cut();
     await until(async () => (await metric(srv.url, "moonbox_http_exchanges_active", auth(TA))) === 0,
-      "the execution done");
+      15000, "the execution done");
     assert.ok(await metric(srv.url, "moonbox_http_replay_bytes", auth(TA)) <= 4096);
     assert.ok(await metric(srv.url, "moonbox_http_replay_dropped_total", auth(TA)) > 0);
     await refused(await get(srv.url, sid, first.id, auth(TA)), 409,

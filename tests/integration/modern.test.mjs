@@ -24,7 +24,7 @@ import { rmSync, writeFileSync } from "node:fs";
 import path from "node:path";
 import { setTimeout as sleep } from "node:timers/promises";
 
-import { MOONBOX, UPSTREAM_JS, makeDataDir, nodeServer, requireBinary, spawnRaw } from "../lib/moonbox.mjs";
+import { MOONBOX, UPSTREAM_JS, makeDataDir, nodeServer, requireBinary, spawnRaw, until } from "../lib/moonbox.mjs";
 
 const NODE_MAJOR = Number(process.versions.node.split(".")[0]);
 const SKIP = NODE_MAJOR >= 20 ? false
@@ -74,20 +74,6 @@ async function reap(pid, ms = 8000) {
     while (alive(pid)) await sleep(25);
   }
   children.delete(pid);
-}
-
-/** Polls fn until it returns a truthy value; returns it, or throws after ms. */
-async function until(fn, ms = 15000, what = "condition") {
-  const t0 = Date.now();
-  let last;
-  for (;;) {
-    last = await fn();
-    if (last) return last;
-    if (Date.now() - t0 > ms) {
-      throw new Error(`${what}: not met within ${ms} ms (last: ${JSON.stringify(last)?.slice(0, 600)})`);
-    }
-    await sleep(40);
-  }
 }
 
 const NEGOTIATION = {

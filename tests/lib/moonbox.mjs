@@ -540,6 +540,58 @@ export async function connectWithConfig(config, opts = {}) {
   return { ...s, dataDir, configPath };
 }
 
+/** Polls fn until it returns a truthy value; returns it, or throws after ms naming `what`. */
+export async function until(fn, ms = 15000, what = "condition", step = 40) {
+  const t0 = Date.now();
+  let last;
+  for (;;) {
+    last = await fn();
+    if (last) return last;
+    if (Date.now() - t0 > ms) {
+      throw new Error(`${what}: not met within ${ms} ms (last: ${JSON.stringify(last)?.slice(0, 600)})`);
+    }
+    await sleep(step);
+  }
+}
+
+/**
+ * Starts `moonbox --http 127.0.0.1:0` with a fresh data directory; resolves once it listens with
+ * {url, port, proc, dataDir, stderr(), exited, stop()}. stop() sends SIGTERM, waits, removes the
+ * data directory and resolves with the exit {code, signal}. A server that does not come up is
+ * killed and cleaned up before the error is thrown.
+ */
+export async function startHttp(args = []) {
+  requireBinary();
+  const dataDir = makeDataDir();
+  const proc = spawn(MOONBOX, ["--data-dir", dataDir, "--http", "127.0.0.1:0", ...args],
+    { stdio: ["ignore", "ignore", "pipe"] });
+  let stderr = "";
+  const exited = new Promise((resolve) => proc.on("exit", (code, signal) => resolve({ code, signal })));
+  const url = await new Promise((resolve, reject) => {
+    const timer = setTimeout(() => reject(new Error(`no listening line; stderr:\n${stderr}`)), 10000);
+    proc.stderr.on("data", (c) => {
+      if (stderr.length < 1 << 20) stderr += c;
+      const m = stderr.match(/serving MCP over HTTP on (http:\/\/\S+\/mcp)/);
+      if (m) { clearTimeout(timer); resolve(m[1]); }
+    });
+    proc.on("exit", (code) => { clearTimeout(timer); reject(new Error(`exited ${code}: ${stderr}`)); });
+  }).catch(async (e) => {
+    proc.kill("SIGKILL");
+    await exited;
+    rmSync(dataDir, { recursive: true, force: true });
+    throw e;
+  });
+  return {
+    url, port: Number(new URL(url).port), proc, dataDir, stderr: () => stderr, exited,
+    async stop() {
+      proc.kill("SIGTERM");
+      const r = await exited;
+      rmSync(dataDir, { recursive: true, force: true });
+      return r;
+    },
+  };
+}
+
 /** The `upstreams` section of get_execution_stats (server name -> its figures). */
 export async function upstreamStats(client) {
   const res = await client.callTool({ name: "get_execution_stats", arguments: {} });

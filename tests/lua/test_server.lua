@@ -523,6 +523,24 @@ check("and frees its id", answer(H.json_encode(req(8, "tools/list", { _meta = ME
 local aco = mhandle(req(40, "tools/call", { _meta = with(EMETA, "io.modelcontextprotocol/clientCapabilities",
   { elicitation = {}, roots = {} }), name = "execute_code", arguments = { code = "x" } }), 240, hdr("tools/call", "execute_code"))
 local ajob = 100 + #jobs
+-- mcp.ask's own bounds, whatever the era
+local function ask_err(inputs_json)
+  local r = host("client_requests", inputs_json, ajob)
+  return r.ok, r.text
+end
+local many = {}
+for i = 1, 17 do many[#many + 1] = string.format('"k%d":{"method":"roots/list"}', i) end
+check("mcp.ask: at most 16 questions", { ask_err("{\"inputs\":{" .. table.concat(many, ",") .. "}}") },
+  { false, "mcp.ask: at most 16 questions at once" })
+check("mcp.ask: a key must be a name", { ask_err('{"inputs":{"a b":{"method":"roots/list"}}}') },
+  { false, "mcp.ask: keys are names of 1-64 letters, digits, '_', '.' or '-'" })
+check("mcp.ask: a key of 65 characters", (ask_err('{"inputs":{"' .. string.rep("k", 65) .. '":{"method":"roots/list"}}}')), false)
+check("mcp.ask: a question must be a table", { ask_err('{"inputs":{"a":5}}') },
+  { false, "mcp.ask: a must be a table {method=, params=}" })
+check("mcp.ask: only questions the client can be asked", { ask_err('{"inputs":{"a":{"method":"tools/call"}}}') },
+  { false, "mcp: the client cannot be asked tools/call" })
+check("mcp.ask: nothing to ask", { ask_err('{"inputs":{}}') }, { false, "mcp.ask: expects a table of {method=, params=} by key" })
+
 local _, ahc = host("client_requests", '{"inputs":{"a":{"method":"elicitation/create","params":{"message":"?"}},"b":{"method":"roots/list"}}}', ajob)
 local ar = m.sent[#m.sent].msg.result
 check("both inputs in one round", { ar.resultType, ar.inputRequests.a.method, ar.inputRequests.b.method }, { "input_required", "elicitation/create", "roots/list" })

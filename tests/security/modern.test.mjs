@@ -5,11 +5,7 @@
 // docs/security.md ("2026-07-28 requests").
 import { describe, it, before, after } from "node:test";
 import assert from "node:assert/strict";
-import { spawn } from "node:child_process";
-import { mkdtempSync, rmSync } from "node:fs";
-import { tmpdir } from "node:os";
-import path from "node:path";
-import { MOONBOX, requireBinary } from "../lib/moonbox.mjs";
+import { startHttp, until } from "../lib/moonbox.mjs";
 
 const T = { timeout: 60000 };
 const V = "2026-07-28";
@@ -21,23 +17,6 @@ const ELICIT = `return mcp.elicit({ message = "name?", requestedSchema = { type 
   properties = { n = { type = "string" } } } }).content.n`;
 
 let srv;
-
-async function start(args) {
-  requireBinary();
-  const dataDir = mkdtempSync(path.join(tmpdir(), "moonbox-modernsec-"));
-  const proc = spawn(MOONBOX, ["--data-dir", dataDir, "--http", "127.0.0.1:0",
-    "--http-tokens", `${ALICE}=alice,${BOB}=bob`, ...args], { stdio: ["ignore", "ignore", "pipe"] });
-  let err = "";
-  const url = await new Promise((resolve, reject) => {
-    proc.stderr.on("data", (c) => {
-      err += c;
-      const m = err.match(/serving MCP over HTTP on (http:\/\/\S+\/mcp)/);
-      if (m) resolve(m[1]);
-    });
-    proc.on("exit", (code) => reject(new Error(`exited ${code}: ${err}`)));
-  });
-  return { url, proc, dataDir, log: () => err };
-}
 
 /** A sessionless request; headers follow the body unless overridden. Answers {status, msg}. */
 async function call(token, body, headers = {}, signal) {
@@ -64,17 +43,6 @@ async function busy() {
   return Number(m[1]);
 }
 
-/** Polls fn until it returns a truthy value, or throws after ms. */
-async function until(fn, ms, what) {
-  const t0 = Date.now();
-  for (;;) {
-    const v = await fn();
-    if (v) return v;
-    if (Date.now() - t0 > ms) throw new Error(`${what}: not within ${ms} ms`);
-    await new Promise((r) => setTimeout(r, 50));
-  }
-}
-
 async function stillServes() {
   const r = await exec(ALICE, "alive", "return 6 * 7");
   assert.equal(r.msg?.result?.structuredContent?.result, 42, JSON.stringify(r).slice(0, 300));
@@ -82,12 +50,11 @@ async function stillServes() {
 
 describe("2026-07-28 requests under attack", () => {
   // workers enough for the held executions and the rest (a held one keeps its worker)
-  before(async () => { srv = await start(["--mrtr-max-held", "3", "--mrtr-hold-ms", "60000", "--workers", "6"]); });
-  after(async () => {
-    srv.proc.kill("SIGTERM");
-    await new Promise((r) => srv.proc.on("exit", r));
-    rmSync(srv.dataDir, { recursive: true, force: true });
+  before(async () => {
+    srv = await startHttp(["--http-tokens", `${ALICE}=alice,${BOB}=bob`, "--mrtr-max-held", "3",
+      "--mrtr-hold-ms", "60000", "--workers", "6"]);
   });
+  after(async () => { await srv?.stop(); });
 
   it("a requestState is good only for its tenant, its tool and once; forged and huge ones are refused", T, async () => {
     const held = await exec(ALICE, 1, ELICIT, { elicitation: {} });

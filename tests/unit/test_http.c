@@ -831,6 +831,19 @@ TEST(status_codes)
 			"{\"jsonrpc\":\"2.0\",\"id\":3,\"method\":\"x\"}"), &r) == 0 && r.status == 200);
 	resp_free(&r);
 	CHECK_STR(F.last_params, "Region:eu-1\nn:=?base64?NQ==?="); /* every Mcp-Param-*, names as sent */
+	/* over-long: Mcp-Name above 1023 bytes is -32020 (400), the Mcp-Param-* lines together
+	 * above their 1023 bytes a 400; neither reaches the host */
+	{
+		char big[1200], hdrs[1400];
+		memset(big, 'n', sizeof big - 1);
+		big[sizeof big - 1] = 0;
+		int before_big = F.messages;
+		snprintf(hdrs, sizeof hdrs, "Mcp-Name: %s\r\n", big);
+		check_error(post(NULL, hdrs, "{\"jsonrpc\":\"2.0\",\"id\":4,\"method\":\"x\"}"), 400, "-32020", NULL);
+		snprintf(hdrs, sizeof hdrs, "Mcp-Param-A: %.600s\r\nMcp-Param-B: %.600s\r\n", big, big);
+		check_error(post(NULL, hdrs, "{\"jsonrpc\":\"2.0\",\"id\":5,\"method\":\"x\"}"), 400, "too long", NULL);
+		CHECK(F.messages == before_big);
+	}
 	CHECK(once(post(NULL, "Mcp-Name: =?base64?!!notbase64?=\r\n", "{\"jsonrpc\":\"2.0\",\"id\":2,\"method\":\"x\"}"),
 		   &r) == 0 && r.status == 200);
 	resp_free(&r);
