@@ -36,7 +36,7 @@ UNIT_SRC  := $(sort $(wildcard tests/unit/test_*.c))
 UNIT_BIN  := $(patsubst tests/unit/%.c,$(BUILD)/tests/%,$(UNIT_SRC))
 
 .PHONY: all deps test-deps run test test-fresh test-unit test-tsan test-lua test-valgrind test-integration test-security \
-        test-asan test-arch test-fuzz-smoke test-isolation bench fuzz print-pkgs clean conformance
+        test-asan test-arch test-fuzz-smoke test-isolation test-confine bench fuzz print-pkgs clean conformance
 
 # `make` alone installs missing build packages first, as `make run` does (deps is silent when
 # all are present); the build runs after it, never alongside it under -j.
@@ -188,11 +188,17 @@ test-install: test-deps all
 # security tests against the normal build, then the official MCP conformance suite over HTTP. Each suite prints "N passed, N failed".
 test: test-deps
 	@$(MAKE) --no-print-directory all
-	@$(MAKE) --no-print-directory test-asan test-tsan test-fuzz-smoke
+	@$(MAKE) --no-print-directory test-asan test-tsan test-fuzz-smoke test-confine
 	@$(MAKE) --no-print-directory test-arch test-lua test-valgrind test-integration test-security test-isolation conformance test-install
 
 test-unit: $(UNIT_BIN)
 	@tests/run-unit.sh $(UNIT_BIN)
+
+# The confinement test again on the normal build: under ASan the seccomp filter must also allow
+# what the sanitizer needs (getrandom, madvise, sigaltstack), which would hide code that calls
+# them after a worker is confined.
+test-confine: $(BUILD)/tests/test_confine
+	@tests/run-unit.sh $(BUILD)/tests/test_confine
 
 test-asan:
 	@$(MAKE) --no-print-directory BUILD=build-asan CC=clang \
