@@ -700,6 +700,10 @@ function M.call(request, sname, tname, args)
   if why then return nil, why end
   args, err = arguments(request, args)
   if err then return nil, sfmt("%s.%s: %s", s.name, tool.name, err) end
+  local called = e.tools_called or {} -- for the journal (mcp/history.lua)
+  e.tools_called = called
+  local key = s.name .. "." .. tool.name
+  if not called[key] then called[key] = true; called[#called + 1] = key end
   local params = { name = tool.name, arguments = args }
   local opts = { request = request } -- whose client a question of the upstream goes to
   if e.progress_token ~= nil then

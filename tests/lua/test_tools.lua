@@ -39,7 +39,8 @@ check_has("description names the limits", def.description,
 check_has("description mentions the PII policy when on", def.description, "personal data in what you return is replaced by tokens")
 check("schema maxima", { def.inputSchema.properties.timeout_ms.maximum, def.inputSchema.properties.memory_mb.maximum,
   def.inputSchema.properties.timeout_seconds.maximum }, { 60000, 512, 60 })
-check("schema required", def.inputSchema.required, { "code" })
+check("schema: code or rerun_id, neither required by the schema", { def.inputSchema.required,
+  def.inputSchema.properties.rerun_id.type }, { nil, "string" })
 check("output error types", def.outputSchema.properties.error_type.enum,
   { "syntax", "runtime", "timeout", "memory", "instructions", "cancelled", "result", "busy" })
 check("built-in tools first", { tools.list[1].definition.name, tools.list[2].definition.name },
@@ -55,12 +56,19 @@ check("defaults are integers", { math.type(spec.timeout_ms), math.type(spec.memo
   { "integer", "integer", "integer" })
 
 check("unknown argument", refused({ code = "x", timeout = 5 }),
-  'invalid arguments: unknown argument "timeout" (expected code, context_vars, timeout_ms or timeout_seconds, memory_mb, instruction_limit)')
+  'invalid arguments: unknown argument "timeout" (expected code, context_vars, timeout_ms or timeout_seconds, memory_mb, instruction_limit, rerun_id)')
 check("unknown argument name is clipped", refused({ code = "x", [string.rep("k", 200)] = 1 }),
   'invalid arguments: unknown argument "' .. string.rep("k", 96) .. '...(200 bytes)" (expected code, context_vars, '
-  .. "timeout_ms or timeout_seconds, memory_mb, instruction_limit)")
+  .. "timeout_ms or timeout_seconds, memory_mb, instruction_limit, rerun_id)")
 check("unknown argument checked before code", refused({ extra = true }):match("unknown argument") ~= nil, true)
-check("code missing", refused({}), "invalid arguments: code is required (a string of Lua source)")
+check("code missing", refused({}), "invalid arguments: code is required (a string of Lua source), "
+  .. "or rerun_id (an execution id from list_executions)")
+check("code and rerun_id", refused({ code = "x", rerun_id = "0123456789abcdef" }),
+  "invalid arguments: give code or rerun_id, not both")
+check("rerun_id malformed", refused({ rerun_id = "1; DROP TABLE executions" }),
+  'invalid arguments: rerun_id must be an execution id from list_executions (16 hex digits), got "1; DROP TABLE executions"')
+check("rerun_id not a string", refused({ rerun_id = 5 }),
+  "invalid arguments: rerun_id must be an execution id from list_executions (16 hex digits), got number")
 check("code null", refused({ code = NULL }), "invalid arguments: code must be a string, got null")
 check("code number", refused({ code = 5 }), "invalid arguments: code must be a string, got number")
 check("code object", refused({ code = { "return 1" } }), "invalid arguments: code must be a string, got table")
@@ -227,10 +235,21 @@ history.add(nil, 123, {}, { success = true, execution_time_ms = 2.5, instruction
 history.add("t1", 124, { tool = "stats" }, { success = false, error_type = "memory" })
 history.add("t1", 125, {}, { success = false })
 check("history row of a success", m.history[#m.history - 2],
-  { n = 8, "default", 123, 2.5, "ok", 7, 9, "h", "execute_code" })
+  { n = 17, "default", 123, 2.5, "ok", 7, 9, "h", "execute_code", nil, 0 })
 check("history row of a failure", m.history[#m.history - 1],
-  { n = 8, "t1", 124, 0, "memory", 0, 0, nil, "stats" })
+  { n = 17, "t1", 124, 0, "memory", 0, 0, nil, "stats", nil, 0 })
 check("history failure without a type is runtime", m.history[#m.history][4], "runtime")
+history.add("t2", 126, { code = "return x", context_json = '{"x":12}', rerun_of = "00000000000000aa" },
+  { success = false, error_type = "runtime", result_head = "[1,2", result_bytes = 900, output_head = "hi",
+    error_head = "boom" }, { "srv.a", "srv.b", srv = true })
+check("journal fields of a row", m.history[#m.history],
+  { n = 17, "t2", 126, 0, "runtime", 0, 0, nil, "execute_code", "return x", 8, "[1,2", 900, "hi", nil, "boom",
+    "srv.a\nsrv.b", "00000000000000aa" })
+local many = {}
+for i = 1, 200 do many[i] = string.format("server%03d.tool", i) end
+history.add("t2", 127, {}, { success = true }, many)
+check("tools called are cut at journal_head_bytes", #m.history[#m.history][16] <= m.config.journal_head_bytes
+  and m.history[#m.history][16]:sub(1, 15), "server001.tool\n")
 local flushed = 0
 m.history_flush = function() flushed = flushed + 1 return 4, 1 end
 m.db.row = function() return nil end
