@@ -23,17 +23,19 @@
 #define AGE_TRIM_MS 60000 /* while idle, old rows are looked for once a minute */
 
 typedef struct {
-	char *s;
+	const char *s; /* NULL: absent (SQL NULL) */
 	size_t n;
 } text;
 
+/* A queued row: its strings are copies in one allocation (buf), so adding a row costs the
+ * loop thread one malloc whatever the number of fields. */
 typedef struct {
-	char *tenant, *outcome, *code_hash, *tool, *rerun_of;
-	text code, result_head, output_head, error, tools;
+	char *buf;
+	text tenant, outcome, code_hash, tool, rerun_of, code, result_head, output_head, error, tools;
 	int64_t started_ms, instructions, memory_peak, code_len, context_bytes, result_bytes,
 		output_bytes;
 	double duration_ms;
-	size_t bytes; /* what the copies hold, for max_queued_bytes */
+	size_t bytes; /* the size of buf, for max_queued_bytes */
 } row;
 
 struct mb_history {
@@ -53,38 +55,34 @@ struct mb_history {
 	uint64_t dropped, failed;
 };
 
-static char *dup_str(const char *s)
+/* The strings of a row, copied into one buffer: fields[i] from src[i] (s NULL: absent). */
+static int copy_texts(row *x, text *const *fields, const text *src, size_t n)
 {
-	return s ? strdup(s) : NULL;
-}
-
-static text dup_text(const char *s, size_t n, size_t *bytes)
-{
-	text t = { NULL, 0 };
-	if (!s)
-		return t;
-	t.s = malloc(n + 1);
-	if (!t.s)
-		return t;
-	memcpy(t.s, s, n);
-	t.s[n] = 0;
-	t.n = n;
-	*bytes += n;
-	return t;
+	size_t total = 0;
+	for (size_t i = 0; i < n; i++)
+		if (src[i].s)
+			total += src[i].n + 1;
+	x->bytes = total;
+	if (!total)
+		return 0;
+	char *p = x->buf = malloc(total);
+	if (!p)
+		return -1;
+	for (size_t i = 0; i < n; i++) {
+		if (!src[i].s)
+			continue;
+		memcpy(p, src[i].s, src[i].n);
+		p[src[i].n] = 0;
+		fields[i]->s = p;
+		fields[i]->n = src[i].n;
+		p += src[i].n + 1;
+	}
+	return 0;
 }
 
 static void row_free(row *r)
 {
-	free(r->tenant);
-	free(r->outcome);
-	free(r->code_hash);
-	free(r->tool);
-	free(r->rerun_of);
-	free(r->code.s);
-	free(r->result_head.s);
-	free(r->output_head.s);
-	free(r->error.s);
-	free(r->tools.s);
+	free(r->buf);
 }
 
 static int64_t wall_ms(void)
@@ -98,14 +96,6 @@ static void bind_text(sqlite3_stmt *st, int i, const text *t)
 {
 	if (t->s)
 		sqlite3_bind_text(st, i, t->s, (int)t->n, SQLITE_STATIC);
-	else
-		sqlite3_bind_null(st, i);
-}
-
-static void bind_str(sqlite3_stmt *st, int i, const char *s)
-{
-	if (s)
-		sqlite3_bind_text(st, i, s, -1, SQLITE_STATIC);
 	else
 		sqlite3_bind_null(st, i);
 }
@@ -132,14 +122,14 @@ static int trim_age(mb_history *h, int64_t now)
 static int trim_tenants(mb_history *h, row *rows, size_t first, size_t n)
 {
 	for (size_t i = first; i < n; i++) {
-		const char *t = rows[i].tenant ? rows[i].tenant : "default";
+		const text *t = &rows[i].tenant;
 		size_t j = first;
 		for (; j < i; j++) /* once per tenant: tenants are few (the configured tokens') */
-			if (strcmp(rows[j].tenant ? rows[j].tenant : "default", t) == 0)
+			if (rows[j].tenant.n == t->n && memcmp(rows[j].tenant.s, t->s, t->n) == 0)
 				break;
 		if (j < i)
 			continue;
-		sqlite3_bind_text(h->trim_tenant, 1, t, -1, SQLITE_STATIC);
+		bind_text(h->trim_tenant, 1, t);
 		sqlite3_bind_int64(h->trim_tenant, 2, h->lim.tenant_max_rows);
 		if (step_reset(h->trim_tenant) != 0)
 			return -1;
@@ -159,14 +149,14 @@ static int write_rows(mb_history *h, row *rows, size_t n)
 		char ref[17];
 		randombytes_buf(rnd, sizeof rnd);
 		sodium_bin2hex(ref, sizeof ref, rnd, sizeof rnd);
-		sqlite3_bind_text(st, 1, r->tenant ? r->tenant : "default", -1, SQLITE_STATIC);
+		bind_text(st, 1, &r->tenant);
 		sqlite3_bind_int64(st, 2, r->started_ms);
 		sqlite3_bind_double(st, 3, r->duration_ms);
-		sqlite3_bind_text(st, 4, r->outcome ? r->outcome : "runtime", -1, SQLITE_STATIC);
+		bind_text(st, 4, &r->outcome);
 		sqlite3_bind_int64(st, 5, r->instructions);
 		sqlite3_bind_int64(st, 6, r->memory_peak);
-		bind_str(st, 7, r->code_hash);
-		sqlite3_bind_text(st, 8, r->tool ? r->tool : "execute_code", -1, SQLITE_STATIC);
+		bind_text(st, 7, &r->code_hash);
+		bind_text(st, 8, &r->tool);
 		sqlite3_bind_text(st, 9, ref, 16, SQLITE_STATIC);
 		bind_text(st, 10, &r->code);
 		sqlite3_bind_int64(st, 11, r->code_len);
@@ -177,7 +167,7 @@ static int write_rows(mb_history *h, row *rows, size_t n)
 		sqlite3_bind_int64(st, 16, r->output_bytes);
 		bind_text(st, 17, &r->error);
 		bind_text(st, 18, &r->tools);
-		bind_str(st, 19, r->rerun_of);
+		bind_text(st, 19, &r->rerun_of);
 		if (step_reset(st) != 0)
 			goto fail;
 	}
@@ -295,19 +285,30 @@ void mb_history_add(mb_history *h, const mb_history_row *r)
 {
 	if (h->max_rows <= 0)
 		return;
-	row x = { .tenant = dup_str(r->tenant), .outcome = dup_str(r->outcome),
-		  .code_hash = dup_str(r->code_hash), .tool = dup_str(r->tool),
-		  .rerun_of = dup_str(r->rerun_of), .started_ms = r->started_ms,
-		  .instructions = r->instructions, .memory_peak = r->memory_peak,
-		  .duration_ms = r->duration_ms, .code_len = (int64_t)r->code_len,
-		  .context_bytes = r->context_bytes, .result_bytes = r->result_bytes,
-		  .output_bytes = r->output_bytes };
-	if (r->code && (int64_t)r->code_len <= h->lim.max_code_bytes)
-		x.code = dup_text(r->code, r->code_len, &x.bytes);
-	x.result_head = dup_text(r->result_head, r->result_head_len, &x.bytes);
-	x.output_head = dup_text(r->output_head, r->output_head_len, &x.bytes);
-	x.error = dup_text(r->error, r->error_len, &x.bytes);
-	x.tools = dup_text(r->tools, r->tools_len, &x.bytes);
+	row x = { .buf = NULL, .started_ms = r->started_ms, .instructions = r->instructions,
+		  .memory_peak = r->memory_peak, .duration_ms = r->duration_ms,
+		  .code_len = (int64_t)r->code_len, .context_bytes = r->context_bytes,
+		  .result_bytes = r->result_bytes, .output_bytes = r->output_bytes };
+	const char *tenant = r->tenant ? r->tenant : "default";
+	const char *outcome = r->outcome ? r->outcome : "runtime";
+	const char *tool = r->tool ? r->tool : "execute_code";
+	int keep_code = r->code && (int64_t)r->code_len <= h->lim.max_code_bytes;
+	text *const fields[] = { &x.tenant, &x.outcome, &x.code_hash, &x.tool, &x.rerun_of, &x.code,
+				 &x.result_head, &x.output_head, &x.error, &x.tools };
+	const text src[] = {
+		{ tenant, strlen(tenant) }, { outcome, strlen(outcome) },
+		{ r->code_hash, r->code_hash ? strlen(r->code_hash) : 0 }, { tool, strlen(tool) },
+		{ r->rerun_of, r->rerun_of ? strlen(r->rerun_of) : 0 },
+		{ keep_code ? r->code : NULL, r->code_len }, { r->result_head, r->result_head_len },
+		{ r->output_head, r->output_head_len }, { r->error, r->error_len },
+		{ r->tools, r->tools_len },
+	};
+	if (copy_texts(&x, fields, src, sizeof src / sizeof src[0]) != 0) {
+		uv_mutex_lock(&h->mu);
+		h->dropped++;
+		uv_mutex_unlock(&h->mu);
+		return;
+	}
 	uv_mutex_lock(&h->mu);
 	if (h->n >= MAX_QUEUED || (int64_t)(h->queued_bytes + x.bytes) > h->lim.max_queued_bytes) {
 		h->dropped++;

@@ -280,7 +280,7 @@ TEST(queued_bytes_bound_drops_rows)
 	for (int i = 0; i < 3; i++) {
 		mb_history_row r = { "t", i, 1, "ok", i, 0, NULL, "execute_code", .output_head = out,
 				     .output_head_len = sizeof out, .output_bytes = sizeof out };
-		mb_history_add(h, &r); /* the second would hold 120 > 100 bytes: dropped */
+		mb_history_add(h, &r); /* with the second, more than 100 bytes: dropped */
 	}
 	mb_history_flush(h);
 	uint64_t dropped, failed;
