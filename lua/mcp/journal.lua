@@ -123,7 +123,7 @@ local function detail(r)
     tool = r.tool, instructions = r.instructions, memory_peak_bytes = r.memory_peak,
     code_bytes = r.code_bytes, code_kept = r.code ~= nil, code = utf8_text(r.code),
     code_hash = r.code_hash, context_vars_bytes = r.context_bytes, error = utf8_text(r.error),
-    output = utf8_text(r.output_head), output_bytes = r.output_bytes,
+    output = utf8_text(r.output_head), output_bytes = r.output_head and r.output_bytes or nil,
     tools_called = r.tools_called and lines(r.tools_called) or nil, rerun_of = r.rerun_of,
   }
   if out.code_bytes and not out.code_kept then out.code_not_kept = string.format(
