@@ -102,6 +102,10 @@ function M.code_for(tenant, v)
   if cfg.history_max_rows == 0 then return nil, "the journal is off (history_max_rows=0): nothing can be rerun" end
   local row = history.get(tenant, id)
   if not row then return nil, not_found(id) end
+  if row.tool ~= "execute_code" then -- its code is that tool's wrapper, fed by the tool's arguments
+    return nil, string.format("execution %s ran the tool %s, not execute_code: call %s again instead", id,
+      clip(tostring(row.tool), 100), clip(tostring(row.tool), 100))
+  end
   if row.code == nil then
     return nil, string.format("execution %s's code was not kept: %d bytes, more than journal_max_code_bytes=%d",
       id, row.code_bytes or 0, cfg.journal_max_code_bytes)

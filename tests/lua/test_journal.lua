@@ -62,6 +62,8 @@ local function put(tenant, ref, at, outcome, code, extra)
     extra.context_bytes or 0, extra.result_head, extra.result_bytes, extra.output_head, extra.output_bytes,
     extra.error, extra.tools, extra.rerun_of)
 end
+put("alice", "00000000000000a6", T0 - 60000, "ok", "return require('skills.text_stats')(__mb_tool_args)",
+  { tool = "text_stats" })
 put("alice", "00000000000000a1", T0, "ok", "return 1 + 1", { result_head = "2", result_bytes = 1 })
 put("alice", "00000000000000a2", T0 + 60000, "runtime", "error('boom')  -- 100% of_it", { error = "boom" })
 put("alice", "00000000000000a3", T0 + 120000, "ok", "return servers.srv.echo{ msg = 'x' }",
@@ -86,7 +88,7 @@ local function err(r) return r.isError and r.content[1].text or "not an error" e
 ---------------------------------------------------------------------------------------------
 -- listing and filters
 
-check("all of a tenant, newest first", ids(list({}, req("alice"))), { "a5", "a4", "a3", "a2", "a1" })
+check("all of a tenant, newest first", ids(list({}, req("alice"))), { "a5", "a4", "a3", "a2", "a1", "a6" })
 check("the list flushes the writer first", flushes > 0, true)
 local first = list({ limit = 2 }, req("alice")).structuredContent
 check("limit and more", { #first.executions, first.more }, { 2, true })
@@ -95,12 +97,14 @@ check("a listed execution", first.executions[2], { id = "00000000000000a4", star
 check("code preview on one line", list({ query = "servers" }, req("alice")).structuredContent.executions[1].code,
   "return servers.srv.echo{ msg = 'x' }")
 check("query: text in the code, ASCII case folded", ids(list({ query = "ERROR(" }, req("alice"))), { "a2" })
-check("outcome", ids(list({ outcome = "ok" }, req("alice"))), { "a4", "a3", "a1" })
+check("outcome", ids(list({ outcome = "ok" }, req("alice"))), { "a4", "a3", "a1", "a6" })
 check("outcome failed", ids(list({ outcome = "failed" }, req("alice"))), { "a5", "a2" })
 check("tool called", ids(list({ tool = "srv.add" }, req("alice"))), { "a3" })
+check("a published tool's execution shows the tool", list({ query = "text_stats" }, req("alice")).structuredContent.executions[1].tool,
+  "text_stats")
 check("since (ISO) and until (ms)", ids(list({ since = "2025-11-26T01:21:00Z", ["until"] = T0 + 180000 }, req("alice"))),
   { "a3", "a2" })
-check("since a date", #ids(list({ since = "2025-11-26" }, req("alice"))), 5)
+check("since a date", #ids(list({ since = "2025-11-26" }, req("alice"))), 6)
 check("filters together", ids(list({ query = "return", outcome = "ok", since = T0 + 1 }, req("alice"))), { "a3" })
 
 ---------------------------------------------------------------------------------------------
@@ -162,6 +166,8 @@ check("rerun submits the kept code with the new context and limits", { r.specs[1
   r.specs[1].timeout_ms, r.specs[1].rerun_of }, { "return 1 + 1", '{"x":5}', 100, "00000000000000a1" })
 check("rerun of code not kept", err(exec({ rerun_id = "00000000000000a4" }, req("alice"))),
   "execution 00000000000000a4's code was not kept: 9000 bytes, more than journal_max_code_bytes=200")
+check("rerun of a published tool's execution", err(exec({ rerun_id = "00000000000000a6" }, req("alice"))),
+  "execution 00000000000000a6 ran the tool text_stats, not execute_code: call text_stats again instead")
 check("rerun of an unknown id", err(exec({ rerun_id = "00000000000000ff" }, req("alice"))), unknown:gsub("b1 in", "ff in"))
 
 ---------------------------------------------------------------------------------------------
