@@ -3,8 +3,8 @@
  * Shape: rows are appended to a growable array under `mu`. The writer waits on `cv` for up to a
  * second (or until a flush or close asks), swaps the array out, and inserts the rows in one
  * transaction on its own connection, each with a fresh random ref, followed by the DELETEs
- * that keep the newest tenant_max_rows of every tenant in the batch, the newest max_rows in
- * all, and nothing older than max_age_ms. A flush records the sequence number it waits for and
+ * that keep the newest tenant_max_rows of every tenant in the batch and the newest max_rows in
+ * all; once a minute (with rows or without) it drops rows older than max_age_ms. A flush records the sequence number it waits for and
  * sleeps on `done_cv` until the writer has committed that far. Failures are logged and counted;
  * they never stop the server.
  */
@@ -20,7 +20,7 @@
 #include "log.h"
 
 #define MAX_QUEUED 100000
-#define AGE_TRIM_MS 60000 /* while idle, old rows are looked for once a minute */
+#define AGE_TRIM_MS 60000 /* old rows are looked for once a minute (a scan: no index on time) */
 
 typedef struct {
 	const char *s; /* NULL: absent (SQL NULL) */
@@ -174,7 +174,13 @@ static int write_rows(mb_history *h, row *rows, size_t n)
 	if (trim_tenants(h, rows, first, n) != 0)
 		goto fail;
 	sqlite3_bind_int64(h->trim, 1, h->max_rows);
-	if (step_reset(h->trim) != 0 || trim_age(h, wall_ms()) != 0)
+	if (step_reset(h->trim) != 0)
+		goto fail;
+	int64_t now = wall_ms();
+	int expired = 0; /* a row that arrives already too old (a clock step) goes at once */
+	for (size_t i = first; i < n && h->lim.max_age_ms > 0 && !expired; i++)
+		expired = rows[i].started_ms < now - h->lim.max_age_ms;
+	if ((expired || now - h->last_age_trim >= AGE_TRIM_MS) && trim_age(h, now) != 0)
 		goto fail;
 	if (sqlite3_exec(h->db, "COMMIT", NULL, NULL, NULL) == SQLITE_OK)
 		return 0;

@@ -7,8 +7,8 @@
  * writer thread with its own SQLite connection to the same database file commits the buffer
  * once a second in one transaction, gives each row its opaque id (`ref`: 64 random bits from
  * libsodium, drawn there, off the request path), and then trims the table: the newest
- * tenant_max_rows rows of each tenant written to, the newest max_rows rows in all, nothing
- * older than max_age_ms (also once a minute while idle). So the loop thread copies a row per
+ * tenant_max_rows rows of each tenant written to, the newest max_rows rows in all, and once a
+ * minute nothing older than max_age_ms. So the loop thread copies a row per
  * execution instead of running an INSERT (docs/benchmarks.md, "Session 2", has what that saved)
  * and never waits for an fsync. The cost: rows of the last second are lost if the process is
  * killed.

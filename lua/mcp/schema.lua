@@ -130,6 +130,5 @@ return {
   ALTER TABLE executions ADD COLUMN rerun_of TEXT;      -- ref of the execution this one reran
   UPDATE executions SET ref = lower(hex(randomblob(8))) WHERE ref IS NULL;
   CREATE INDEX executions_by_ref ON executions (tenant, ref);
-  CREATE INDEX executions_by_time ON executions (started_at);
   ]],
 }

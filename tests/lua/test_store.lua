@@ -35,7 +35,7 @@ for _, r in ipairs(db.query("SELECT name FROM sqlite_master WHERE type IN ('tabl
 end
 check("tables and indexes", tables, { "catalog_categories", "catalog_fts", "catalog_sources", "catalog_tools",
   "catalog_tools_by_name", "catalog_tools_by_source", "executions", "executions_by_ref", "executions_by_tenant",
-  "executions_by_time", "pii_vault", "skill_versions", "skills" })
+  "pii_vault", "skill_versions", "skills" })
 check("migration 4 added publish", { db.row("SELECT count(*) AS n FROM pragma_table_info('skills') WHERE name = 'publish'").n,
   db.row("SELECT count(*) AS n FROM pragma_table_info('skill_versions') WHERE name = 'publish'").n }, { 1, 1 })
 db.migrate(migrations)
