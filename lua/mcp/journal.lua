@@ -47,17 +47,21 @@ local function days(y, m, d)
   return era * 146097 + yoe * 365 + yoe // 4 - yoe // 100 + doy - 719468
 end
 
--- A time argument: ms since the epoch, or "YYYY-MM-DD[THH:MM[:SS]][Z]" in UTC.
+-- A time argument: ms since the epoch, or "YYYY-MM-DD[THH:MM[:SS[.fff]]][Z|+00:00]" in UTC.
 local function time_arg(args, name)
   local v = args[name]
   if v == nil or v == null then return nil end
   if math.type(v) == "integer" then return v end
-  if type(v) == "string" and #v <= 32 then
+  if type(v) == "string" and #v <= 40 then
     local y, mo, d, rest = v:match("^(%d%d%d%d)%-(%d%d)%-(%d%d)(.*)$")
     local h, mi, s = 0, 0, 0
     if rest and rest ~= "" and rest ~= "Z" then
-      h, mi, s = rest:match("^[T ](%d%d):(%d%d):?(%d?%d?)Z?$")
+      local tail
+      h, mi, s, tail = rest:match("^[T ](%d%d):(%d%d):?(%d?%d?)(.*)$")
       if s == "" then s = 0 end
+      if not (tail and (tail:find("^%.%d+Z?$") or tail:find("^%.?%d*%+00:?00$") or tail == "" or tail == "Z")) then
+        h = nil
+      end
     end
     y, mo, d, h, mi, s = tonumber(y), tonumber(mo), tonumber(d), tonumber(h), tonumber(mi), tonumber(s)
     if y and h and mo >= 1 and mo <= 12 and d >= 1 and d <= 31 and h < 24 and mi < 60 and s < 61 then

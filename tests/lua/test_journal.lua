@@ -104,6 +104,9 @@ check("a published tool's execution shows the tool", list({ query = "text_stats"
   "text_stats")
 check("since (ISO) and until (ms)", ids(list({ since = "2025-11-26T01:21:00Z", ["until"] = T0 + 180000 }, req("alice"))),
   { "a3", "a2" })
+check("since with a fraction and an offset", #ids(list({ since = "2025-11-26T01:21:00.000Z", ["until"] = "2025-11-26T01:22:00+00:00" },
+  req("alice"))), 1)
+check("a time in another zone is refused", err(list({ since = "2025-11-26T01:21:00+02:00" }, req("alice"))):match("^invalid arguments: since") ~= nil, true)
 check("since a date", #ids(list({ since = "2025-11-26" }, req("alice"))), 6)
 check("filters together", ids(list({ query = "return", outcome = "ok", since = T0 + 1 }, req("alice"))), { "a3" })
 
