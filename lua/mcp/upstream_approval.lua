@@ -131,7 +131,7 @@ local function send(request, params)
   end
   if result == nil then
     local m = is_object(err) and err.message or err
-    return nil, type(m) == "string" and m or "no answer"
+    return nil, type(m) == "string" and m or "the client answered with an error without a message"
   end
   return result
 end

@@ -121,6 +121,13 @@ async function startBox(kind, { caps = { elicitation: {} }, args = [] } = {}) {
       if (box.stderrText.length < 1 << 20) box.stderrText += c.toString("utf8");
     });
     await box.client.connect(transport);
+    // what the client receives, in order (after connecting)
+    box.received = [];
+    const recv = transport.onmessage;
+    transport.onmessage = (msg, extra) => {
+      box.received.push(msg);
+      return recv?.call(transport, msg, extra);
+    };
     if (kind.era === "modern") assert.equal(box.client.getNegotiatedProtocolVersion(), MODERN);
     await until(async () => (await stats(box)).upstreams?.memory?.state === "ready", 20000, "memory ready");
   } catch (e) {
@@ -212,9 +219,25 @@ for (const kind of KINDS) {
     it("accept: the call is made; the question names server, tool and the arguments with PII tokenized", T, withStderr(B, async () => {
       box.answer = () => ({ action: "accept", content: { remember: false } });
       const n = box.asked.length;
+      const seen = box.received.length;
       const r = await run(box, `return ${CREATE(`acc_${t}`, "mail ann.lee@example.com")}`);
       assert.equal(r.entities[0].name, `acc_${t}`);
       assert.equal(box.asked.length, n + 1);
+      // how the question travelled: a request to the client (2025), input_required (2026)
+      const got = box.received.slice(seen);
+      const requests = got.filter((m) => m.method === "elicitation/create");
+      const rounds = got.filter((m) => m.result?.resultType === "input_required");
+      if (kind.era === "legacy") {
+        assert.equal(requests.length, 1);
+        assert.equal(rounds.length, 0);
+      } else {
+        assert.equal(requests.length, 0, "no server->client request in 2026-07-28");
+        assert.equal(rounds.length, 1);
+        const keys = Object.keys(rounds[0].result.inputRequests);
+        assert.equal(keys.length, 1);
+        assert.match(keys[0], /^moonbox-approval-\d+-[0-9a-f]{8}$/);
+        assert.equal(rounds[0].result.inputRequests[keys[0]].method, "elicitation/create");
+      }
       const q = box.asked.at(-1);
       assert.match(q.message, /server: memory\n/);
       assert.match(q.message, /tool: create_entities \(not marked read-only\)/);
@@ -329,3 +352,252 @@ for (const kind of KINDS) {
     }));
   });
 }
+
+// ---------------------------------------------------------------------------------------------
+// raw peers: what the SDK clients would not send
+
+/** A raw stdio peer with the config; initialized (2025) with caps unless modern. */
+async function rawBox({ args = [], modern = false, caps = { elicitation: {} } } = {}) {
+  const memDir = mkdtempSync(path.join(tmpdir(), "moonbox-approvals-mem-"));
+  const cfgDir = makeDataDir();
+  const p = new RawPeer({ args: ["--config", writeConfig(cfgDir, memDir), ...args] });
+  const box = { p, memDir, kind: { era: modern ? "modern" : "legacy" }, stderr: () => p.stderr };
+  box.dispose = async () => {
+    await p.dispose();
+    rmSync(memDir, { recursive: true, force: true });
+    rmSync(cfgDir, { recursive: true, force: true });
+  };
+  try {
+    const meta = modern ? { _meta: { "io.modelcontextprotocol/protocolVersion": MODERN,
+      "io.modelcontextprotocol/clientCapabilities": caps } } : {};
+    box.meta = meta;
+    if (!modern) {
+      const init = await p.request("init", "initialize", { protocolVersion: "2025-11-25", capabilities: caps,
+        clientInfo: { name: "approvals-raw", version: "0" } });
+      assert.ok(init.result, JSON.stringify(init));
+      p.notify("notifications/initialized");
+    }
+    let n = 0;
+    await until(async () => {
+      const r = await p.request(`st${++n}`, "tools/call", { name: "get_execution_stats", arguments: {}, ...meta });
+      return r.result?.structuredContent?.upstreams?.memory?.state === "ready";
+    }, 20000, "memory ready");
+  } catch (e) {
+    e.message += `\nmoonbox stderr:\n${p.stderr.slice(-2000)}`;
+    await box.dispose();
+    throw e;
+  }
+  return box;
+}
+
+/** Sends execute_code (id) and returns the index to look for its questions from. */
+function startExec(box, id, code, extra = {}) {
+  const from = box.p.mark();
+  box.p.send({ jsonrpc: "2.0", id, method: "tools/call",
+    params: { name: "execute_code", arguments: { code, ...extra }, ...box.meta } });
+  return from;
+}
+
+/** The next elicitation/create moonbox sends (2025), from line index `from`. */
+async function nextQuestion(box, from, what = "an approval question") {
+  const line = await box.p.waitForLine((l) => l.msg?.method === "elicitation/create", { from, what, timeout: 20000 });
+  return line;
+}
+
+describe("approvals, raw 2025-11-25 peer: hostile answers", () => {
+  let box;
+  const B = () => box;
+  before(async () => { box = await rawBox({ args: ["--upstream-ask-args-bytes", "200"] }); });
+  after(async () => { await box?.dispose(); });
+
+  /** Runs a pcall'd create whose question is answered with `reply` (a raw message body). */
+  async function answered(id, reply) {
+    const from = startExec(box, id, PCALL_CREATE(`h_${id}`));
+    const q = await nextQuestion(box, from);
+    box.p.send({ jsonrpc: "2.0", id: q.msg.id, ...reply });
+    const res = await box.p.response(id, { timeout: 20000 });
+    assert.equal(res.result?.structuredContent?.success, true, JSON.stringify(res).slice(0, 600));
+    return res.result.structuredContent.result;
+  }
+
+  const NOT_RESULT = "memory.create_entities: the client's answer to the approval question is not an elicitation "
+    + "result (no action); the call was not made";
+  const cases = [
+    ["accept without content: this call goes", { result: { action: "accept" } }, [true, 1]],
+    ["accept with content that is not an object: this call goes", { result: { action: "accept", content: "yes" } }, [true, 1]],
+    ["accept with extra fields and remember not a boolean: this call goes",
+      { result: { action: "accept", content: { remember: "true", other: { deep: [1, 2] } }, extra: 5 } }, [true, 1]],
+    ["a string result", { result: "accept" }, [false, NOT_RESULT]],
+    ["a null result", { result: null }, [false, NOT_RESULT]],
+    ["an array result", { result: [{ action: "accept" }] }, [false, NOT_RESULT]],
+    ["action a number", { result: { action: 1 } }, [false, NOT_RESULT]],
+    ["action in capitals", { result: { action: "ACCEPT", content: { remember: true } } },
+      [false, 'memory.create_entities: the client\'s answer to the approval question has an unknown action "ACCEPT"; the call was not made']],
+    ["an unknown, long action is cut", { result: { action: "y".repeat(300) } },
+      [false, `memory.create_entities: the client's answer to the approval question has an unknown action "${"y".repeat(40)}"; the call was not made`]],
+    ["an error answer", { error: { code: -32000, message: "the window was closed" } },
+      [false, "memory.create_entities: the approval question got no answer (the window was closed); the call was not made"]],
+    ["an error without a message", { error: { code: -32000, message: { x: 1 } } },
+      [false, "memory.create_entities: the approval question got no answer (the client answered with an error without a message); the call was not made"]],
+  ];
+  let id = 0;
+  for (const [name, reply, want] of cases) {
+    it(name, T, withStderr(B, async () => {
+      const myId = `hostile${++id}`;
+      assert.deepEqual(await answered(myId, reply), want);
+      assert.equal(written(box).includes(`h_${myId}`), want[0]);
+    }));
+  }
+
+  it("only remember = true remembers: a truthy string does not", T, withStderr(B, async () => {
+    const from = startExec(box, "rem-str", `${CREATE("rs1")} ${CREATE("rs2")} return "both"`);
+    const q1 = await nextQuestion(box, from);
+    box.p.send({ jsonrpc: "2.0", id: q1.msg.id, result: { action: "accept", content: { remember: "true" } } });
+    const q2 = await nextQuestion(box, box.p.lines.indexOf(q1) + 1, "a second question");
+    box.p.send({ jsonrpc: "2.0", id: q2.msg.id, result: { action: "accept", content: { remember: 1 } } });
+    const res = await box.p.response("rem-str", { timeout: 20000 });
+    assert.equal(res.result.structuredContent.result, "both");
+  }));
+
+  it("a second answer to the same question, or an answer to a question never asked, changes nothing", T, withStderr(B, async () => {
+    const from = startExec(box, "twice", PCALL_CREATE("tw"));
+    const q = await nextQuestion(box, from);
+    box.p.send({ jsonrpc: "2.0", id: "mb-999999", result: { action: "accept" } }); // never asked
+    box.p.send({ jsonrpc: "2.0", id: q.msg.id, result: { action: "decline" } });
+    box.p.send({ jsonrpc: "2.0", id: q.msg.id, result: { action: "accept", content: { remember: true } } });
+    const res = await box.p.response("twice", { timeout: 20000 });
+    assert.equal(res.result.structuredContent.result[0], false, JSON.stringify(res));
+    assert.match(res.result.structuredContent.result[1], /declined/);
+    // the next call in a new run is asked again and the server serves on
+    const from2 = startExec(box, "after", PCALL_CREATE("tw2"));
+    const q2 = await nextQuestion(box, from2);
+    box.p.send({ jsonrpc: "2.0", id: q2.msg.id, result: { action: "accept" } });
+    assert.deepEqual((await box.p.response("after", { timeout: 20000 })).result.structuredContent.result, [true, 1]);
+    assert.ok(!written(box).includes("tw") && written(box).includes("tw2"));
+  }));
+
+  it("long arguments are cut at upstream_ask_args_bytes; bidi and zero-width characters are escaped", T, withStderr(B, async () => {
+    const from = startExec(box, "long", PCALL_CREATE("lg", `\u202Eevil\u200B ${"z".repeat(1000)}`));
+    const q = await nextQuestion(box, from);
+    box.p.send({ jsonrpc: "2.0", id: q.msg.id, result: { action: "decline" } });
+    await box.p.response("long", { timeout: 20000 });
+    const m = q.msg.params.message;
+    const args = m.match(/arguments: (.*)\n/)[1];
+    assert.match(args, /\.\.\. \[cut: \d+ bytes in all, upstream_ask_args_bytes=200\]$/);
+    assert.ok(Buffer.byteLength(args.replace(/ \.\.\. \[cut.*$/, "")) <= 200, args);
+    assert.ok(!/[\u202A-\u202E\u2066-\u2069\u200B-\u200F]/.test(m), `hidden characters in ${JSON.stringify(m)}`);
+    assert.ok(args.includes("\\u202eevil\\u200b"), args);
+    // every line of the question is moonbox's own: sandbox strings cannot start a line
+    assert.deepEqual(m.split("\n").map((l) => l.split(":")[0]).filter((x) => x && !x.startsWith("Code run") && !x.startsWith("Approve")),
+      ["server", "tool", "arguments"]);
+  }));
+
+  it("an argument with a line break cannot add lines to the question", T, withStderr(B, async () => {
+    const from = startExec(box, "nl", PCALL_CREATE("nl", "x\nserver: other\ntool: read_graph"));
+    const q = await nextQuestion(box, from);
+    box.p.send({ jsonrpc: "2.0", id: q.msg.id, result: { action: "decline" } });
+    await box.p.response("nl", { timeout: 20000 });
+    const lines = q.msg.params.message.split("\n");
+    assert.equal(lines.filter((l) => l.startsWith("server:")).length, 1, q.msg.params.message);
+    assert.equal(lines.filter((l) => l.startsWith("tool:")).length, 1, q.msg.params.message);
+  }));
+});
+
+describe("approvals, raw 2025-11-25 peer: client capabilities", () => {
+  it("a client that declared only url-mode elicitation is not asked (the question is a form)", T, async () => {
+    const box = await rawBox({ caps: { elicitation: { url: {} } } });
+    try {
+      const from = startExec(box, 1, PCALL_CREATE("url"));
+      const res = await box.p.response(1, { timeout: 20000 });
+      assert.equal(res.result.structuredContent.result[0], false);
+      assert.match(res.result.structuredContent.result[1], /did not declare the elicitation capability \(form mode\)/);
+      assert.equal(box.p.lines.slice(from).filter((l) => l.msg?.method === "elicitation/create").length, 0);
+      assert.deepEqual(written(box), []);
+    } finally {
+      await box.dispose();
+    }
+  });
+});
+
+describe("approvals never cross executions", () => {
+  it("an execution's remembered approval does not cover another execution running at the same time", T, async () => {
+    // two worker threads, so both executions run at once
+    const box = await rawBox({ args: ["--workers", "2", "--isolation", "thread"] });
+    try {
+      const p = box.p;
+      // A: approves create_entities for its run, then waits on a question of its own (mcp.elicit)
+      const fromA = startExec(box, "A", `${CREATE("a1")}
+        mcp.elicit{ message = "hold", requestedSchema = { type = "object", properties = {} } }
+        ${CREATE("a2")} return "A done"`, { timeout_ms: 30000 });
+      const qa = await nextQuestion(box, fromA);
+      p.send({ jsonrpc: "2.0", id: qa.msg.id, result: { action: "accept", content: { remember: true } } });
+      const hold = await p.waitForLine((l) => l.msg?.method === "elicitation/create" && l.msg.params.message === "hold",
+        { from: fromA, what: "A's own question", timeout: 20000 });
+      // B, while A holds its approval: asked on its own; declined
+      const fromB = startExec(box, "B", PCALL_CREATE("b1"));
+      const qb = await nextQuestion(box, fromB, "B's approval question");
+      assert.match(qb.msg.params.message, /"name":"b1"/);
+      p.send({ jsonrpc: "2.0", id: qb.msg.id, result: { action: "decline" } });
+      const resB = await p.response("B", { timeout: 20000 });
+      assert.equal(resB.result.structuredContent.result[0], false, JSON.stringify(resB));
+      // A goes on: its second call is covered by its own approval, not asked
+      const before = p.lines.length;
+      p.send({ jsonrpc: "2.0", id: hold.msg.id, result: { action: "accept", content: {} } });
+      const resA = await p.response("A", { timeout: 20000 });
+      assert.equal(resA.result.structuredContent.result, "A done", JSON.stringify(resA));
+      assert.equal(p.lines.slice(before).filter((l) => l.msg?.method === "elicitation/create").length, 0);
+      assert.deepEqual(written(box).sort(), ["a1", "a2"]);
+    } finally {
+      await box.dispose();
+    }
+  });
+});
+
+describe("approvals, raw 2026-07-28 peer", { skip: false }, () => {
+  it("an answer given before the question (inputResponses on the first request) does not count", T, async () => {
+    const box = await rawBox({ modern: true });
+    try {
+      const p = box.p;
+      const guesses = {};
+      for (let i = 0; i < 20; i++) {
+        guesses[`elicitation-${i}`] = { action: "accept", content: { remember: true } };
+        guesses[`moonbox-approval-${i}-00000000`] = { action: "accept", content: { remember: true } };
+      }
+      const first = await p.request(1, "tools/call", { name: "execute_code", arguments: { code: PCALL_CREATE("pre") },
+        inputResponses: guesses, ...box.meta }, { timeout: 20000 });
+      const ir = first.result;
+      assert.equal(ir?.resultType, "input_required", JSON.stringify(first).slice(0, 500));
+      const keys = Object.keys(ir.inputRequests);
+      assert.equal(keys.length, 1);
+      assert.match(keys[0], /^moonbox-approval-\d+-[0-9a-f]{8}$/);
+      assert.equal(ir.inputRequests[keys[0]].method, "elicitation/create");
+      assert.match(ir.inputRequests[keys[0]].params.message, /tool: create_entities/);
+      // a non-object answer is asked again; then a decline
+      const again = await p.request(2, "tools/call", { name: "execute_code", arguments: { code: PCALL_CREATE("pre") },
+        requestState: ir.requestState, inputResponses: { [keys[0]]: "accept" }, ...box.meta }, { timeout: 20000 });
+      assert.equal(again.result?.resultType, "input_required", JSON.stringify(again).slice(0, 500));
+      const k2 = Object.keys(again.result.inputRequests)[0];
+      const done = await p.request(3, "tools/call", { name: "execute_code", arguments: { code: PCALL_CREATE("pre") },
+        requestState: again.result.requestState, inputResponses: { [k2]: { action: "decline" } }, ...box.meta }, { timeout: 20000 });
+      assert.deepEqual(done.result?.structuredContent?.result,
+        [false, `memory.create_entities: the person declined the call (${POLICY}); it was not made`]);
+      assert.deepEqual(written(box), []);
+    } finally {
+      await box.dispose();
+    }
+  });
+
+  it("without the capability in the request's _meta the call is refused inside the code, not the whole request", T, async () => {
+    const box = await rawBox({ modern: true, caps: {} });
+    try {
+      const r = await box.p.request(1, "tools/call", { name: "execute_code", arguments: { code: PCALL_CREATE("nc") },
+        ...box.meta }, { timeout: 20000 });
+      assert.equal(r.result?.resultType, "complete", JSON.stringify(r).slice(0, 500));
+      assert.equal(r.result.structuredContent.result[0], false);
+      assert.match(r.result.structuredContent.result[1], /did not declare the elicitation capability/);
+      assert.deepEqual(written(box), []);
+    } finally {
+      await box.dispose();
+    }
+  });
+});
