@@ -74,16 +74,12 @@ end
 -- PII tokenized, hidden characters escaped, cut at upstream_ask_args_bytes.
 function M.shown_arguments(tenant, given)
   local v = given
-  if type(v) == "string" then
-    if v:find("^%s*$") then v = {} else v = mb.json_decode(v) end
-  end
-  local text
-  if v == nil or v == null then
-    text = "{}"
-  else
-    local ok, t = pcall(mb.json_encode, v)
-    text = ok and t or "(arguments that cannot be shown)"
-  end
+  if type(v) == "string" and v:find("^%s*$") then v = {} end
+  if type(v) == "string" then v = mb.json_decode(v) or false end
+  if v == nil or v == null then v = {} end
+  local ok, text = false, nil
+  if v ~= false then ok, text = pcall(mb.json_encode, v) end
+  if not ok then return "(arguments that are not valid JSON)" end
   text = escape_hidden(tools.pii.outbound(tenant, text))
   local max = cfg.upstream_ask_args_bytes
   if #text > max then
@@ -147,8 +143,8 @@ function M.ask(request, server, tool, given)
     entry.approvals = a
   end
   while true do
-    if a.allowed[key] then return true end
     if entry.ended then return nil, "the execution has ended" end
+    if a.allowed[key] then return true end
     local waiting = a.asking[key]
     if not waiting then break end
     -- the same tool is being asked about for this execution: wait for that answer
