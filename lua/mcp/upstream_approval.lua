@@ -3,8 +3,8 @@
 --
 -- The question is an elicitation in form mode: its message names the server, the tool and the
 -- arguments (PII tokenized by the server's policy, re-encoded from the decoded JSON so sandbox
--- bytes cannot shape the text, invisible direction marks escaped, cut at
--- upstream_ask_args_bytes), and its requestedSchema offers one boolean, `remember`: approve
+-- bytes cannot shape the text, cut at upstream_ask_args_bytes; in all three, characters that
+-- reorder or hide text are escaped), and its requestedSchema offers one boolean, `remember`: approve
 -- every call to this tool for the rest of this execution. With a 2025 client the question is an
 -- elicitation/create request on the stream of the tools/call that runs the code; with a
 -- 2026-07-28 client it is an input_required round (server.lua's request:client_request and
@@ -90,7 +90,8 @@ end
 
 -- The elicitation/create params of the question.
 function M.question(request, server, tool, given)
-  local who = request.entry and request.entry.tool or "execute_code"
+  local who = escape_hidden(request.entry and request.entry.tool or "execute_code")
+  server, tool = escape_hidden(server), escape_hidden(tool)
   local message = sfmt('Approve a call that may change data?\n\nserver: %s\ntool: %s (not marked read-only)\n'
     .. 'arguments: %s\n\nCode run by %s makes this call; mcpServers.%s.allowWrites is "ask". Accept to let '
     .. 'this call run, decline to refuse it.', server, tool, M.shown_arguments(request.tenant, given), who, server)

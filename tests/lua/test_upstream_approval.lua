@@ -75,6 +75,9 @@ check("no mode (form is the default; 2025-06-18 clients know no mode)", q.mode, 
 check_has("names what runs the code", ap.question(new_request({ entry = { tool = "my_skill" } }), "m", "t", "{}").message,
   "Code run by my_skill makes this call")
 
+check_has("a tool name's hidden characters are escaped too",
+  ap.question(req, "memory", "read\u{202E}etirw", "{}").message, "tool: read\\u202eetirw (not marked")
+
 -- arguments as shown
 check("empty text is {}", ap.shown_arguments("t", ""), "{}")
 check("a table is encoded", ap.shown_arguments("t", { a = "b" }), '{"a":"b"}')
