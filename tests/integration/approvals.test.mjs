@@ -601,3 +601,91 @@ describe("approvals, raw 2026-07-28 peer", { skip: false }, () => {
     }
   });
 });
+
+describe("approvals never cross tenants (HTTP tokens, 2025-11-25 sessions)", () => {
+  const TA = "approvals-token-alpha-0123456789";
+  const TB = "approvals-token-beta-0123456789ab";
+  let srv, memDir, cfgDir;
+  const B = () => ({ stderr: () => srv?.stderr() ?? "" });
+  before(async () => {
+    memDir = mkdtempSync(path.join(tmpdir(), "moonbox-approvals-mem-"));
+    cfgDir = makeDataDir();
+    srv = await startHttp(["--config", writeConfig(cfgDir, memDir), "--http-tokens", `${TA}=alpha,${TB}=beta`,
+      "--workers", "2", "--isolation", "thread"]);
+  });
+  after(async () => {
+    await srv?.stop();
+    rmSync(memDir, { recursive: true, force: true });
+    rmSync(cfgDir, { recursive: true, force: true });
+  });
+
+  async function tenantClient(token, answer) {
+    const c = { asked: [] };
+    c.client = new ClientV1({ name: "approvals-tenant", version: "0" }, { capabilities: { elicitation: {} } });
+    c.client.setRequestHandler(ElicitRequestSchema, (req) => {
+      c.asked.push(req.params);
+      return answer(req.params);
+    });
+    await c.client.connect(new HttpV1(new URL(srv.url), { requestInit: { headers: { Authorization: `Bearer ${token}` } } }));
+    return c;
+  }
+
+  it("one tenant's remembered approval does not cover another tenant's call; each question goes to its own client", T, withStderr(B, async () => {
+    let release;
+    const held = new Promise((resolve) => { release = resolve; });
+    const a = await tenantClient(TA, (p) => (p.message === "hold" ? held : { action: "accept", content: { remember: true } }));
+    const b = await tenantClient(TB, () => ({ action: "decline" }));
+    try {
+      await until(async () => (await a.client.callTool({ name: "get_execution_stats", arguments: {} }))
+        .structuredContent.upstreams?.memory?.state === "ready", 20000, "memory ready");
+      const runA = a.client.callTool({ name: "execute_code", arguments: { timeout_ms: 30000, code: `${CREATE("ta1")}
+        mcp.elicit{ message = "hold", requestedSchema = { type = "object", properties = {} } }
+        ${CREATE("ta2")} return "A done"` } }, undefined, { timeout: 60000 });
+      await until(() => a.asked.some((p) => p.message === "hold"), 20000, "A holds");
+      const rb = (await b.client.callTool({ name: "execute_code", arguments: { code: PCALL_CREATE("tb1") } })).structuredContent;
+      assert.deepEqual(rb.result, [false, `memory.create_entities: the person declined the call (${POLICY}); it was not made`]);
+      assert.equal(b.asked.length, 1, "beta was asked about its own call");
+      assert.match(b.asked[0].message, /"name":"tb1"/);
+      assert.ok(a.asked.every((p) => !p.message.includes("tb1")), "alpha's client never saw beta's question");
+      release({ action: "accept", content: {} });
+      const ra = (await runA).structuredContent;
+      assert.equal(ra.result, "A done", JSON.stringify(ra));
+      assert.equal(a.asked.filter((p) => p.message !== "hold").length, 1, "ta2 went on alpha's own approval");
+      const names = readFileSync(path.join(memDir, "memory.jsonl"), "utf8").split("\n").filter(Boolean)
+        .map((l) => JSON.parse(l).name).sort();
+      assert.deepEqual(names, ["ta1", "ta2"]);
+    } finally {
+      await a.client.close().catch(() => {});
+      await b.client.close().catch(() => {});
+    }
+  }));
+});
+
+describe("approvals, 2026-07-28: a question nobody answers", { skip: false }, () => {
+  it("the held execution is stopped after --mrtr-hold-ms; no call is made and the server keeps serving", T, async () => {
+    const box = await rawBox({ modern: true, args: ["--mrtr-hold-ms", "1000"] });
+    try {
+      const p = box.p;
+      const first = await p.request(1, "tools/call", { name: "execute_code",
+        arguments: { code: PCALL_CREATE("never"), timeout_ms: 60000 }, ...box.meta }, { timeout: 20000 });
+      assert.equal(first.result?.resultType, "input_required", JSON.stringify(first).slice(0, 400));
+      let n = 0;
+      await until(async () => {
+        const s = (await p.request(`s${++n}`, "tools/call", { name: "get_execution_stats", arguments: {}, ...box.meta }))
+          .result.structuredContent;
+        return s.pool.busy === 0 && s.pool.completed === s.pool.submitted;
+      }, 20000, "the held execution stopped");
+      assert.match(p.stderr, /an execution waiting for client input was stopped after mrtr_hold_ms=1000/);
+      const key = Object.keys(first.result.inputRequests)[0];
+      const late = await p.request(2, "tools/call", { name: "execute_code", arguments: { code: PCALL_CREATE("never"), timeout_ms: 60000 },
+        requestState: first.result.requestState, inputResponses: { [key]: { action: "accept" } }, ...box.meta }, { timeout: 20000 });
+      assert.equal(late.error?.code, -32602, JSON.stringify(late));
+      const g = await p.request(3, "tools/call", { name: "execute_code", arguments: { code: "return #servers.memory.read_graph{}.entities" },
+        ...box.meta }, { timeout: 20000 });
+      assert.equal(g.result?.structuredContent?.result, 0, JSON.stringify(g).slice(0, 400));
+      assert.deepEqual(written(box), []);
+    } finally {
+      await box.dispose();
+    }
+  });
+});
