@@ -180,7 +180,7 @@ function M.ask(request, server, tool, given)
       .. "was not made", policy)
   else
     why = sfmt("the client's answer to the approval question has an unknown action %q; the call was not "
-      .. "made", r.action:sub(1, 40))
+      .. "made", (utf8_cut(r.action, 40):gsub("%c", "?")))
   end
   a.asking[key] = nil
   for _, co in ipairs(waiting) do

@@ -120,6 +120,10 @@ for _, bad in ipairs({ "accept", 1, true, H.arr({ { action = "accept" } }), {}, 
 end
 out = one({ action = "Accept" })
 check("unknown action", out.why, 'the client\'s answer to the approval question has an unknown action "Accept"; the call was not made')
+out = one({ action = "a\n\0" .. string.rep("\u{00E9}", 30) })
+check("unknown action: control characters replaced, cut at a character boundary", out.why,
+  'the client\'s answer to the approval question has an unknown action "a??' .. string.rep("\u{00E9}", 18)
+  .. '"; the call was not made')
 out = one(nil, { code = -1, message = "closed" })
 check("an error", out.why, "the approval question got no answer (closed); the call was not made")
 out = one(nil, { code = -1 })
