@@ -403,6 +403,7 @@ static void push_config(lua_State *L, const mb_config *c)
 	CI(max_abandoned); CI(pii_policy); CI(pii_restore);
 	CI(upstream_timeout_ms); CI(upstream_init_timeout_ms); CI(upstream_max_calls);
 	CI(upstream_max_parallel); CI(upstream_restart_max_ms); CI(upstream_shutdown_grace_ms);
+	CI(upstream_ask_args_bytes);
 	CI(cache_ttl_ms); CI(mrtr_hold_ms); CI(mrtr_max_held); CI(max_resource_subscriptions);
 	CI(max_listeners);
 #undef CI
