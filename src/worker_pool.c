@@ -298,7 +298,7 @@ static void read_cb(uv_stream_t *s, ssize_t n, const uv_buf_t *buf)
 static void spawn_work(uv_work_t *req)
 {
 	wproc *w = req->data;
-	w->spawn_rc = mb_worker_spawn(w->pp->cfg, &w->sp, w->spawn_err, sizeof w->spawn_err);
+	w->spawn_rc = mb_worker_spawn(w->pp->cfg, 0, &w->sp, w->spawn_err, sizeof w->spawn_err);
 }
 
 static void retry_fired(uv_timer_t *t)
