@@ -56,7 +56,8 @@ function M.summary(tenant)
     by[r.outcome] = r.n
   end
   return { recorded = total and total.n or 0, since_ms = total and total.since, by_outcome = by,
-           max_rows = cfg.history_max_rows, dropped = dropped, write_failures = failed }
+           max_rows = cfg.history_max_rows, tenant_max_rows = cfg.journal_max_rows,
+           max_age_s = cfg.journal_max_age_s, dropped = dropped, write_failures = failed }
 end
 
 -- The newest rows of tenant matching f (all optional): query (text in the code, ASCII case

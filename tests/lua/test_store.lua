@@ -146,7 +146,8 @@ INSERT INTO executions (tenant, started_at, duration_ms, outcome, instructions, 
 local history = require("mcp.history")
 m.history_flush = function() return 2, 0 end
 check("history summary", history.summary("default"),
-  { recorded = 3, since_ms = 900, by_outcome = { ok = 2, timeout = 1 }, max_rows = 100000, dropped = 2, write_failures = 0 })
+  { recorded = 3, since_ms = 900, by_outcome = { ok = 2, timeout = 1 }, max_rows = 100000, tenant_max_rows = 1000,
+    max_age_s = 2592000, dropped = 2, write_failures = 0 })
 check("history summary of another tenant", history.summary("t1").by_outcome, { memory = 1 })
 check("history summary of no tenant is the default's", history.summary(nil).recorded, 3)
 

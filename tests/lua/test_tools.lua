@@ -195,7 +195,7 @@ check("stats execution percentiles", sc.execution_ms, { mean = 55 / 11, p50 = 5,
 check("stats request percentiles", sc.request_ms, { p50 = 10, p95 = 19, max = 20 })
 check("stats limits", { sc.limits.max_timeout_ms, sc.limits.default_memory_mb, sc.limits.workers }, { 60000, 64, 2 })
 check("stats history section", sc.history, { recorded = 3, since_ms = 5, by_outcome = { ok = 2, timeout = 1 },
-  max_rows = 100000, dropped = 0, write_failures = 0 })
+  max_rows = 100000, tenant_max_rows = 1000, max_age_s = 2592000, dropped = 0, write_failures = 0 })
 check("stats pii section", sc.pii, { policy = true, restore = true, vault_tokens = 0 })
 check("stats default tenant sees the pool and shared sections", { sc.pool ~= nil, sc.shared }, { true, { x = 1 } })
 check("stats version", sc.version, "0.0.0-test")
@@ -255,7 +255,8 @@ m.history_flush = function() flushed = flushed + 1 return 4, 1 end
 m.db.row = function() return nil end
 m.db.query = function() return {} end
 check("history summary of an empty log", history.summary("t5"),
-  { recorded = 0, by_outcome = {}, max_rows = 100000, dropped = 4, write_failures = 1 })
+  { recorded = 0, by_outcome = {}, max_rows = 100000, tenant_max_rows = 1000, max_age_s = 2592000, dropped = 4,
+    write_failures = 1 })
 check("summary flushes first", flushed, 1)
 
 -- execute_code adds no history itself (the server does, after the wait): a refused call adds none
