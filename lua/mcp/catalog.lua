@@ -27,6 +27,8 @@
 local mb = mb
 local null = mb.null
 local text = require("mcp.catalog_text")
+-- synonyms of the words people use for tools, added to queries (lua/catalog/vocabulary.lua)
+local VOCABULARY = text.compile_vocabulary(require("catalog.vocabulary"))
 
 local M = {}
 
@@ -644,12 +646,19 @@ local function unknown_json(list)
   return out
 end
 
--- Within the best bm25 matches, entries whose name is made of the query's words come first
--- (catalog_text.name_covered); otherwise bm25 order, then name and category.
-local function rerank(rows, words)
-  for _, r in ipairs(rows) do r.covered = text.name_covered(r.name, words) end
+-- Within the best bm25 matches: an entry whose name is the query first; then entries whose name
+-- is made of the query's words (catalog_text.name_covered); then those whose name is made of the
+-- query's words and their alternatives from the vocabulary; otherwise bm25 order, then name and
+-- category.
+local function rerank(rows, q, words, alt_words)
+  for _, r in ipairs(rows) do
+    r.tier = text.is_exact_name(q, r.name, r.category) and 0
+      or text.name_covered(r.name, words) and 1
+      or #alt_words > 0 and text.name_covered(r.name, words, alt_words) and 2
+      or 3
+  end
   table.sort(rows, function(a, b)
-    if a.covered ~= b.covered then return a.covered end
+    if a.tier ~= b.tier then return a.tier < b.tier end
     if a.score ~= b.score then return a.score < b.score end
     if a.name ~= b.name then return a.name < b.name end
     return a.category < b.category
@@ -694,9 +703,9 @@ local function search(tools, args)
     if r then return r end
   end
 
-  local all_words, any_word, words, groups
+  local all_words, any_word, words, groups, alt_words
   if q:find("%S") then
-    all_words, any_word, words, groups = text.build_query(q)
+    all_words, any_word, words, groups, alt_words = text.build_query(q, VOCABULARY)
     if not all_words then
       return tools.tool_error(string.format("query %q has no words to search for (letters or "
         .. "digits); use \"\" to list every entry", q))
@@ -741,7 +750,7 @@ local function search(tools, args)
     end
     if #rows > 0 and #missing > 0 then unknown = missing end
     if #rows == 0 and any_word ~= all_words then rows, match = run(any_word), "any" end
-    rerank(rows, words)
+    rerank(rows, q, words, alt_words)
   elseif cat then
     rows = mb.db.query(sql.all_cat, cat, limit + 1)
   else
