@@ -650,11 +650,12 @@ end
 -- is made of the query's words (catalog_text.name_covered); then those whose name is made of the
 -- query's words and their alternatives from the vocabulary; otherwise bm25 order, then name and
 -- category.
-local function rerank(rows, q, words, alt_words)
+local function rerank(rows, q, words, alt_words, match)
+  local names = match == "all"
   for _, r in ipairs(rows) do
     r.tier = text.is_exact_name(q, r.name, r.category) and 0
-      or text.name_covered(r.name, words) and 1
-      or #alt_words > 0 and text.name_covered(r.name, words, alt_words) and 2
+      or names and text.name_covered(r.name, words) and 1
+      or names and #alt_words > 0 and text.name_covered(r.name, words, alt_words) and 2
       or 3
   end
   table.sort(rows, function(a, b)
@@ -750,7 +751,7 @@ local function search(tools, args)
     end
     if #rows > 0 and #missing > 0 then unknown = missing end
     if #rows == 0 and any_word ~= all_words then rows, match = run(any_word), "any" end
-    rerank(rows, q, words, alt_words)
+    rerank(rows, q, words, alt_words, match)
   elseif cat then
     rows = mb.db.query(sql.all_cat, cat, limit + 1)
   else

@@ -155,6 +155,10 @@ local function exact(t) return '"' .. sgsub(t, '"', '""') .. '"' end
 
 M.MAX_ALTERNATIVES = 12      -- alternatives added for one query word
 M.MAX_ALT_TERMS = 48         -- alternatives added for a whole query
+-- bm25 counts a term once per time it is written in the expression: the user's own words are
+-- written this many times, alternatives once, so that an entry with the word the user typed
+-- ranks above one that has only an alternative (a synonym is a guess; the word is not).
+M.USER_WORD_WEIGHT = 2
 
 -- Compiles the vocabulary data ({groups = {{word, ...}, ...}, also = {word = {word, ...}}})
 -- into {alts = word -> {alternative, ...}, phrases = "w1 w2" -> true, max_phrase = n}. Every word
@@ -203,10 +207,11 @@ function M.alternatives(vocab, w)
   if not vocab then return nil end
   local l = vocab.alts[w]
   if l then return l end
-  if #w < 4 then return nil end
+  if #w < 3 then return nil end
   for _, e in ipairs(ENDINGS) do
     local suf = e[1]
-    if #w > #suf + 2 and ssub(w, -#suf) == suf then
+    -- "prs" -> pr, "dbs" -> db; longer endings only on longer words
+    if #w > #suf + (suf == "s" and 1 or 2) and ssub(w, -#suf) == suf then
       l = vocab.alts[ssub(w, 1, -#suf - 1) .. e[2]]
       if l then return l end
     end
@@ -273,7 +278,8 @@ function M.build_query(q, vocab)
     if not seen_all[whole] then
       seen_all[whole] = true
       local parts = {}
-      if not sfind(whole, " ") and compound(tok) then
+      -- a compound the vocabulary knows as a word ("PRs") is searched as that word
+      if not sfind(whole, " ") and compound(tok) and not M.alternatives(vocab, whole) then
         for _, w in ipairs(M.split_words(tok)) do
           if (#w > 1 or sfind(w, "%d")) and w ~= whole then parts[#parts + 1] = w end
         end
@@ -281,7 +287,8 @@ function M.build_query(q, vocab)
       if add_any(whole) then words[#words + 1] = whole end
       local alts
       if #parts == 0 then
-        local terms = { quote(whole) }
+        local terms = {}
+        for i = 1, M.USER_WORD_WEIGHT do terms[i] = quote(whole) end
         local list = M.alternatives(vocab, whole)
         if list then
           alts = {}
@@ -303,7 +310,9 @@ function M.build_query(q, vocab)
           p[i] = quote(w)
           if add_any(w) then words[#words + 1] = w end
         end
-        all[#all + 1] = "(" .. quote(whole) .. " OR (" .. concat(p, " AND ") .. "))"
+        local whole_terms = {}
+        for i = 1, M.USER_WORD_WEIGHT do whole_terms[i] = quote(whole) end
+        all[#all + 1] = "(" .. concat(whole_terms, " OR ") .. " OR (" .. concat(p, " AND ") .. "))"
       end
       groups[#groups + 1] = { expr = all[#all], word = whole, alts = alts }
     end
