@@ -18,10 +18,10 @@
 return {
   groups = {
     -- verbs: creating, reading, changing, removing
-    { "create", "add", "new", "make", "insert", "generate", "register", "build" },
+    { "create", "add", "make", "insert", "generate", "register", "build" },
     { "get", "fetch", "retrieve", "obtain", "read", "view", "show", "display", "look up", "lookup" },
-    { "list", "enumerate", "browse", "all" },
-    { "update", "edit", "modify", "change", "alter", "amend", "patch", "set" },
+    { "list", "enumerate", "browse" },
+    { "update", "edit", "modify", "change", "alter", "amend", "patch" },
     { "delete", "remove", "erase", "drop", "destroy", "purge", "discard", "trash", "rm",
       "get rid of" },
     { "search", "find", "query", "look for", "look up", "locate", "seek", "lookup", "grep" },
@@ -45,7 +45,7 @@ return {
     { "sum", "total", "aggregate", "average", "mean", "median", "statistics", "stats" },
     { "group", "bucket", "categorize", "categorise", "partition", "cluster" },
     { "unique", "distinct", "dedupe", "deduplicate", "duplicates" },
-    { "take", "first", "head", "top", "limit" },
+    { "take", "first", "head", "top" },
     { "format", "render", "pretty print", "pretty" },
     { "log", "trace" },
     { "progress", "percentage", "percent", "completion status" },
@@ -78,7 +78,7 @@ return {
     { "event", "meeting", "appointment", "call" },
     { "free", "available", "availability" },
     { "record", "row", "entry", "item", "element" },
-    { "field", "column", "attribute", "property", "key" },
+    { "field", "column", "attribute", "property" },
     { "database", "db" },
     { "sql", "query" },
     { "observation", "fact", "note" },
@@ -99,7 +99,12 @@ return {
     { "array", "list" },
   },
 
+  -- Words that are in most tool descriptions ("Create a new ...", a "limit" parameter) find
+  -- others but are not alternatives themselves: they would match nearly every entry.
   also = {
+    new = { "create", "add" },
+    set = { "update", "change" },
+    limit = { "take", "first", "top" },
     open = { "create", "get", "read", "view" },
     close = { "update", "state", "status" },
     reopen = { "update", "state", "status" },

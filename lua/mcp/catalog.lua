@@ -38,6 +38,9 @@ local MAX_QUERY_BYTES = 1000
 local DEBOUNCE_MS = 100
 local START_DELAY_MS = 50    -- the start-up import waits this long unless the catalog is used
 local RERANK_WINDOW = 20     -- extra bm25 matches looked at when putting name matches first
+-- A vocabulary alternative in more entries than this (the larger of a count and a share of all
+-- entries) is added to a query only when the user's word itself is in none (see common_term).
+local COMMON_MIN, COMMON_SHARE = 100, 0.05
 local FILE_PATTERN = "^[^.#~][^/]*%.json$"
 -- bm25 column weights: name, category, description, params, use_cases
 local WEIGHTS = "10.0, 3.0, 2.0, 1.0, 2.0"
@@ -51,6 +54,8 @@ local state = {
   search_ms = {}, search_pos = 0,
   last_import = nil,   -- {source=, tools=, ms=}
   start_ms = nil,      -- duration of the start-up import
+  df = {},             -- FTS term -> number of entries that have it (cleared on every change)
+  entries = nil,       -- number of entries (nil after a change)
 }
 M.state = state
 
@@ -101,6 +106,7 @@ local SQL = {
   category_exists = "SELECT 1 AS x FROM catalog_categories WHERE category = ? LIMIT 1",
   category_names = "SELECT DISTINCT category FROM catalog_categories",
   names_from = "SELECT name, category FROM catalog_tools WHERE name >= ? AND name < ? LIMIT 2000",
+  term_count = "SELECT count(*) AS n FROM catalog_fts WHERE catalog_fts MATCH ?",
   fts_names = "SELECT t.name, t.category FROM catalog_fts JOIN catalog_tools t ON "
     .. "t.id = catalog_fts.rowid WHERE catalog_fts MATCH ? ORDER BY bm25(catalog_fts, " .. WEIGHTS
     .. "), t.name, t.category LIMIT 10",
@@ -197,7 +203,14 @@ end
 ---------------------------------------------------------------------------------------------
 -- import and removal (loop thread; each in one transaction)
 
+-- Counts that search keeps about the catalog are stale once it changes.
+local function changed()
+  state.df = {}
+  state.entries = nil
+end
+
 local function delete_rows(db, source)
+  changed()
   db.run(SQL.delete_source_fts, source)
   db.run(SQL.delete_source_tools, source)
   db.run(SQL.delete_source_cats, source)
@@ -646,17 +659,40 @@ local function unknown_json(list)
   return out
 end
 
+-- "absent" when no entry has a vocabulary alternative (an FTS5 term): it would cost time and find
+-- nothing; "common" when it is in so many entries that it says little about which one is meant
+-- and costs more than it helps (bm25 reads every entry that has a term, and weighs it little).
+-- The counts are kept until the catalog changes; the vocabulary bounds how many there are.
+local function classify_term(term)
+  local n = state.df[term]
+  if n == nil then
+    n = mb.db.row(SQL.term_count, term).n
+    state.df[term] = n
+  end
+  if n == 0 then return "absent" end
+  if n <= COMMON_MIN then return nil end
+  if not state.entries then state.entries = mb.db.row(SQL.count_tools).n end
+  return n > state.entries * COMMON_SHARE and "common" or nil
+end
+
+local function term_found(term)
+  return mb.db.row(SQL.has_match, term) ~= nil
+end
+
+local QUERY_OPTS = { classify = classify_term, found = term_found }
+
 -- Within the best bm25 matches: an entry whose name is the query first; then entries whose name
 -- is made of the query's words (catalog_text.name_covered); then those whose name is made of the
 -- query's words and their alternatives from the vocabulary; otherwise bm25 order, then name and
 -- category.
 local function rerank(rows, q, words, alt_words, match)
   local names = match == "all"
+  local lq = q:match("^%s*(.-)%s*$"):lower()
+  local flat = text.flat_words(words)
+  local alts = #alt_words > 0 and text.flat_words(alt_words) or nil
   for _, r in ipairs(rows) do
-    r.tier = text.is_exact_name(q, r.name, r.category) and 0
-      or names and text.name_covered(r.name, words) and 1
-      or names and #alt_words > 0 and text.name_covered(r.name, words, alt_words) and 2
-      or 3
+    r.tier = text.is_exact_name_of(lq, r.name, r.category) and 0
+      or names and text.name_tier(r.name, flat, alts) or 3
   end
   table.sort(rows, function(a, b)
     if a.tier ~= b.tier then return a.tier < b.tier end
@@ -706,7 +742,7 @@ local function search(tools, args)
 
   local all_words, any_word, words, groups, alt_words
   if q:find("%S") then
-    all_words, any_word, words, groups, alt_words = text.build_query(q, VOCABULARY)
+    all_words, any_word, words, groups, alt_words = text.build_query(q, VOCABULARY, QUERY_OPTS)
     if not all_words then
       return tools.tool_error(string.format("query %q has no words to search for (letters or "
         .. "digits); use \"\" to list every entry", q))

@@ -155,9 +155,10 @@ local function exact(t) return '"' .. sgsub(t, '"', '""') .. '"' end
 
 M.MAX_ALTERNATIVES = 12      -- alternatives added for one query word
 M.MAX_ALT_TERMS = 48         -- alternatives added for a whole query
--- bm25 counts a term once per time it is written in the expression: the user's own words are
--- written this many times, alternatives once, so that an entry with the word the user typed
--- ranks above one that has only an alternative (a synonym is a guess; the word is not).
+-- bm25 counts a term once per time it is written in the expression: a user's word that has
+-- alternatives is written this many times, the alternatives once, so that an entry with the word
+-- the user typed ranks above one that has only an alternative (a synonym is a guess; the word is
+-- not). Only there: each extra term costs time for every matching entry.
 M.USER_WORD_WEIGHT = 2
 
 -- Compiles the vocabulary data ({groups = {{word, ...}, ...}, also = {word = {word, ...}}})
@@ -229,10 +230,15 @@ end
 -- The user's words are prefix terms ("word"*); alternatives are exact words. With a vocabulary,
 -- words next to each other that make one of its phrases ("pull request", "how many") are one
 -- query word. Stop words ("how do I ... the ...") are dropped unless nothing else is left.
+-- opts (optional) looks at the catalog: classify(term) is "absent" for an alternative no entry
+-- has (left out: it would cost time and find nothing), "common" for one in so many entries that
+-- it says little about which one is meant (and costs the most to score), else nil; found(term)
+-- tells whether some entry has the user's word. A common alternative is added only when the
+-- user's word is not found.
 -- Returns all_words, any_word, words (the lower-case words and identifiers searched for), groups
 -- ({expr, word, alts} per query word: the parts of all_words, so that a word no entry has can be
 -- left out) and alt_words (every alternative added); or nil when the query has no words.
-function M.build_query(q, vocab)
+function M.build_query(q, vocab, opts)
   local toks = {}
   for tok in q:gmatch("[%w_%.%-/:\128-\255]+") do
     tok = sgsub(sgsub(tok, "^[_%.%-/:]+", ""), "[_%.%-/:]+$", "")
@@ -287,14 +293,22 @@ function M.build_query(q, vocab)
       if add_any(whole) then words[#words + 1] = whole end
       local alts
       if #parts == 0 then
-        local terms = {}
-        for i = 1, M.USER_WORD_WEIGHT do terms[i] = quote(whole) end
+        local terms = { quote(whole) }
         local list = M.alternatives(vocab, whole)
         if list then
           alts = {}
+          local found -- whether some entry has the user's word (asked once, when needed)
           for _, a in ipairs(list) do
             if #alts >= M.MAX_ALTERNATIVES or nalt >= M.MAX_ALT_TERMS then break end
-            if a ~= whole then
+            local take = a ~= whole
+            local kind = take and opts and opts.classify(exact(a))
+            if kind == "absent" then
+              take = false
+            elseif kind == "common" then
+              if found == nil then found = opts.found(quote(whole)) and true or false end
+              take = not found
+            end
+            if take then
               alts[#alts + 1] = a
               nalt = nalt + 1
               terms[#terms + 1] = exact(a)
@@ -303,6 +317,10 @@ function M.build_query(q, vocab)
             end
           end
         end
+        if #terms > 1 then
+          -- the user's word weighs more than its alternatives (see USER_WORD_WEIGHT)
+          for _ = 2, M.USER_WORD_WEIGHT do terms[#terms + 1] = terms[1] end
+        end
         all[#all + 1] = #terms == 1 and terms[1] or "(" .. concat(terms, " OR ") .. ")"
       else
         local p = {}
@@ -310,9 +328,7 @@ function M.build_query(q, vocab)
           p[i] = quote(w)
           if add_any(w) then words[#words + 1] = w end
         end
-        local whole_terms = {}
-        for i = 1, M.USER_WORD_WEIGHT do whole_terms[i] = quote(whole) end
-        all[#all + 1] = "(" .. concat(whole_terms, " OR ") .. " OR (" .. concat(p, " AND ") .. "))"
+        all[#all + 1] = "(" .. quote(whole) .. " OR (" .. concat(p, " AND ") .. "))"
       end
       groups[#groups + 1] = { expr = all[#all], word = whole, alts = alts }
     end
@@ -326,39 +342,63 @@ end
 -- says exactly what was asked for ("write a file" -> write_file rather than json.write_file).
 -- Search puts such entries first among its best bm25 matches (those made of the user's own
 -- words before those that need the vocabulary's alternatives).
--- words may hold phrases ("pull request"): their words count one by one. extra is a second list
--- of words (the vocabulary's alternatives), or nil.
 local function covers(q, w)
   return ssub(w, 1, #q) == q or (#w >= 3 and ssub(q, 1, #w) == w)
 end
 
 local function among(w, list)
-  if not list then return false end
-  for _, q in ipairs(list) do
-    if sfind(q, " ", 1, true) then
-      for part in q:gmatch("%S+") do if covers(part, w) then return true end end
-    elseif covers(q, w) then
-      return true
-    end
+  for i = 1, #list do
+    if covers(list[i], w) then return true end
   end
   return false
 end
 
-function M.name_covered(name, words, extra)
-  local any = false
-  for _, w in ipairs(M.split_words(name)) do
-    if not STOP[w] then
-      any = true
-      if not among(w, words) and not among(w, extra) then return false end
+-- The words of a list of query words, phrases ("pull request") split into their words: what
+-- name_tier compares names with (made once per search).
+function M.flat_words(list)
+  local out = {}
+  for _, q in ipairs(list or {}) do
+    if sfind(q, " ", 1, true) then
+      for part in q:gmatch("%S+") do out[#out + 1] = part end
+    else
+      out[#out + 1] = q
     end
   end
-  return any
+  return out
+end
+
+-- 1 when every word of a tool's name (stop words aside) is among words (see name_covered), 2 when
+-- it takes alts (the vocabulary's alternatives) too, else nil. words and alts come from
+-- flat_words.
+function M.name_tier(name, words, alts)
+  local tier
+  for _, w in ipairs(M.split_words(name)) do
+    if not STOP[w] then
+      if among(w, words) then
+        tier = tier or 1
+      elseif alts and among(w, alts) then
+        tier = 2
+      else
+        return nil
+      end
+    end
+  end
+  return tier
+end
+
+function M.name_covered(name, words)
+  return M.name_tier(name, M.flat_words(words)) == 1
 end
 
 -- True when the query is the entry's name, or category.name or category/name (case and spaces
 -- around aside): such an entry comes first whatever else matches.
 function M.is_exact_name(q, name, category)
   q = slower((sgsub(q, "^%s*(.-)%s*$", "%1")))
+  return M.is_exact_name_of(q, name, category)
+end
+
+-- The same, q being trimmed and in lower case already.
+function M.is_exact_name_of(q, name, category)
   local n = slower(name)
   if q == n then return true end
   local c = slower(category)
