@@ -691,8 +691,9 @@ local function rerank(rows, q, words, alt_words, match)
   local flat = text.flat_words(words)
   local alts = #alt_words > 0 and text.flat_words(alt_words) or nil
   for _, r in ipairs(rows) do
-    r.tier = text.is_exact_name_of(lq, r.name, r.category) and 0
-      or names and text.name_tier(r.name, flat, alts) or 3
+    local t = text.is_exact_name_of(lq, r.name, r.category) and 0
+      or text.name_tier(r.name, flat, names and alts or nil) or 3
+    r.tier = t
   end
   table.sort(rows, function(a, b)
     if a.tier ~= b.tier then return a.tier < b.tier end
