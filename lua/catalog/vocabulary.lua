@@ -40,7 +40,7 @@ return {
     { "decode", "parse", "deserialize", "deserialise", "unmarshal" },
     { "encode", "serialize", "serialise", "stringify", "marshal" },
     { "sort", "order", "rank", "arrange" },
-    { "filter", "select", "where", "narrow" },
+    { "filter", "select", "narrow" },
     { "count", "tally", "number of", "how many", "histogram" },
     { "sum", "total", "aggregate", "average", "mean", "median", "statistics", "stats" },
     { "group", "bucket", "categorize", "categorise", "partition", "cluster" },

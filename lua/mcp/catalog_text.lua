@@ -145,6 +145,8 @@ for w in ([[a an the to of for in on at by with from into onto and or is are was
   STOP[w] = true
 end
 
+function M.is_stop_word(w) return STOP[w] == true end
+
 local function quote(t) return '"' .. sgsub(t, '"', '""') .. '"*' end
 -- An alternative from the vocabulary: the exact word (stemmed by the index), not a prefix, so
 -- that "sum" does not find "summary" nor "pr" every word that starts with it.
