@@ -972,7 +972,8 @@ function M.init(tools)
     title = "Search the tool catalog",
     description = "Find tools of the connected MCP servers and the Lua functions available inside "
       .. "execute_code, by words or names (prefix matching; snake_case, camelCase and dotted names "
-      .. "are split into words). Ranked best first. detail_level: \"name\" (name and category), "
+      .. "are split into words; common synonyms count too: \"substitute\" finds replace, \"PR\" "
+      .. "pull request). Ranked best first, an exact name first. detail_level: \"name\" (name and category), "
       .. "\"summary\" (plus a one-line description, default) or \"full\" (whole definitions with "
       .. "schemas and a Lua call example). Start with summary, then get_tool_definition for the "
       .. "one you need. To list every tool (what list_mcp_tools gives elsewhere), pass an empty "
