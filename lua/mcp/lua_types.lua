@@ -423,7 +423,8 @@ end
 
 -- The stub of one tool. t = {server, name, description, inputSchema, outputSchema, inferred =
 -- {schema, results} | nil}; opts.used: the set of names already used in this output (shared by
--- file()); opts.unique_ident: false when another tool of the server has the same Lua name.
+-- file()); opts.unique_ident: false when another tool of the server has the same Lua name;
+-- opts.brief: without the title, description and error lines (get_tool_definition has them).
 -- Returns the text (lines joined with "\n", ending with a newline).
 function M.stub(t, opts)
   opts = opts or {}
@@ -455,7 +456,7 @@ function M.stub(t, opts)
     ret_desc = "inferred from results seen, not declared by the server"
   else
     ret_t = "any"
-    ret_desc = "structuredContent, else the text decoded as JSON, else the text, else the content blocks"
+    ret_desc = "no outputSchema: structuredContent, else JSON text decoded, else text"
   end
 
   local out = {}
@@ -465,9 +466,11 @@ function M.stub(t, opts)
     out[#out + 1] = ""
   end
   local title = one_line(t.server, 200) .. "." .. one_line(t.name, 200)
-  out[#out + 1] = "--- " .. title .. (type(t.title) == "string" and t.title ~= "" and " - " .. one_line(t.title, 200) or "")
-  for _, l in ipairs(desc_lines(t.description, 6)) do out[#out + 1] = l end
-  out[#out + 1] = "--- Raises an error \"" .. title:gsub("%%", "%%%%") .. ": <message>\" when the call fails."
+  if not opts.brief then -- brief: the definition around the stub has the title and description
+    out[#out + 1] = "--- " .. title .. (type(t.title) == "string" and t.title ~= "" and " - " .. one_line(t.title, 200) or "")
+    for _, l in ipairs(desc_lines(t.description, 6)) do out[#out + 1] = l end
+    out[#out + 1] = "--- Raises an error \"" .. title:gsub("%%", "%%%%") .. ": <message>\" when the call fails."
+  end
   out[#out + 1] = sfmt("---@param args%s %s", has_required and "" or "?", args_t)
   out[#out + 1] = sfmt("---@return %s result %s", ret_t, ret_desc)
   if path:find("^servers%.[%w_]+%.[%w_]+$") then

@@ -32,11 +32,12 @@ local function stub_input(d, tenant)
            inputSchema = d.inputSchema, outputSchema = d.outputSchema, inferred = inferred }
 end
 
--- The stub of one catalog entry (a decoded definition of kind "tool") for tenant: the text and
--- the inferred output schema when there is one.
+-- The stub of one catalog entry (a decoded definition of kind "tool") for tenant, without the
+-- title and description the definition already has: the text and the inferred output schema
+-- when there is one.
 function M.for_entry(d, tenant)
   local t = stub_input(d, tenant)
-  return types.stub(t), t.inferred and t.inferred.schema or nil
+  return types.stub(t, { brief = true }), t.inferred and t.inferred.schema or nil
 end
 
 -- The whole file for tenant, bounded by half of max_message_bytes (it travels in one message).
