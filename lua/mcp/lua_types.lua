@@ -13,7 +13,8 @@
 -- the empty function definitions, whose names are Lua identifiers or quoted strings), and bounded:
 -- text from a schema is one line with control bytes removed and at most DESC_BYTES, a tool visits
 -- at most MAX_NODES schema nodes and nests at most MAX_DEPTH levels inline, an enum becomes an
--- alias of at most MAX_ENUM values, a class has at most MAX_FIELDS fields; what is cut is said in
+-- alias of at most MAX_ENUM values, a class has at most MAX_FIELDS fields, a stub at most STUB_BYTES
+-- (else an untyped one) and a class name NAME_BYTES; what is cut is said in
 -- a comment. Class names are made of the server's and the tool's Lua names, unique in one output.
 --
 -- Pure Lua, no `mb`: JSON arrays are tables with the metatable "json.array", JSON null a userdata,
@@ -30,6 +31,8 @@ local MAX_UNION = 16      -- alternatives of one anyOf/oneOf/type list
 local MAX_FIELDS = 100    -- fields of one class
 local MAX_KEY_BYTES = 128 -- longer property names are left out
 local DESC_BYTES = 300    -- one description
+local NAME_BYTES = 160    -- one class or alias name
+local STUB_BYTES = 65536  -- one tool's stub; a larger one is replaced by an untyped stub
 M.MAX_NODES, M.MAX_DEPTH, M.MAX_ENUM, M.MAX_FIELDS = MAX_NODES, MAX_DEPTH, MAX_ENUM, MAX_FIELDS
 
 local function is_array(v) return type(v) == "table" and getmetatable(v) == "json.array" end
@@ -156,6 +159,7 @@ end
 
 -- A name not used yet in this output: base, else base_2, base_3, ...
 function Gen:unique(base)
+  if #base > NAME_BYTES then base = base:sub(1, NAME_BYTES) end
   local name, i = base, 1
   while self.used[name] do
     i = i + 1
@@ -473,12 +477,15 @@ function M.stub(t, opts)
   end
   out[#out + 1] = sfmt("---@param args%s %s", has_required and "" or "?", args_t)
   out[#out + 1] = sfmt("---@return %s result %s", ret_t, ret_desc)
-  if path:find("^servers%.[%w_]+%.[%w_]+$") then
-    out[#out + 1] = "function " .. path .. "(args) end"
-  else
-    out[#out + 1] = path .. " = function(args) end"
+  local fn = path:find("^servers%.[%w_]+%.[%w_]+$") and "function " .. path .. "(args) end"
+    or path .. " = function(args) end"
+  out[#out + 1] = fn
+  local text = concat(out, "\n") .. "\n"
+  if #text > STUB_BYTES then
+    return sfmt("-- %s: the types would take %d bytes, more than %d: see the JSON schemas\n"
+      .. "---@param args? table<string, any>\n---@return any result\n%s\n", title, #text, STUB_BYTES, fn)
   end
-  return concat(out, "\n") .. "\n"
+  return text
 end
 
 -- The resource: a ---@meta file with the stubs of every tool. servers = { {name, tools = {t...}} }

@@ -36,7 +36,7 @@ local function is_array(v) return type(v) == "table" and getmetatable(v) == "jso
 
 local function plausible_name(k)
   if type(k) ~= "string" or #k == 0 or #k > 64 then return false end
-  if not k:find("^[%a_$@][%w_%-]*$") then return false end
+  if not k:find("^[%a_$][%w_%-]*$") then return false end
   if k:find("%d%d%d%d") then return false end
   return true
 end

@@ -166,6 +166,24 @@ do -- size
     properties = { x = { anyOf = arr(alts) } } } }, 50000)
   local _, n = a:gsub("---@class", "")
   check("alternatives bounded", n <= 17 + 1, true)
+  -- long names everywhere: names are cut, the stub is replaced when it would be too large
+  local long = string.rep("n", 60)
+  local function wide(d)
+    if d == 0 then return { type = "string" } end
+    local alts = {}
+    for i = 1, 16 do alts[i] = { type = "object", properties = { [long .. i] = wide(d - 1) } } end
+    return { anyOf = arr(alts) }
+  end
+  local w = hostile("long names and wide unions", { server = long, name = long, inputSchema = { type = "object",
+    properties = { [long] = wide(3) } } }, 70000)
+  check_match("replaced by an untyped stub when too large", w, "^%-%- [^\n]*: the types would take %d+ bytes, more than 65536")
+  local chain = { type = "string" }
+  for i = 1, 8 do chain = { type = "object", properties = { [long .. i] = chain } } end
+  local c = hostile("long nested names", { server = long, name = long, inputSchema = chain }, 20000)
+  local longest, classes = 0, 0
+  for name in c:gmatch("---@class (%S+)") do longest, classes = math.max(longest, #name), classes + 1 end
+  check("nested classes written", classes, 8)
+  check("class names bounded (" .. longest .. ")", longest <= 170, true)
   hostile("schema of wrong types", { server = "e", name = "w", inputSchema = { type = 7, properties = "no",
     required = { "x" }, enum = 3, anyOf = "x", items = false }, outputSchema = { type = arr({ 1, true, "string" }) } })
 end
@@ -225,7 +243,8 @@ do -- keys that look like data make a map without names
   shapes.observe("t", "s", "by_email", H.json_decode([[{"alice@example.com": {"n": 1}, "bob@example.com": {"n": 2}}]]))
   shapes.observe("t", "s", "by_id", H.json_decode([[{"user_12345": 1, "user_12346": 2}]]))
   shapes.observe("t", "s", "by_name", H.json_decode([[{"Alice Smith": 1}]]))
-  for _, tool in ipairs({ "by_email", "by_id", "by_name" }) do
+  shapes.observe("t", "s", "by_handle", H.json_decode([[{"@alice": 1}]]))
+  for _, tool in ipairs({ "by_email", "by_id", "by_name", "by_handle" }) do
     local sch = shapes.schema("t", "s", tool)
     check(tool .. ": a map, no names", sch.properties, nil)
     check(tool .. ": map values typed", sch.additionalProperties ~= nil, true)
