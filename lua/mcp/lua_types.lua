@@ -363,7 +363,10 @@ function Gen:ref(ref)
     self:note(sfmt("$ref %s is not in this schema: typed any", one_line(ref, 80)))
     return "any"
   end
-  if key == "#" then return self.root_name or "any" end
+  if key == "#" then
+    self.root_used = true
+    return self.root_name
+  end
   local name = self:unique(self.base .. "." .. name_part(defname))
   self.refs[ref] = name
   -- a named type: a class when it is an object with properties, else an alias of its type
@@ -395,6 +398,21 @@ function Gen:all_of(s, hint, depth)
   local arr = setmetatable(req, { __metatable = "json.array" })
   return self:object({ type = "object", properties = props, required = arr,
                        description = s.description }, hint, depth)
+end
+
+-- The type of a root schema (arguments, result) named hint; a "#" $ref inside refers to it.
+function Gen:root_type(schema, hint)
+  local name = self:unique(hint)
+  self.root, self.refs, self.root_name, self.root_used = schema, {}, name, false
+  self.exact, self.claimed = name, false
+  local t = self:type(schema, name, 0)
+  local claimed = self.claimed
+  self.exact, self.claimed = nil, false
+  if t ~= name and self.root_used and not claimed then
+    self.decls[#self.decls + 1] = { "---@alias " .. name .. " " .. t }
+    return name
+  end
+  return t
 end
 
 ---------------------------------------------------------------------------------------------
@@ -433,30 +451,27 @@ end
 function M.stub(t, opts)
   opts = opts or {}
   local g = new_gen(opts.used)
-  g.max_nodes, g.nodes, g.refs, g.notes = MAX_NODES, 0, {}, {}
+  g.max_nodes, g.nodes, g.notes = MAX_NODES, 0, {}
   local base = name_part(ident(t.server)) .. "." .. name_part(ident(t.name))
   g.base = base
   local path = call_path(t.server, t.name, opts.unique_ident)
 
   -- arguments
   local input = is_object(t.inputSchema) and t.inputSchema or { type = "object" }
-  g.root, g.root_name = input, nil
-  local args_t = g:type(input, base .. ".args", 0)
+  local args_t = g:root_type(input, base .. ".args")
   local has_required = is_array(input.required) and #input.required > 0
   if args_t:find("^table<string,") then args_t = "table<string, any>" end
 
   -- result
   local ret_t, ret_desc
   if is_object(t.outputSchema) then
-    g.root, g.refs, g.root_name = t.outputSchema, {}, nil
-    ret_t = g:type(t.outputSchema, base .. ".result", 0)
+    ret_t = g:root_type(t.outputSchema, base .. ".result")
     ret_desc = "its structuredContent (outputSchema)"
   elseif t.inferred and is_object(t.inferred.schema) then
-    g.root, g.refs = t.inferred.schema, {}
     g.notes[#g.notes + 1] = sfmt("-- inferred: %s has no outputSchema; the result type below was "
       .. "inferred from %d successful result%s (field names and types only, not a schema)",
       one_line(t.server .. "." .. t.name, 200), t.inferred.results or 0, t.inferred.results == 1 and "" or "s")
-    ret_t = g:type(t.inferred.schema, base .. ".inferred_result", 0)
+    ret_t = g:root_type(t.inferred.schema, base .. ".inferred_result")
     ret_desc = "inferred from results seen, not declared by the server"
   else
     ret_t = "any"

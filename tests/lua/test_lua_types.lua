@@ -137,6 +137,9 @@ do -- recursion and depth
     [[{"type":"object","properties":{"self":{"$ref":"#"},"loop":{"$ref":"#/$defs/L"}},
        "$defs":{"L":{"$ref":"#/$defs/M"},"M":{"$ref":"#/$defs/L"}}}]]) })
   check_has("a $ref cycle without an object ends", s, "---@class r.t.args")
+  check_has("$ref # is the root's class", s, "---@field self? r.t.args")
+  check_has("a recursive array root is an alias", T.stub({ server = "r", name = "a",
+    outputSchema = { type = "array", items = { ["$ref"] = "#" } } }), "---@alias r.a.result r.a.result[]")
   local deep = { type = "string" }
   for i = 1, 150 do deep = { type = "object", properties = { ["n" .. i] = deep } } end
   local d = hostile("150 levels", { server = "d", name = "t", inputSchema = deep })
