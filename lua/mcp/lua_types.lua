@@ -321,7 +321,12 @@ function Gen:class(name, s, props, extra, depth)
         line = sfmt("---@field %s %s|nil", fname, t)
       end
       local d = is_object(p) and p.description
-      if type(d) == "string" and d ~= "" then line = line .. " " .. one_line(d, DESC_BYTES) end
+      if type(d) == "string" and d ~= "" then
+        d = one_line(d, DESC_BYTES)
+        -- text that could be read as more of the type (|nil, [], <...>) goes after "#"
+        if d:find("^[^%w]") then d = "# " .. d end
+        line = line .. " " .. d
+      end
       lines[#lines + 1] = line
     end
   end

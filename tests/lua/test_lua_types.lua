@@ -124,11 +124,13 @@ do
       [evil] = { type = "string", description = evil },
       ["a\"b\\c"] = { type = "string", description = "quote" },
       ["ok"] = { enum = arr({ evil, "fine", 'q"uote' }), description = evil },
+      typ = { type = "string", description = "|integer[] trailing" },
     }, description = evil },
   })
   check("no raw newline from a name or text", s:find("os.exit(1)\n", 1, true) == nil and s:find("\nos%.exit") == nil, true)
   check_has("quotes in a field name escaped", s, '---@field ["a\\"b\\\\c"] string|nil quote')
   check_has("a description line never starts an annotation", s, "--- `@`param x number")
+  check_has("a description that could extend the type follows #", s, "---@field typ? string # |integer[] trailing")
   check_match("an enum with unsafe strings is typed by its base type", s, "---@field ok%? string ")
 end
 
