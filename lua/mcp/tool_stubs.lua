@@ -6,7 +6,8 @@
 -- of every tool sandbox code can call, to save next to skills for lua-language-server. A tool
 -- without an outputSchema gets the result type inferred from the tenant's own successful calls
 -- (mcp/result_shapes.lua), marked inferred; the resource is therefore built per tenant, at read.
--- The tools come from the catalog's upstream sources (the callable tools, with their schemas).
+-- The tools are those of upstream.lua's servers that sandbox code may call; their schemas come
+-- from the catalog.
 
 local mb = mb
 local cfg = mb.config
@@ -17,18 +18,19 @@ local M = {}
 
 M.URI = "moonbox://types/servers.lua"
 
-local SQL_UPSTREAM = "SELECT category, definition FROM catalog_tools WHERE source LIKE 'upstream:%' "
-  .. "ORDER BY category, name"
+local SQL_ENTRY = "SELECT definition FROM catalog_tools WHERE category = ? AND name = ?"
 
 local function is_object(v) return type(v) == "table" and getmetatable(v) ~= "json.array" end
 
-local function stub_input(d, tenant)
+-- upstream: the entry is a callable tool of that upstream server (its results are recorded).
+local function stub_input(d, tenant, upstream)
+  local server = upstream or d.server or d.category
   local inferred
-  if not is_object(d.outputSchema) and type(d.source) == "string" and d.source:find("^upstream:") then
-    local sch, n = shapes.schema(tenant, d.server or d.category, d.name)
+  if not is_object(d.outputSchema) and (upstream or type(d.source) == "string" and d.source:find("^upstream:")) then
+    local sch, n = shapes.schema(tenant, server, d.name)
     if sch then inferred = { schema = sch, results = n } end
   end
-  return { server = d.server or d.category, name = d.name, title = d.title, description = d.description,
+  return { server = server, name = d.name, title = d.title, description = d.description,
            inputSchema = d.inputSchema, outputSchema = d.outputSchema, inferred = inferred }
 end
 
@@ -40,23 +42,29 @@ function M.for_entry(d, tenant)
   return types.stub(t, { brief = true }), t.inferred and t.inferred.schema or nil
 end
 
--- The whole file for tenant, bounded by half of max_message_bytes (it travels in one message).
-function M.file(tenant)
-  local servers, by = {}, {}
-  local ok, rows = pcall(mb.db.query, SQL_UPSTREAM)
-  if not ok then rows = {} end
-  for _, r in ipairs(rows) do
-    local d = mb.json_decode(r.definition)
-    if is_object(d) and d.kind == "tool" and type(d.name) == "string" then
-      local sname = type(d.server) == "string" and d.server or r.category
-      local srv = by[sname]
-      if not srv then
-        srv = { name = sname, tools = {} }
-        by[sname] = srv
-        servers[#servers + 1] = srv
+-- The whole file for tenant: every tool sandbox code may call (listed by its server and not
+-- refused by mcpServers' policies), typed from its catalog entry (the upstream's, or a catalog
+-- file's that takes precedence), untyped when it has none; bounded by half of max_message_bytes
+-- (it travels in one message).
+function M.file(up, tenant)
+  local ucfg = require("mcp.upstream_config")
+  local servers = {}
+  for _, s in ipairs(up.list) do
+    local srv = { name = s.name, tools = {} }
+    for _, t in ipairs(s.tools) do
+      if not ucfg.refusal(s.spec, t) then
+        local ok, row = pcall(mb.db.row, SQL_ENTRY, s.name, t.name)
+        local d = ok and row and mb.json_decode(row.definition)
+        if is_object(d) and d.kind == "tool" then
+          d.name = t.name
+          srv.tools[#srv.tools + 1] = stub_input(d, tenant, s.name)
+        else
+          srv.tools[#srv.tools + 1] = stub_input({ name = t.name }, tenant, s.name)
+        end
       end
-      srv.tools[#srv.tools + 1] = stub_input(d, tenant)
     end
+    table.sort(srv.tools, function(a, b) return a.name < b.name end)
+    if #srv.tools > 0 then servers[#servers + 1] = srv end
   end
   return types.file(servers, cfg.max_message_bytes // 2)
 end
@@ -76,7 +84,7 @@ function M.init(tools)
       if uri ~= M.URI then return nil end
       local up = tools.upstream
       if not up or #up.list == 0 then return nil end
-      return { { uri = M.URI, mimeType = "text/x-lua", text = M.file(request.tenant or "default") } }
+      return { { uri = M.URI, mimeType = "text/x-lua", text = M.file(up, request.tenant or "default") } }
     end,
   }
   tools.server_stats_providers.inferred_types = function() return shapes.stats() end

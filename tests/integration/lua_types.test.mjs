@@ -74,7 +74,7 @@ describe("Lua types of real upstream servers (everything, filesystem, memory)", 
     s = await connectWithConfig({
       mcpServers: {
         everything: nodeServer(UPSTREAM_JS.everything, ["stdio"], { env: { TYPES_TEST_SECRET: SECRET } }),
-        fs: nodeServer(UPSTREAM_JS.filesystem, [dir]),
+        fs: nodeServer(UPSTREAM_JS.filesystem, [dir], { allowWrites: false }),
         memory: nodeServer(UPSTREAM_JS.memory, [], { env: { MEMORY_FILE_PATH: path.join(dir, "memory.jsonl") } }),
       },
     });
@@ -148,6 +148,10 @@ describe("Lua types of real upstream servers (everything, filesystem, memory)", 
     const callable = SERVERS.reduce((a, n) => a + stats[n].callable_tools, 0);
     const fns = text.match(/^(function servers\..*\(args\) end|servers.* = function\(args\) end)$/mg) ?? [];
     assert.equal(fns.length, callable, `functions in the file vs callable tools`);
+    // tools refused by the policy (allowWrites: false) are not offered
+    assert.ok(stats.fs.callable_tools < stats.fs.tools, JSON.stringify(stats.fs));
+    assert.equal(/servers\.fs\.write_file\b/.test(text), false);
+    assert.match(text, /^function servers\.fs\.read_text_file\(args\) end$/m);
     for (const cat of SERVERS) {
       for (const name of await listTools(s.client, cat)) assert.ok(text.includes(`\n--- ${cat}.${name}`), `${cat}.${name} missing`);
     }
