@@ -534,7 +534,7 @@ function M.file(servers, max_bytes)
     used[cls] = true
     local path = is_ident(sid) and "servers." .. sid or (sfmt("servers[%q]", srv.name):gsub("\\\n", "\\n"))
     local head = "---@class " .. cls .. "\n" .. path .. " = {}\n"
-    if size + #head > max_bytes then
+    if #left > 0 or size + #head > max_bytes then
       left[#left + 1] = sfmt("%s (%d tools)", one_line(srv.name, 100), #srv.tools)
     else
       parts[#parts + 1] = "-- server " .. one_line(srv.name, 200)
@@ -543,11 +543,14 @@ function M.file(servers, max_bytes)
       local count = {}
       for _, t in ipairs(srv.tools) do local i = ident(t.name) count[i] = (count[i] or 0) + 1 end
       for _, t in ipairs(srv.tools) do
-        local ok, text = pcall(M.stub, t, { used = used, unique_ident = count[ident(t.name)] == 1 })
-        if not ok then
-          text = "-- " .. one_line(srv.name .. "." .. t.name, 200) .. ": no stub (" .. one_line(tostring(text), 200) .. ")\n"
+        local ok, text = false, nil
+        if #left == 0 then -- once one did not fit, the rest are only named (no work spent on them)
+          ok, text = pcall(M.stub, t, { used = used, unique_ident = count[ident(t.name)] == 1 })
+          if not ok then
+            text = "-- " .. one_line(srv.name .. "." .. t.name, 200) .. ": no stub (" .. one_line(tostring(text), 200) .. ")\n"
+          end
         end
-        if size + #text + 1 > max_bytes then
+        if not text or size + #text + 1 > max_bytes then
           left[#left + 1] = one_line(srv.name .. "." .. t.name, 200)
         else
           parts[#parts + 1] = text

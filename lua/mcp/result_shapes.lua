@@ -29,6 +29,7 @@ local VISITS = 4000 -- nodes walked for one result at most
 
 local shapes = {}   -- key (tenant \0 server \0 tool) -> { root, nodes, results, seq, cut }
 local count, total, seq = 0, 0, 0
+local versions, epoch = {}, 0 -- tenant -> changes of its shapes (what a cached type file checks)
 local name_ok = {}  -- key name -> true/false (bounded memo of the checks below)
 local name_n = 0
 
@@ -81,9 +82,11 @@ Rec.__index = Rec
 
 function Rec:new_node()
   if self.shape.nodes >= self.max then
+    if not self.shape.cut then self.changed = true end
     self.shape.cut = true
     return nil
   end
+  self.changed = true
   self.shape.nodes = self.shape.nodes + 1
   total = total + 1
   return { kinds = {}, objects = 0 }
@@ -93,6 +96,7 @@ function Rec:to_map(node)
   local freed = 0
   for _, p in pairs(node.props) do freed = freed + size(p.node) end
   node.props, node.nprops = nil, nil
+  self.changed = true
   self.shape.nodes = self.shape.nodes - freed
   total = total - freed
   node.map = node.map or self:new_node()
@@ -103,7 +107,10 @@ function Rec:walk(v, node, depth)
   self.visits = self.visits - 1
   local k = kind(v)
   if not k then return end
-  node.kinds[k] = true
+  if not node.kinds[k] then
+    node.kinds[k] = true
+    self.changed = true
+  end
   if depth >= MAX_DEPTH then return end
   if k == "array" then
     if v[1] == nil then return end
@@ -147,6 +154,10 @@ function Rec:walk(v, node, depth)
               self:walk(x, p.node, depth + 1)
             end
           end
+          -- a field every earlier object had and this one lacks becomes optional
+          for key, p in pairs(node.props) do
+            if v[key] == nil and p.n == node.objects - 1 then self.changed = true end
+          end
           return
         end
       end
@@ -170,6 +181,8 @@ local function evict()
   local goal = math.floor(cfg.inferred_shape_total_nodes * 0.9)
   for _, e in ipairs(list) do
     if total <= goal then break end
+    local tenant = e.key:match("^(.-)%z")
+    versions[tenant] = (versions[tenant] or 0) + 1
     shapes[e.key] = nil
     count = count - 1
     total = total - e.nodes
@@ -180,7 +193,8 @@ end
 function M.observe(tenant, server, tool, value)
   local max = cfg.inferred_shape_max_nodes
   if not max or max <= 0 then return end
-  local key = tostring(tenant) .. "\0" .. server .. "\0" .. tool
+  tenant = tostring(tenant)
+  local key = tenant .. "\0" .. server .. "\0" .. tool
   local s = shapes[key]
   if not s then
     s = { nodes = 0, results = 0 }
@@ -193,6 +207,7 @@ function M.observe(tenant, server, tool, value)
   s.root = s.root or r:new_node()
   if s.root then r:walk(value, s.root, 0) end
   s.results = s.results + 1
+  if r.changed or s.results == 1 then versions[tenant] = (versions[tenant] or 0) + 1 end
   if total > cfg.inferred_shape_total_nodes then evict() end
 end
 
@@ -242,12 +257,17 @@ function M.schema(tenant, server, tool)
   return sch, s.results
 end
 
+-- Changes whenever a shape of tenant changes (the result counts in descriptions excepted).
+function M.version(tenant)
+  return epoch .. "." .. (versions[tostring(tenant)] or 0)
+end
+
 function M.stats()
   return { shapes = count, nodes = total }
 end
 
 function M.reset()
-  shapes, count, total, seq = {}, 0, 0, 0
+  shapes, count, total, seq, versions, epoch = {}, 0, 0, 0, {}, epoch + 1
 end
 
 return M

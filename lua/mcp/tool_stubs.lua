@@ -18,6 +18,14 @@ local M = {}
 
 M.URI = "moonbox://types/servers.lua"
 
+-- Built files, per tenant: a file of 10,000 tools takes the loop 0.2 to 1 s to build,
+-- so a read gives the same text again while nothing it comes from changed (the servers' tool
+-- lists, the tenant's result shapes) and it is younger than CACHE_MS (catalog files that take
+-- precedence over an upstream's entry are not tracked). At most CACHE_TENANTS files and
+-- CACHE_BYTES in all are kept.
+local CACHE_MS, CACHE_TENANTS, CACHE_BYTES = 10000, 16, 32 * 1048576
+local cache, cached, cached_bytes = {}, 0, 0
+
 local SQL_ENTRY = "SELECT definition FROM catalog_tools WHERE category = ? AND name = ?"
 
 local function is_object(v) return type(v) == "table" and getmetatable(v) ~= "json.array" end
@@ -84,7 +92,22 @@ function M.init(tools)
       if uri ~= M.URI then return nil end
       local up = tools.upstream
       if not up or #up.list == 0 then return nil end
-      return { { uri = M.URI, mimeType = "text/x-lua", text = M.file(up, request.tenant or "default") } }
+      local tenant = request.tenant or "default"
+      local sig = { shapes.version(tenant) }
+      for _, s in ipairs(up.list) do sig[#sig + 1] = tostring(s.refresh_done) .. #s.tools end
+      sig = table.concat(sig, ",")
+      local c = cache[tenant]
+      if not (c and c.sig == sig and mb.now_ms() - c.at < CACHE_MS) then
+        local text = M.file(up, tenant)
+        if c then cached, cached_bytes = cached - 1, cached_bytes - #c.text end
+        if cached >= CACHE_TENANTS or cached_bytes + #text > CACHE_BYTES then
+          cache, cached, cached_bytes = {}, 0, 0
+        end
+        c = { sig = sig, at = mb.now_ms(), text = text }
+        cache[tenant] = c
+        cached, cached_bytes = cached + 1, cached_bytes + #text
+      end
+      return { { uri = M.URI, mimeType = "text/x-lua", text = c.text } }
     end,
   }
   tools.server_stats_providers.inferred_types = function() return shapes.stats() end

@@ -243,6 +243,26 @@ do
   parses("inferred stub", stub)
 end
 
+do -- the version a cached type file checks changes with the shape only
+  shapes.reset()
+  local v0 = shapes.version("a")
+  shapes.observe("a", "s", "t", { x = 1, y = "s" })
+  local v1 = shapes.version("a")
+  check("first result: changed", v1 ~= v0, true)
+  shapes.observe("a", "s", "t", { x = 2, y = "other" })
+  check("same shape, other values: unchanged", shapes.version("a"), v1)
+  shapes.observe("a", "s", "t", { x = 3 })
+  local v2 = shapes.version("a")
+  check("a field missing (now optional): changed", v2 ~= v1, true)
+  shapes.observe("a", "s", "t", { x = 4 })
+  check("optional stays optional: unchanged", shapes.version("a"), v2)
+  shapes.observe("a", "s", "t", { x = 4.5 })
+  check("a new type: changed", shapes.version("a") ~= v2, true)
+  local vb = shapes.version("b")
+  shapes.observe("a", "s", "t", { z = true })
+  check("another tenant's version unchanged", shapes.version("b"), vb)
+end
+
 do -- keys that look like data make a map without names
   shapes.reset()
   shapes.observe("t", "s", "by_email", H.json_decode([[{"alice@example.com": {"n": 1}, "bob@example.com": {"n": 2}}]]))
