@@ -830,10 +830,29 @@ local function search(tools, args)
   })
 end
 
-local GET_ARGS = { tool_name = true, category = true }
+local GET_ARGS = { tool_name = true, category = true, format = true }
+local FORMATS = { json = true, lua = true, both = true }
+local FIELD_SET = {}
+for _, k in ipairs(FIELDS) do FIELD_SET[k] = true end
 
-local function get_definition(tools, args)
-  local err = check_unknown(args, GET_ARGS, "tool_name, category")
+-- The definition as answered for format: "json" as stored; "both" with lua_types (the tool's
+-- LuaLS stub, mcp/tool_stubs.lua) and, for an upstream tool without outputSchema whose results
+-- were seen, inferredOutputSchema; "lua" the same without inputSchema and outputSchema.
+local function with_lua_types(def, format, tenant)
+  if format == "json" then return def end
+  local d = mb.json_decode(def)
+  if type(d) ~= "table" or d.kind ~= "tool" then return def end
+  local stub, inferred = require("mcp.tool_stubs").for_entry(d, tenant)
+  if format == "lua" then d.inputSchema, d.outputSchema = nil, nil end
+  local extra = {}
+  for k, v in pairs(d) do if not FIELD_SET[k] then extra[k] = v end end
+  extra.lua_types, extra.inferredOutputSchema = stub, inferred
+  d.extra = extra
+  return definition_json(d)
+end
+
+local function get_definition(tools, args, request)
+  local err = check_unknown(args, GET_ARGS, "tool_name, category, format")
   if err then return tools.tool_error(err) end
   local name = args.tool_name
   if name == nil or name == null then
@@ -845,6 +864,14 @@ local function get_definition(tools, args)
   local cat
   cat, err = opt_string(args, "category", text.MAX_NAME_BYTES)
   if err then return tools.tool_error(err) end
+  local format
+  format, err = opt_string(args, "format", 16)
+  if err then return tools.tool_error(err) end
+  format = format or "json"
+  if not FORMATS[format] then
+    return tools.tool_error(string.format('invalid arguments: format must be "json", "lua" or '
+      .. '"both", got %q', format))
+  end
   ensure_started()
   if not state.ready then return unavailable(tools) end
 
@@ -887,7 +914,7 @@ local function get_definition(tools, args)
       #s > 0 and "Closest matches: " .. table.concat(s, ", ") .. "."
         or "Nothing similar; use search_tools to find tools."))
   end
-  return json_result({ rows[1].definition })
+  return json_result({ with_lua_types(rows[1].definition, format, request and request.tenant or "default") })
 end
 
 local function list_categories(tools, args)
@@ -959,6 +986,10 @@ local DEFINITION = {
     inputSchema = { type = "object" },
     outputSchema = { type = "object" },
     example = { type = "string", description = "Lua code for execute_code" },
+    lua_types = { type = "string", description = "format lua or both: the tool's LuaLS stub "
+      .. "(---@class, ---@param, ---@return) for servers.<server>.<tool>(args)" },
+    inferredOutputSchema = { type = "object", description = "a tool without outputSchema: the "
+      .. "shape of its results seen so far (types and field names only), not declared by the server" },
   },
   required = mb.array({ "name", "category", "kind", "description", "example" }),
 }
@@ -1023,20 +1054,25 @@ function M.init(tools)
     title = "Get a tool definition",
     description = "The full definition of one catalog entry (a tool of an MCP server or a Lua "
       .. "function of the sandbox): description, input and output schemas, and a Lua example of "
-      .. "calling it from execute_code. Pass category when the name exists in several.",
+      .. "calling it from execute_code. Pass category when the name exists in several. "
+      .. "format \"lua\" gives the tool's types as Lua annotations instead of JSON schemas "
+      .. "(with the result type inferred from earlier calls when the server declares none).",
     inputSchema = {
       type = "object",
       properties = {
         tool_name = { type = "string", description = "A name from search_tools" },
         category = { type = "string", description = "The entry's category" },
+        format = { type = "string", enum = mb.array({ "json", "lua", "both" }), default = "json",
+                   description = "json: the JSON schemas; lua: a LuaLS stub (lua_types) instead "
+                     .. "of them; both: the schemas and the stub" },
       },
       required = mb.array({ "tool_name" }),
       additionalProperties = false,
     },
     outputSchema = DEFINITION,
     annotations = { title = "Get a tool definition", readOnlyHint = true, openWorldHint = false },
-  }, function(args)
-    local ok, res = pcall(get_definition, tools, args)
+  }, function(args, request)
+    local ok, res = pcall(get_definition, tools, args, request)
     if not ok then return tools.tool_error("get_tool_definition failed: " .. tostring(res)) end
     return res
   end)
