@@ -424,7 +424,7 @@ static void push_config(lua_State *L, const mb_config *c)
 	CI(upstream_max_parallel); CI(upstream_restart_max_ms); CI(upstream_shutdown_grace_ms);
 	CI(upstream_ask_args_bytes);
 	CI(cache_ttl_ms); CI(mrtr_hold_ms); CI(mrtr_max_held); CI(max_resource_subscriptions);
-	CI(max_listeners);
+	CI(max_listeners); CI(inferred_shape_max_nodes); CI(inferred_shape_total_nodes);
 #undef CI
 	lua_pushboolean(L, c->http_tokens[0] != 0); /* tenants exist (the tokens stay in C) */
 	lua_setfield(L, -2, "tenants");

@@ -384,6 +384,7 @@ require("mcp.skill_publish").init(M)
 require("mcp.catalog").init(M)
 require("mcp.workflows").init(M)
 require("mcp.upstream").init(M)
+require("mcp.tool_stubs").init(M)
 require("mcp.journal").init(M)
 
 return M

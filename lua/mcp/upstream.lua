@@ -267,7 +267,8 @@ function S:refresh_tools(gen)
   local by_name, by_ident, shown = {}, {}, {}
   for i, t in ipairs(list) do
     -- calls need only the name and annotations; the definitions live in the catalog
-    local keep = { name = t.name, annotations = is_object(t.annotations) and t.annotations or nil }
+    local keep = { name = t.name, annotations = is_object(t.annotations) and t.annotations or nil,
+                   infer = not is_object(t.outputSchema) or nil } -- result shapes recorded (on_result)
     list[i] = keep
     by_name[t.name] = keep
     local id = ucfg.ident(t.name)
@@ -751,7 +752,9 @@ function M.call(request, sname, tname, args)
     s.tool_errors = s.tool_errors + 1
     return nil, sfmt("%s.%s: %s", s.name, tool.name, content_text(r.content) or "the tool reported an error")
   end
-  return { v = result_value(r) }
+  local v = result_value(r)
+  if tool.infer and M.on_result then pcall(M.on_result, request.tenant, s.name, tool.name, v) end
+  return { v = v }
 end
 
 -- The execution ended: cancel its calls still in flight.
