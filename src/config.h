@@ -72,6 +72,10 @@ typedef struct mb_config {
 	int64_t workspace_max_bytes;    /* per tenant */
 	int64_t workspace_max_files;    /* per tenant */
 	int64_t history_max_rows;       /* execution records kept */
+	int64_t journal_max_rows;       /* execution records kept per tenant */
+	int64_t journal_max_age_s;      /* records older than this are dropped (0 = no age limit) */
+	int64_t journal_max_code_bytes; /* code kept with a record (longer: hash and size only) */
+	int64_t journal_head_bytes;     /* first bytes of result, output and error kept */
 	int64_t max_host_calls;         /* skills/workspace/upstream calls per execution */
 
 	/* PII */

@@ -1,12 +1,17 @@
-/* history.h - the execution log, written to the store by its own thread.
+/* history.h - the execution log and journal, written to the store by its own thread.
  *
  * Every execution adds one row (tenant, start, duration, outcome, instructions, peak memory,
- * code hash, tool). Adding copies the row into a buffer under a mutex; a writer thread with its
- * own SQLite connection to the same database file commits the buffer once a second in one
- * transaction and then trims the table to the newest max_rows rows. So the loop thread copies a
- * row per execution instead of running an INSERT (docs/benchmarks.md, "Session 2", has what that
- * saved) and never waits for an fsync. The cost: rows of the last second are lost if the process
- * is killed.
+ * code hash, tool) and its journal fields (docs/journal.md): the code up to max_code_bytes, the
+ * first bytes of its result, output and error as the model saw them, the upstream tools it
+ * called, the size of its context_vars. Adding copies the row into a buffer under a mutex; a
+ * writer thread with its own SQLite connection to the same database file commits the buffer
+ * once a second in one transaction, gives each row its opaque id (`ref`: 64 random bits from
+ * libsodium, drawn there, off the request path), and then trims the table: the newest
+ * tenant_max_rows rows of each tenant written to, the newest max_rows rows in all, and once a
+ * minute nothing older than max_age_ms. So the loop thread copies a row per
+ * execution instead of running an INSERT (docs/benchmarks.md, "Session 2", has what that saved)
+ * and never waits for an fsync. The cost: rows of the last second are lost if the process is
+ * killed.
  *
  * Threads: mb_history_add and mb_history_flush may be called from any thread; open and close
  * from the loop thread.
@@ -28,18 +33,43 @@ typedef struct mb_history_row {
 	int64_t memory_peak;
 	const char *code_hash;   /* hex, may be NULL */
 	const char *tool;        /* execute_code or a published skill */
+	/* the journal: bytes as the model saw them (already tokenized by pii_policy); any may be
+	 * NULL. Strings are copied; code longer than max_code_bytes is not (code_len is kept). */
+	const char *code;
+	size_t code_len;
+	int64_t context_bytes;   /* size of the context_vars JSON */
+	const char *result_head; /* the first bytes of the result's JSON text */
+	size_t result_head_len;
+	int64_t result_bytes;    /* its whole size */
+	const char *output_head;
+	size_t output_head_len;
+	int64_t output_bytes;
+	const char *error;       /* (the first bytes of) the error message, NULL on success */
+	size_t error_len;
+	const char *tools;       /* upstream tools called, "server.tool" lines */
+	size_t tools_len;
+	const char *rerun_of;    /* the ref of the execution this one reran */
 } mb_history_row;
+
+typedef struct mb_history_limits {
+	int64_t max_rows;        /* rows kept in all (0 = keep none: adding does nothing) */
+	int64_t tenant_max_rows; /* rows kept per tenant */
+	int64_t max_age_ms;      /* rows older than this are dropped (0 = no age limit) */
+	int64_t max_code_bytes;  /* code kept with a row */
+	int64_t max_queued_bytes;/* bytes waiting for the writer; rows beyond are dropped */
+} mb_history_limits;
 
 /// Opens a second connection to the store's database (which must already exist with the
 /// executions table) and starts the writer thread.
 /// @param db_path   the database file
-/// @param max_rows  rows kept (0 = keep none: adding does nothing)
+/// @param lim       retention and sizes (copied)
 /// @param busy_ms   how long a commit waits for the other connection's lock
 /// @returns the history, or NULL with err set
-mb_history *mb_history_open(const char *db_path, int64_t max_rows, int busy_ms, char *err, size_t errlen);
+mb_history *mb_history_open(const char *db_path, const mb_history_limits *lim, int busy_ms,
+			    char *err, size_t errlen);
 
-/// Queues a row (strings are copied). Never blocks on SQLite. Rows beyond 100,000 waiting are
-/// dropped (and counted) rather than letting memory grow.
+/// Queues a row (strings are copied). Never blocks on SQLite. Rows beyond 100,000 waiting, or
+/// beyond max_queued_bytes of strings, are dropped (and counted) rather than letting memory grow.
 void mb_history_add(mb_history *h, const mb_history_row *row);
 
 /// Waits until every row queued before the call is committed.

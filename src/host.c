@@ -316,7 +316,14 @@ static int l_pii_token(lua_State *L)
 }
 
 /* mb.history_add(tenant, started_ms, duration_ms, outcome, instructions, memory_peak, code_hash,
- * tool): queues a row for the history writer thread */
+ * tool, code, context_bytes, result_head, result_bytes, output_head, output_bytes, error, tools,
+ * rerun_of): queues a row for the history writer thread (the journal's fields: history.h) */
+static const char *opt_lstring(lua_State *L, int i, size_t *n)
+{
+	*n = 0;
+	return lua_type(L, i) == LUA_TSTRING ? lua_tolstring(L, i, n) : NULL;
+}
+
 static int l_history_add(lua_State *L)
 {
 	mb_host *h = host_of(L);
@@ -332,6 +339,16 @@ static int l_history_add(lua_State *L)
 		.code_hash = lua_isstring(L, 7) && lua_rawlen(L, 7) ? lua_tostring(L, 7) : NULL,
 		.tool = luaL_optstring(L, 8, "execute_code"),
 	};
+	r.code = opt_lstring(L, 9, &r.code_len);
+	r.context_bytes = (int64_t)luaL_optinteger(L, 10, 0);
+	r.result_head = opt_lstring(L, 11, &r.result_head_len);
+	r.result_bytes = (int64_t)luaL_optinteger(L, 12, (lua_Integer)r.result_head_len);
+	r.output_head = opt_lstring(L, 13, &r.output_head_len);
+	r.output_bytes = (int64_t)luaL_optinteger(L, 14, (lua_Integer)r.output_head_len);
+	r.error = opt_lstring(L, 15, &r.error_len);
+	r.tools = opt_lstring(L, 16, &r.tools_len);
+	size_t n;
+	r.rerun_of = opt_lstring(L, 17, &n);
 	mb_history_add(h->history, &r);
 	return 0;
 }
@@ -400,7 +417,8 @@ static void push_config(lua_State *L, const mb_config *c)
 	CI(tools_page_size); CI(regex_match_limit); CI(regex_heap_limit_kb);
 	CI(regex_max_pattern_bytes); CI(regex_max_subject_bytes); CI(store_busy_timeout_ms);
 	CI(max_skill_bytes); CI(workspace_max_file_bytes); CI(workspace_max_bytes);
-	CI(workspace_max_files); CI(history_max_rows); CI(max_host_calls); CI(max_queue_bytes);
+	CI(workspace_max_files); CI(history_max_rows); CI(journal_max_rows);
+	CI(journal_max_age_s); CI(journal_max_code_bytes); CI(journal_head_bytes); CI(max_host_calls); CI(max_queue_bytes);
 	CI(max_abandoned); CI(pii_policy); CI(pii_restore);
 	CI(upstream_timeout_ms); CI(upstream_init_timeout_ms); CI(upstream_max_calls);
 	CI(upstream_max_parallel); CI(upstream_restart_max_ms); CI(upstream_shutdown_grace_ms);
@@ -560,9 +578,51 @@ void mb_host_job_call(mb_host *h, uint64_t job, uint64_t seq, const char *name, 
 	lua_pop(h->L, 1);
 }
 
-static void push_result(lua_State *L, const mb_exec_result *r)
+/* The length of s[0..n) cut to at most max bytes, not inside a UTF-8 sequence. */
+static size_t head_len(const char *s, size_t n, size_t max)
 {
-	lua_createtable(L, 0, 10);
+	if (n <= max)
+		return n;
+	size_t k = max;
+	for (int i = 0; i < 3 && k > 0 && ((unsigned char)s[k] & 0xC0) == 0x80; i++)
+		k--;
+	return k;
+}
+
+/* The journal's view of a result (history.h): the first journal_head_bytes of the result's
+ * JSON, the output and the error, all already tokenized on the worker; whole sizes when cut. */
+static void push_heads(lua_State *L, const mb_exec_result *r, size_t max)
+{
+	if (r->result_json && r->result_len) {
+		size_t k = head_len(r->result_json, r->result_len, max);
+		lua_pushlstring(L, r->result_json, k);
+		lua_setfield(L, -2, "result_head");
+		if (k < r->result_len) {
+			lua_pushinteger(L, (lua_Integer)r->result_len);
+			lua_setfield(L, -2, "result_bytes");
+		}
+	}
+	if (r->output && r->output_len) {
+		size_t k = head_len(r->output, r->output_len, max);
+		lua_pushlstring(L, r->output, k);
+		lua_setfield(L, -2, "output_head");
+		if (k < r->output_len) {
+			lua_pushinteger(L, (lua_Integer)r->output_len);
+			lua_setfield(L, -2, "output_bytes");
+		}
+	}
+	if (r->error) {
+		size_t n = strlen(r->error);
+		lua_pushlstring(L, r->error, head_len(r->error, n, max));
+		lua_setfield(L, -2, "error_head");
+	}
+}
+
+static void push_result(mb_host *h, lua_State *L, const mb_exec_result *r)
+{
+	lua_createtable(L, 0, 14);
+	if (h->history && h->cfg->history_max_rows > 0)
+		push_heads(L, r, (size_t)h->cfg->journal_head_bytes);
 	if (r->pii_nfound) {
 		lua_createtable(L, (int)r->pii_nfound, 0);
 		for (size_t i = 0; i < r->pii_nfound; i++) {
@@ -618,7 +678,7 @@ void mb_host_job_done(mb_host *h, uint64_t job, const mb_exec_result *res)
 	lua_pushnil(L);
 	lua_rawseti(L, -3, (lua_Integer)job);
 	h->inflight--;
-	push_result(co, res);
+	push_result(h, co, res);
 	run_coroutine(h, co, 1);
 	lua_pop(L, 2);
 }

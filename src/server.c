@@ -296,8 +296,10 @@ int mb_server_run_stdio(const mb_config *cfg, void (*before_pool)(void *ud), voi
 	mb_host_set_pii(s->host, s->pii, s->pii_key);
 	/* after the host: its start-up applied the schema the writer needs */
 	snprintf(path, sizeof path, "%s/moonbox.db", cfg->data_dir);
-	s->history = mb_history_open(path, cfg->history_max_rows, (int)cfg->store_busy_timeout_ms,
-				     err, sizeof err);
+	mb_history_limits hl = { cfg->history_max_rows, cfg->journal_max_rows,
+				 cfg->journal_max_age_s * 1000, cfg->journal_max_code_bytes,
+				 cfg->max_queue_bytes };
+	s->history = mb_history_open(path, &hl, (int)cfg->store_busy_timeout_ms, err, sizeof err);
 	if (!s->history) {
 		mb_log(MB_LOG_CRIT, "store: %s", err);
 		return 1;

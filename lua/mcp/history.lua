@@ -1,9 +1,14 @@
--- mcp/history.lua - the execution log: one row per execution in the store, bounded.
+-- mcp/history.lua - the execution log and journal: one row per execution in the store, bounded.
 --
 -- Rows go to the history writer thread (src/history.c), which commits them once a second on its
--- own connection and keeps the newest history_max_rows: the request path pays a buffer append,
--- never an INSERT or an fsync. Up to a second of history can be lost if the process is killed
--- (skills and other acknowledged writes are committed before their response).
+-- own connection, gives each its random 16-hex-digit ref, and keeps the newest journal_max_rows
+-- of each tenant (history_max_rows in all, nothing older than journal_max_age_s): the request
+-- path pays a buffer append, never an INSERT or an fsync. Up to a second of history can be lost
+-- if the process is killed (skills and other acknowledged writes are committed before their
+-- response). The journal's fields (docs/journal.md) are what the model saw: the code it sent
+-- (up to journal_max_code_bytes), the first journal_head_bytes of the result, output and error
+-- after pii_policy tokenized them, the upstream tools called. Every read here is by tenant, and
+-- flushes first, so an execution answered a moment ago is found.
 
 local mb = mb
 local db = mb.db
@@ -15,12 +20,29 @@ function M.flush()
   return mb.history_flush()
 end
 
--- add(tenant, started_at_ms, spec, res): spec is what was submitted (tool), res the result
--- (its code_hash was computed on the worker thread).
-function M.add(tenant, started, spec, res)
+-- The upstream tools an execution called ("server.tool", in order of first call), as lines,
+-- cut at journal_head_bytes like the other texts.
+local function tools_text(called)
+  if not called or #called == 0 then return nil end
+  local out, n = {}, 0
+  for i = 1, #called do
+    n = n + #called[i] + 1
+    if n - 1 > cfg.journal_head_bytes then break end
+    out[i] = called[i]
+  end
+  return #out > 0 and table.concat(out, "\n") or nil
+end
+
+-- add(tenant, started_at_ms, spec, res, called): spec is what was submitted (tool, code,
+-- context_json, rerun_of), res the result (its code_hash was computed on the worker thread, its
+-- heads cut there: src/host.c push_heads), called the upstream tools of the execution.
+function M.add(tenant, started, spec, res, called)
+  local ctx = spec.context_json
   mb.history_add(tenant or "default", started, res.execution_time_ms or 0,
     res.success and "ok" or (res.error_type or "runtime"), res.instructions or 0,
-    res.memory_peak_bytes or 0, res.code_hash, spec.tool or "execute_code")
+    res.memory_peak_bytes or 0, res.code_hash, spec.tool or "execute_code",
+    spec.code, ctx and #ctx or 0, res.result_head, res.result_bytes, res.output_head,
+    res.output_bytes, res.error_head, tools_text(called), spec.rerun_of)
 end
 
 -- Summary for get_execution_stats: rows kept and outcomes over them.
@@ -34,7 +56,40 @@ function M.summary(tenant)
     by[r.outcome] = r.n
   end
   return { recorded = total and total.n or 0, since_ms = total and total.since, by_outcome = by,
-           max_rows = cfg.history_max_rows, dropped = dropped, write_failures = failed }
+           max_rows = cfg.history_max_rows, tenant_max_rows = cfg.journal_max_rows,
+           max_age_s = cfg.journal_max_age_s, dropped = dropped, write_failures = failed }
+end
+
+-- The newest rows of tenant matching f (all optional): query (text in the code, ASCII case
+-- folded), outcome ("ok", "failed" or an error type), tool (text in the tools called), since_ms,
+-- until_ms; at most f.limit rows. Every value is a bound parameter and matched with instr(),
+-- so `%`, `_`, quotes and FTS syntax in them are plain text. Returns rows, more (bool).
+local LIST_COLS = "ref, started_at, duration_ms, outcome, tool, substr(code, 1, 200) AS code,"
+  .. " code_bytes, tools_called"
+function M.list(tenant, f)
+  M.flush()
+  local where, args = { "tenant = ?" }, { tenant or "default" }
+  local function add(cond, v) where[#where + 1] = cond; if v ~= nil then args[#args + 1] = v end end
+  if f.query then add("instr(lower(code), lower(?)) > 0", f.query) end
+  if f.outcome == "failed" then add("outcome <> 'ok'")
+  elseif f.outcome then add("outcome = ?", f.outcome) end
+  if f.tool then add("instr(tools_called, ?) > 0", f.tool) end
+  if f.since_ms then add("started_at >= ?", f.since_ms) end
+  if f.until_ms then add("started_at < ?", f.until_ms) end
+  args[#args + 1] = f.limit + 1
+  local rows = db.query("SELECT " .. LIST_COLS .. " FROM executions WHERE " .. table.concat(where, " AND ")
+    .. " ORDER BY id DESC LIMIT ?", table.unpack(args, 1, #args))
+  local more = #rows > f.limit
+  if more then rows[#rows] = nil end
+  return rows, more
+end
+
+-- One row of tenant by its ref, or nil (unknown, or another tenant's: the same answer).
+function M.get(tenant, ref)
+  M.flush()
+  return db.row([[SELECT ref, started_at, duration_ms, outcome, tool, instructions, memory_peak, code_hash,
+    code, code_bytes, context_bytes, result_head, result_bytes, output_head, output_bytes, error,
+    tools_called, rerun_of FROM executions WHERE tenant = ? AND ref = ?]], tenant or "default", ref)
 end
 
 return M

@@ -119,6 +119,9 @@ function M.after_execution(tenant, res)
   for _, k in ipairs({ "structured_json", "structured_quoted" }) do
     if res[k] then res[k] = mb.json_raw(M.rewrite(mb.json_raw_text(res[k]), remap)) end
   end
+  for _, k in ipairs({ "result_head", "output_head", "error_head" }) do -- the journal's copy
+    if res[k] then res[k] = M.rewrite(res[k], remap) end
+  end
 end
 
 -- Restores the tokens of this tenant's vault in text. Returns text, array of unknown tokens.

@@ -112,4 +112,23 @@ return {
   ALTER TABLE skills ADD COLUMN publish TEXT;
   ALTER TABLE skill_versions ADD COLUMN publish TEXT;
   ]],
+
+  -- 5: the journal (mcp/history.lua, docs/journal.md): what an execution was and what the model
+  -- saw of it, to find it again and rerun it. ref is the id tools show (random, per row; rows
+  -- recorded before this migration get one too).
+  [[
+  ALTER TABLE executions ADD COLUMN ref TEXT;           -- 16 hex digits, random
+  ALTER TABLE executions ADD COLUMN code TEXT;          -- NULL when over journal_max_code_bytes
+  ALTER TABLE executions ADD COLUMN code_bytes INTEGER;
+  ALTER TABLE executions ADD COLUMN context_bytes INTEGER; -- size of the context_vars JSON
+  ALTER TABLE executions ADD COLUMN result_head TEXT;   -- first journal_head_bytes of the result JSON
+  ALTER TABLE executions ADD COLUMN result_bytes INTEGER;
+  ALTER TABLE executions ADD COLUMN output_head TEXT;   -- ... of the print output
+  ALTER TABLE executions ADD COLUMN output_bytes INTEGER;
+  ALTER TABLE executions ADD COLUMN error TEXT;         -- ... of the error message
+  ALTER TABLE executions ADD COLUMN tools_called TEXT;  -- upstream "server.tool" lines
+  ALTER TABLE executions ADD COLUMN rerun_of TEXT;      -- ref of the execution this one reran
+  UPDATE executions SET ref = lower(hex(randomblob(8))) WHERE ref IS NULL;
+  CREATE INDEX executions_by_ref ON executions (tenant, ref);
+  ]],
 }

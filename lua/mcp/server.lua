@@ -419,8 +419,8 @@ function request_mt:execute(spec)
   self:abandon_client_requests()
   tools.upstream.abandon(self.entry) -- cancels its upstream calls still in flight
   self.entry.job = nil
-  tools.history.add(self.tenant, started, spec, res)
   if res.pii_found then tools.pii.after_execution(self.tenant, res) end -- vault, before the answer
+  tools.history.add(self.tenant, started, spec, res, self.entry.tools_called) -- as answered
   if self.entry.cancelled then return nil end
   return res
 end

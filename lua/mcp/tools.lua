@@ -140,7 +140,7 @@ local ERROR_TYPES = mb.array({ "syntax", "runtime", "timeout", "memory", "instru
                                "cancelled", "result", "busy" })
 
 local EXECUTE_ARGS = { code = true, context_vars = true, timeout_ms = true, memory_mb = true,
-                       instruction_limit = true, timeout_seconds = true }
+                       instruction_limit = true, timeout_seconds = true, rerun_id = true }
 
 -- timeout_seconds: the name other code-execution servers use, accepted as an alias of
 -- timeout_ms (a number of seconds, fractions allowed). Returns milliseconds, or nil (not given),
@@ -223,6 +223,8 @@ register({
     type = "object",
     properties = {
       code = { type = "string", description = "Lua 5.4 source code" },
+      rerun_id = { type = "string", description = "Instead of code: run again the code of this "
+                   .. "execution (an id from list_executions), with this call's context_vars and limits" },
       context_vars = { type = "object", description = "Values that become global variables" },
       timeout_ms = { type = "integer", minimum = 1, maximum = cfg.max_timeout_ms,
                      description = "Wall-clock limit in milliseconds" },
@@ -233,8 +235,7 @@ register({
       instruction_limit = { type = "integer", minimum = 1, maximum = cfg.max_instruction_limit,
                             description = "Lua VM instruction budget" },
     },
-    required = mb.array({ "code" }),
-    additionalProperties = false,
+    additionalProperties = false, -- code or rerun_id: the handler says which is missing
   },
   outputSchema = {
     type = "object",
@@ -258,12 +259,18 @@ register({
   for k in pairs(args) do
     if not EXECUTE_ARGS[k] then
       return tool_error(string.format("invalid arguments: unknown argument %q (expected code, "
-        .. "context_vars, timeout_ms or timeout_seconds, memory_mb, instruction_limit)", clip(tostring(k))))
+        .. "context_vars, timeout_ms or timeout_seconds, memory_mb, instruction_limit, rerun_id)", clip(tostring(k))))
     end
   end
-  local code = args.code
+  local code, rerun_of = args.code, nil
+  if args.rerun_id ~= nil and args.rerun_id ~= null then -- the journal's code (mcp/journal.lua)
+    if code ~= nil then return tool_error("invalid arguments: give code or rerun_id, not both") end
+    code, rerun_of = M.journal.code_for(request.tenant, args.rerun_id)
+    if not code then return tool_error(rerun_of) end
+  end
   if type(code) ~= "string" then
-    return tool_error(code == nil and "invalid arguments: code is required (a string of Lua source)"
+    return tool_error(code == nil and "invalid arguments: code is required (a string of Lua source), "
+      .. "or rerun_id (an execution id from list_executions)"
       or "invalid arguments: code must be a string, got " .. (code == null and "null" or type(code)))
   end
   local context = args.context_vars
@@ -291,6 +298,7 @@ register({
     code = code, context_json = context_json, timeout_ms = timeout_ms,
     memory_bytes = memory_mb * 1048576, instruction_limit = instruction_limit,
     tenant = request.tenant, -- (set by execute too: here the table is made with room for it)
+    rerun_of = rerun_of,
   })
   if not res and not err then return nil end -- cancelled: no response
   res = res or refusal
@@ -377,5 +385,6 @@ require("mcp.catalog").init(M)
 require("mcp.workflows").init(M)
 require("mcp.upstream").init(M)
 require("mcp.tool_stubs").init(M)
+require("mcp.journal").init(M)
 
 return M

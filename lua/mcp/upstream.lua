@@ -707,6 +707,10 @@ function M.call(request, sname, tname, args)
     local yes, no = approval.ask(request, s.name, tool.name, given)
     if not yes then return nil, sfmt("%s.%s: %s", s.name, tool.name, no) end
   end
+  local called = e.tools_called or {} -- for the journal (mcp/history.lua)
+  e.tools_called = called
+  local key = (s.name .. "." .. tool.name):gsub("%c", "?") -- an upstream names its tools
+  if not called[key] then called[key] = true; called[#called + 1] = key end
   local params = { name = tool.name, arguments = args }
   local opts = { request = request } -- whose client a question of the upstream goes to
   if e.progress_token ~= nil then

@@ -132,8 +132,11 @@ local dave = "dave@example.com"
 forced[dave .. ":8"] = T8(ann)
 local res = { pii_found = { { token = T8(ann), type = "EMAIL", value = dave } },
   structured_json = m.json_raw('{"result":"' .. T8(ann) .. '","output":"mail ' .. T8(ann) .. '"}'),
-  structured_quoted = m.json_raw('"{\\"result\\":\\"' .. T8(ann) .. '\\"}"') }
+  structured_quoted = m.json_raw('"{\\"result\\":\\"' .. T8(ann) .. '\\"}"'),
+  result_head = '"' .. T8(ann) .. '"', output_head = "mail " .. T8(ann), error_head = "no " .. T8(ann) }
 pii.after_execution("default", res)
+check("after_execution rewrites the journal's heads too", { res.result_head, res.output_head, res.error_head },
+  { '"' .. T12(dave) .. '"', "mail " .. T12(dave), "no " .. T12(dave) })
 check("after_execution rewrites both texts of the answer", { m.json_raw_text(res.structured_json),
   m.json_raw_text(res.structured_quoted), res.pii_found },
   { '{"result":"' .. T12(dave) .. '","output":"mail ' .. T12(dave) .. '"}',

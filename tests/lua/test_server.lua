@@ -199,7 +199,7 @@ check("tools/call arguments array", err_of('{"jsonrpc":"2.0","id":33,"method":"t
   { 33, -32602, "tools/call: params.arguments must be an object" })
 local r = answer('{"jsonrpc":"2.0","id":34,"method":"tools/call","params":{"name":"execute_code","arguments":null}}').result
 check("tools/call arguments null: the tool says what is missing", { r.isError, r.content[1].text },
-  { true, "invalid arguments: code is required (a string of Lua source)" })
+  { true, "invalid arguments: code is required (a string of Lua source), or rerun_id (an execution id from list_executions)" })
 r = answer('{"jsonrpc":"2.0","id":35,"method":"tools/call","params":{"name":"execute_code","arguments":{"code":"x","timeout_seconds":-1}}}').result
 check("tool argument errors are results, not protocol errors", { r.isError, r.content[1].text },
   { true, "invalid arguments: timeout_seconds must be a positive number of seconds" })

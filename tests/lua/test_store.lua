@@ -34,7 +34,8 @@ for _, r in ipairs(db.query("SELECT name FROM sqlite_master WHERE type IN ('tabl
   tables[#tables + 1] = r.name
 end
 check("tables and indexes", tables, { "catalog_categories", "catalog_fts", "catalog_sources", "catalog_tools",
-  "catalog_tools_by_name", "catalog_tools_by_source", "executions", "executions_by_tenant", "pii_vault", "skill_versions", "skills" })
+  "catalog_tools_by_name", "catalog_tools_by_source", "executions", "executions_by_ref", "executions_by_tenant",
+  "pii_vault", "skill_versions", "skills" })
 check("migration 4 added publish", { db.row("SELECT count(*) AS n FROM pragma_table_info('skills') WHERE name = 'publish'").n,
   db.row("SELECT count(*) AS n FROM pragma_table_info('skill_versions') WHERE name = 'publish'").n }, { 1, 1 })
 db.migrate(migrations)
@@ -98,7 +99,7 @@ local function statements(src)
 end
 
 local all, by_file = {}, {}
-for _, f in ipairs({ "catalog", "history", "pii", "skills", "skill_tools", "skill_publish", "tools", "upstream",
+for _, f in ipairs({ "catalog", "history", "journal", "pii", "skills", "skill_tools", "skill_publish", "tools", "upstream",
                      "upstream_config", "upstream_transport", "workflows", "workspace_tools", "server", "catalog_text", "tool_stubs" }) do
   local fh = assert(io.open(H.ROOT .. "lua/mcp/" .. f .. ".lua", "rb"))
   local list = statements(fh:read("a"))
@@ -108,7 +109,7 @@ for _, f in ipairs({ "catalog", "history", "pii", "skills", "skill_tools", "skil
 end
 -- the extractor finds what is there (so that an empty list cannot pass)
 check("statements found per module", { by_file.pii, by_file.history, by_file.skills >= 12, by_file.catalog >= 30,
-  by_file.tool_stubs }, { 3, 2, true, true, 1 })
+  by_file.tool_stubs }, { 3, 3, true, true, 1 })
 
 -- one shell run: EXPLAIN each statement on its own line, parameters as NULL
 local lines = {}
@@ -145,7 +146,8 @@ INSERT INTO executions (tenant, started_at, duration_ms, outcome, instructions, 
 local history = require("mcp.history")
 m.history_flush = function() return 2, 0 end
 check("history summary", history.summary("default"),
-  { recorded = 3, since_ms = 900, by_outcome = { ok = 2, timeout = 1 }, max_rows = 100000, dropped = 2, write_failures = 0 })
+  { recorded = 3, since_ms = 900, by_outcome = { ok = 2, timeout = 1 }, max_rows = 100000, tenant_max_rows = 1000,
+    max_age_s = 2592000, dropped = 2, write_failures = 0 })
 check("history summary of another tenant", history.summary("t1").by_outcome, { memory = 1 })
 check("history summary of no tenant is the default's", history.summary(nil).recorded, 3)
 

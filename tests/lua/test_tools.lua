@@ -39,7 +39,8 @@ check_has("description names the limits", def.description,
 check_has("description mentions the PII policy when on", def.description, "personal data in what you return is replaced by tokens")
 check("schema maxima", { def.inputSchema.properties.timeout_ms.maximum, def.inputSchema.properties.memory_mb.maximum,
   def.inputSchema.properties.timeout_seconds.maximum }, { 60000, 512, 60 })
-check("schema required", def.inputSchema.required, { "code" })
+check("schema: code or rerun_id, neither required by the schema", { def.inputSchema.required,
+  def.inputSchema.properties.rerun_id.type }, { nil, "string" })
 check("output error types", def.outputSchema.properties.error_type.enum,
   { "syntax", "runtime", "timeout", "memory", "instructions", "cancelled", "result", "busy" })
 check("built-in tools first", { tools.list[1].definition.name, tools.list[2].definition.name },
@@ -55,12 +56,19 @@ check("defaults are integers", { math.type(spec.timeout_ms), math.type(spec.memo
   { "integer", "integer", "integer" })
 
 check("unknown argument", refused({ code = "x", timeout = 5 }),
-  'invalid arguments: unknown argument "timeout" (expected code, context_vars, timeout_ms or timeout_seconds, memory_mb, instruction_limit)')
+  'invalid arguments: unknown argument "timeout" (expected code, context_vars, timeout_ms or timeout_seconds, memory_mb, instruction_limit, rerun_id)')
 check("unknown argument name is clipped", refused({ code = "x", [string.rep("k", 200)] = 1 }),
   'invalid arguments: unknown argument "' .. string.rep("k", 96) .. '...(200 bytes)" (expected code, context_vars, '
-  .. "timeout_ms or timeout_seconds, memory_mb, instruction_limit)")
+  .. "timeout_ms or timeout_seconds, memory_mb, instruction_limit, rerun_id)")
 check("unknown argument checked before code", refused({ extra = true }):match("unknown argument") ~= nil, true)
-check("code missing", refused({}), "invalid arguments: code is required (a string of Lua source)")
+check("code missing", refused({}), "invalid arguments: code is required (a string of Lua source), "
+  .. "or rerun_id (an execution id from list_executions)")
+check("code and rerun_id", refused({ code = "x", rerun_id = "0123456789abcdef" }),
+  "invalid arguments: give code or rerun_id, not both")
+check("rerun_id malformed", refused({ rerun_id = "1; DROP TABLE executions" }),
+  'invalid arguments: rerun_id must be an execution id from list_executions (16 hex digits), got "1; DROP TABLE executions"')
+check("rerun_id not a string", refused({ rerun_id = 5 }),
+  "invalid arguments: rerun_id must be an execution id from list_executions (16 hex digits), got number")
 check("code null", refused({ code = NULL }), "invalid arguments: code must be a string, got null")
 check("code number", refused({ code = 5 }), "invalid arguments: code must be a string, got number")
 check("code object", refused({ code = { "return 1" } }), "invalid arguments: code must be a string, got table")
@@ -187,7 +195,7 @@ check("stats execution percentiles", sc.execution_ms, { mean = 55 / 11, p50 = 5,
 check("stats request percentiles", sc.request_ms, { p50 = 10, p95 = 19, max = 20 })
 check("stats limits", { sc.limits.max_timeout_ms, sc.limits.default_memory_mb, sc.limits.workers }, { 60000, 64, 2 })
 check("stats history section", sc.history, { recorded = 3, since_ms = 5, by_outcome = { ok = 2, timeout = 1 },
-  max_rows = 100000, dropped = 0, write_failures = 0 })
+  max_rows = 100000, tenant_max_rows = 1000, max_age_s = 2592000, dropped = 0, write_failures = 0 })
 check("stats pii section", sc.pii, { policy = true, restore = true, vault_tokens = 0 })
 check("stats default tenant sees the pool and shared sections", { sc.pool ~= nil, sc.shared }, { true, { x = 1 } })
 check("stats version", sc.version, "0.0.0-test")
@@ -227,16 +235,28 @@ history.add(nil, 123, {}, { success = true, execution_time_ms = 2.5, instruction
 history.add("t1", 124, { tool = "stats" }, { success = false, error_type = "memory" })
 history.add("t1", 125, {}, { success = false })
 check("history row of a success", m.history[#m.history - 2],
-  { n = 8, "default", 123, 2.5, "ok", 7, 9, "h", "execute_code" })
+  { n = 17, "default", 123, 2.5, "ok", 7, 9, "h", "execute_code", nil, 0 })
 check("history row of a failure", m.history[#m.history - 1],
-  { n = 8, "t1", 124, 0, "memory", 0, 0, nil, "stats" })
+  { n = 17, "t1", 124, 0, "memory", 0, 0, nil, "stats", nil, 0 })
 check("history failure without a type is runtime", m.history[#m.history][4], "runtime")
+history.add("t2", 126, { code = "return x", context_json = '{"x":12}', rerun_of = "00000000000000aa" },
+  { success = false, error_type = "runtime", result_head = "[1,2", result_bytes = 900, output_head = "hi",
+    error_head = "boom" }, { "srv.a", "srv.b", srv = true })
+check("journal fields of a row", m.history[#m.history],
+  { n = 17, "t2", 126, 0, "runtime", 0, 0, nil, "execute_code", "return x", 8, "[1,2", 900, "hi", nil, "boom",
+    "srv.a\nsrv.b", "00000000000000aa" })
+local many = {}
+for i = 1, 200 do many[i] = string.format("server%03d.tool", i) end
+history.add("t2", 127, {}, { success = true }, many)
+check("tools called are cut at journal_head_bytes", #m.history[#m.history][16] <= m.config.journal_head_bytes
+  and m.history[#m.history][16]:sub(1, 15), "server001.tool\n")
 local flushed = 0
 m.history_flush = function() flushed = flushed + 1 return 4, 1 end
 m.db.row = function() return nil end
 m.db.query = function() return {} end
 check("history summary of an empty log", history.summary("t5"),
-  { recorded = 0, by_outcome = {}, max_rows = 100000, dropped = 4, write_failures = 1 })
+  { recorded = 0, by_outcome = {}, max_rows = 100000, tenant_max_rows = 1000, max_age_s = 2592000, dropped = 4,
+    write_failures = 1 })
 check("summary flushes first", flushed, 1)
 
 -- execute_code adds no history itself (the server does, after the wait): a refused call adds none
