@@ -199,13 +199,14 @@ static int push_refusal(lua_State *L, const char *err)
 		return 2;
 	mb_json_push_raw(L, r.structured_json, r.structured_json_len);
 	mb_json_push_raw(L, r.structured_quoted, r.structured_quoted_len);
+	mb_json_push_raw(L, r.io_meta, r.io_meta_len);
 	free(r.structured_json);
 	free(r.structured_quoted);
-	return 4;
+	return 5;
 }
 
 /* mb.submit{code=, context_json=, timeout_ms=, memory_bytes=, instruction_limit=}
- * -> id | nil, err, structured_json, structured_quoted */
+ * -> id | nil, err, structured_json, structured_quoted, io_meta */
 static int l_submit(lua_State *L)
 {
 	mb_host *h = host_of(L);
@@ -558,6 +559,40 @@ void mb_host_job_call(mb_host *h, uint64_t job, uint64_t seq, const char *name, 
 	lua_pop(h->L, 1);
 }
 
+/* The context-saved counts (tokest.h) into the result table at the top: io_meta (the _meta
+ * value, raw JSON), the totals, and io_in[source] = {bytes, tokens} when anything came in. */
+static void push_io(lua_State *L, const mb_exec_result *r)
+{
+	const mb_exec_io *io = &r->io;
+	uint64_t bytes = 0, tokens = 0;
+	for (int i = 0; i < MB_IO_NSOURCES; i++) {
+		bytes += io->in_bytes[i];
+		tokens += io->in_tokens[i];
+	}
+	mb_json_push_raw(L, r->io_meta, r->io_meta_len);
+	lua_setfield(L, -2, "io_meta");
+	lua_pushinteger(L, (lua_Integer)io->out_bytes);
+	lua_setfield(L, -2, "bytes_out");
+	lua_pushinteger(L, (lua_Integer)io->out_tokens);
+	lua_setfield(L, -2, "tokens_out");
+	if (!bytes)
+		return;
+	lua_pushinteger(L, (lua_Integer)mb_exec_io_saved(io));
+	lua_setfield(L, -2, "tokens_saved");
+	lua_createtable(L, 0, 2);
+	for (int i = 0; i < MB_IO_NSOURCES; i++) {
+		if (!io->in_bytes[i])
+			continue;
+		lua_createtable(L, 0, 2);
+		lua_pushinteger(L, (lua_Integer)io->in_bytes[i]);
+		lua_setfield(L, -2, "bytes");
+		lua_pushinteger(L, (lua_Integer)io->in_tokens[i]);
+		lua_setfield(L, -2, "tokens");
+		lua_setfield(L, -2, mb_io_source_name((mb_io_source)i));
+	}
+	lua_setfield(L, -2, "io_in");
+}
+
 static void push_result(lua_State *L, const mb_exec_result *r)
 {
 	lua_createtable(L, 0, 10);
@@ -600,6 +635,7 @@ static void push_result(lua_State *L, const mb_exec_result *r)
 		lua_setfield(L, -2, "structured_json");
 		mb_json_push_raw(L, r->structured_quoted, r->structured_quoted_len);
 		lua_setfield(L, -2, "structured_quoted");
+		push_io(L, r);
 	}
 }
 

@@ -517,6 +517,7 @@ int mb_sandbox_run_prepared(mb_sandbox *sb, const mb_exec_request *req, mb_budge
 	c->req = req;
 	c->cfg = cfg;
 	c->b = b;
+	c->io = &res->io;
 
 	/* From here on every byte, including the environment already built, is the execution's. */
 	if (sb->setup_failed) {
@@ -535,6 +536,7 @@ int mb_sandbox_run_prepared(mb_sandbox *sb, const mb_exec_request *req, mb_budge
 	mb_sandbox_set_running(L);
 
 	if (req->context_json && req->context_len) {
+		mb_io_add(&res->io, MB_IO_CONTEXT, req->context_json, req->context_len);
 		lua_pushcfunction(L, sb_context);
 		lua_pushlightuserdata(L, c);
 		if (lua_pcall(L, 1, 0, sb->msgh) != LUA_OK) {
@@ -608,6 +610,72 @@ void mb_sandbox_thread_exit(void)
 
 #define FIELD_STR(k, v, len) {.key = k, .type = MB_JF_STRING, .s = (v), .n = (len)}
 
+static char *put_u64(char *p, uint64_t v)
+{
+	char d[20];
+	int n = 0;
+	do
+		d[n++] = (char)('0' + v % 10);
+	while ((v /= 10) != 0);
+	while (n)
+		*p++ = d[--n];
+	return p;
+}
+
+static char *put_str(char *p, const char *s)
+{
+	size_t n = strlen(s);
+	memcpy(p, s, n);
+	return p + n;
+}
+
+uint64_t mb_exec_io_saved(const mb_exec_io *io)
+{
+	uint64_t in = 0;
+	for (int i = 0; i < MB_IO_NSOURCES; i++)
+		if (i != MB_IO_CONTEXT) /* the model wrote them: they were in its context already */
+			in += io->in_tokens[i];
+	return in > io->out_tokens ? in - io->out_tokens : 0;
+}
+
+/* The result's _meta value (docs/sandbox.md, "Context saved"): the counts in res->io, with out
+ * taken from the structuredContent text just made. Written with no allocation: the trivial
+ * execution must not pay for it (a few hundred instructions). */
+static void io_meta(mb_exec_result *res)
+{
+	mb_exec_io *io = &res->io;
+	io->out_bytes = res->structured_json ? res->structured_json_len : 0;
+	io->out_tokens = res->structured_json ? mb_tokest(res->structured_json, res->structured_json_len) : 0;
+	uint64_t bytes = 0, tokens = 0;
+	for (int i = 0; i < MB_IO_NSOURCES; i++) {
+		bytes += io->in_bytes[i];
+		tokens += io->in_tokens[i];
+	}
+	char *p = res->io_meta;
+	p = put_u64(put_str(p, "{\"bytes_in\":"), bytes);
+	p = put_u64(put_str(p, ",\"tokens_in\":"), tokens);
+	p = put_u64(put_str(p, ",\"bytes_out\":"), io->out_bytes);
+	p = put_u64(put_str(p, ",\"tokens_out\":"), io->out_tokens);
+	p = put_u64(put_str(p, ",\"tokens_saved\":"), mb_exec_io_saved(io));
+	if (bytes) {
+		p = put_str(p, ",\"in\":{");
+		int first = 1;
+		for (int i = 0; i < MB_IO_NSOURCES; i++) {
+			if (!io->in_bytes[i])
+				continue;
+			p = put_str(p, first ? "\"" : ",\"");
+			first = 0;
+			p = put_str(p, mb_io_source_name((mb_io_source)i));
+			p = put_u64(put_str(p, "\":{\"bytes\":"), io->in_bytes[i]);
+			p = put_u64(put_str(p, ",\"tokens\":"), io->in_tokens[i]);
+			*p++ = '}';
+		}
+		*p++ = '}';
+	}
+	*p++ = '}';
+	res->io_meta_len = (size_t)(p - res->io_meta);
+}
+
 void mb_exec_result_shape(mb_exec_result *res)
 {
 	free(res->structured_json);
@@ -646,6 +714,7 @@ void mb_exec_result_shape(mb_exec_result *res)
 		free(res->structured_json);
 		res->structured_json = NULL;
 	}
+	io_meta(res);
 }
 
 void mb_exec_result_free(mb_exec_result *res)

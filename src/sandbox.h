@@ -18,6 +18,7 @@
 #include "budget.h"
 #include "config.h"
 #include "pii.h"
+#include "tokest.h"
 #include "workspace.h"
 
 typedef enum {
@@ -97,6 +98,12 @@ typedef struct mb_exec_result {
 	/* values this execution replaced by tokens (policy and tokenize_pii), for the vault */
 	mb_pii_found *pii_found;
 	size_t pii_nfound;
+	/* bytes and estimated tokens the code took in, per source, and the result's (out, set by
+	 * mb_exec_result_shape); io_meta is the result's _meta value made from them, as JSON text
+	 * (docs/sandbox.md, "Context saved"); at most 653 bytes: 17 counts of 20 digits and keys */
+	mb_exec_io io;
+	char io_meta[768];
+	size_t io_meta_len;
 } mb_exec_result;
 
 /// A fresh sandbox state built ahead of time: libraries, restricted environment, prelude stubs.
@@ -138,6 +145,11 @@ void mb_sandbox_thread_exit(void);
 /// results they make themselves: cancelled, timed out while stuck, busy). Any thread; no Lua
 /// state. Leaves both NULL when out of memory.
 void mb_exec_result_shape(mb_exec_result *res);
+
+/// The tokens an execution kept out of the model's context: what the code took in from every
+/// source but context_vars (which the model wrote, so had in its context already), less what it
+/// returned; 0 when it returned more.
+uint64_t mb_exec_io_saved(const mb_exec_io *io);
 
 /// Makes the execution running on the calling thread check its budget at its next instruction,
 /// as the deadline signal does. Async-signal-safe (a worker process's cancel signal).

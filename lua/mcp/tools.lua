@@ -23,8 +23,9 @@ local clip = require("mcp.catalog_text").clip
 local M = { list = {}, by_name = {}, stats_providers = {}, server_stats_providers = {},
             host_calls = {}, host_calls_raw = {}, methods = {},
             resource_providers = {},
-            history = require("mcp.history") }
+            history = require("mcp.history"), savings = require("mcp.savings") }
 M.stats_providers.history = function(tenant) return M.history.summary(tenant) end
+M.stats_providers.context = function(tenant) return M.savings.stats(tenant) end
 
 local function register(definition, handler)
   local t = { definition = definition, handler = handler }
@@ -90,6 +91,7 @@ function M.shaped_result(res, err)
     content = { { type = "text", text = res.structured_quoted } },
     structuredContent = res.structured_json,
     isError = not res.success,
+    _meta = M.savings.meta(res), -- what came in and went out (mcp/savings.lua)
   }
 end
 
@@ -201,6 +203,7 @@ local function record(res, tenant)
   if ms > stats.max_ms then stats.max_ms = ms end
   stats.recent_pos = stats.recent_pos % 1000 + 1
   stats.recent[stats.recent_pos] = ms
+  M.savings.add(tenant, res)
 end
 
 register({
