@@ -400,6 +400,7 @@ static void capture_result(lua_State *L, mb_sandbox_ctx *c, int base, mb_exec_re
 	res->result_json = j;
 	res->result_len = len;
 	res->success = 1;
+	res->io.result_tokens = mb_tokest(j, len);
 }
 
 struct mb_sandbox {
@@ -638,21 +639,30 @@ uint64_t mb_exec_io_saved(const mb_exec_io *io)
 	return in > io->out_tokens ? in - io->out_tokens : 0;
 }
 
-/* The result's _meta value (docs/sandbox.md, "Context saved"): the counts in res->io, with out
+/* The result's _meta object (docs/sandbox.md, "Context saved"): the counts in res->io, with out
  * taken from the structuredContent text just made. Written with no allocation: the trivial
  * execution must not pay for it (a few hundred instructions). */
 static void io_meta(mb_exec_result *res)
 {
 	mb_exec_io *io = &res->io;
-	io->out_bytes = res->structured_json ? res->structured_json_len : 0;
-	io->out_tokens = res->structured_json ? mb_tokest(res->structured_json, res->structured_json_len) : 0;
+	const char *sj = res->structured_json;
+	size_t sn = sj ? res->structured_json_len : 0;
+	static const char head[] = "{\"success\":true,\"result\":";
+	const size_t hn = sizeof head - 1;
+	io->out_bytes = sn;
+	if (res->success && res->result_json && io->result_tokens && sn > hn + res->result_len &&
+	    memcmp(sj, head, hn) == 0) /* the result's estimate is there: the frame around it */
+		io->out_tokens = mb_tokest(sj, hn) + io->result_tokens +
+				 mb_tokest(sj + hn + res->result_len, sn - hn - res->result_len);
+	else
+		io->out_tokens = sj ? mb_tokest(sj, sn) : 0;
 	uint64_t bytes = 0, tokens = 0;
 	for (int i = 0; i < MB_IO_NSOURCES; i++) {
 		bytes += io->in_bytes[i];
 		tokens += io->in_tokens[i];
 	}
 	char *p = res->io_meta;
-	p = put_u64(put_str(p, "{\"bytes_in\":"), bytes);
+	p = put_u64(put_str(p, "{\"dev.moonbox/context\":{\"bytes_in\":"), bytes);
 	p = put_u64(put_str(p, ",\"tokens_in\":"), tokens);
 	p = put_u64(put_str(p, ",\"bytes_out\":"), io->out_bytes);
 	p = put_u64(put_str(p, ",\"tokens_out\":"), io->out_tokens);
@@ -672,6 +682,7 @@ static void io_meta(mb_exec_result *res)
 		}
 		*p++ = '}';
 	}
+	*p++ = '}';
 	*p++ = '}';
 	res->io_meta_len = (size_t)(p - res->io_meta);
 }

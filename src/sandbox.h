@@ -99,8 +99,8 @@ typedef struct mb_exec_result {
 	mb_pii_found *pii_found;
 	size_t pii_nfound;
 	/* bytes and estimated tokens the code took in, per source, and the result's (out, set by
-	 * mb_exec_result_shape); io_meta is the result's _meta value made from them, as JSON text
-	 * (docs/sandbox.md, "Context saved"); at most 653 bytes: 17 counts of 20 digits and keys */
+	 * mb_exec_result_shape); io_meta is the result's _meta object made from them, as JSON text
+	 * (docs/sandbox.md, "Context saved"); at most 677 bytes: 17 counts of 20 digits and keys */
 	mb_exec_io io;
 	char io_meta[768];
 	size_t io_meta_len;

@@ -69,17 +69,21 @@ uint64_t mb_tokest(const char *s, size_t len)
 		case C_ACCENT: {
 			if (!word_byte(p, e))
 				goto high;
-			size_t letters = 0;
+			const unsigned char *w = p;
+			size_t accents = 0;
 			m += W_WORD;
-			while (p < e && word_byte(p, e)) {
-				if (*p >= 0x80) {
-					m += W_ACCENT;
-					p += 2;
-				} else {
+			for (;;) {
+				while (p < e && cls[*p] == C_LETTER)
 					p++;
+				if (p + 1 < e && cls[*p] == C_ACCENT) {
+					accents++;
+					p += 2;
+					continue;
 				}
-				letters++;
+				break;
 			}
+			size_t letters = (size_t)(p - w) - accents; /* an accented letter is two bytes */
+			m += W_ACCENT * accents;
 			if (letters > LONG_WORD)
 				m += W_LONG * (letters - LONG_WORD);
 			break;

@@ -31,6 +31,9 @@ typedef struct mb_exec_io {
 	uint64_t in_bytes[MB_IO_NSOURCES];
 	uint64_t in_tokens[MB_IO_NSOURCES];
 	uint64_t out_bytes, out_tokens;
+	/* the estimate of the result's own JSON text, made where the result was (a worker), so the
+	 * thread that shapes it scans only the frame around it */
+	uint64_t result_tokens;
 } mb_exec_io;
 
 /// The estimated number of tokens of s (any bytes; invalid UTF-8 counts as other characters).

@@ -327,6 +327,7 @@ static void send_done(const mb_exec_result *res)
 		mb_wbuf_u64(&wb, res->io.in_bytes[i]);
 		mb_wbuf_u64(&wb, res->io.in_tokens[i]);
 	}
+	mb_wbuf_u64(&wb, res->io.result_tokens);
 	send_or_die();
 }
 

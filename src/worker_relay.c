@@ -304,6 +304,10 @@ int mb_worker_read_done(mb_wmsg *m, const mb_exec_request *req, mb_exec_result *
 		res->io.in_bytes[i] = bytes;
 		res->io.in_tokens[i] = tokens < bytes ? tokens : bytes;
 	}
+	uint64_t rt;
+	if (mb_wmsg_u64(m, &rt))
+		return -1;
+	res->io.result_tokens = rt < res->result_len ? rt : res->result_len;
 	return 0;
 }
 

@@ -2,52 +2,33 @@
 --
 -- The worker counts the bytes every execution takes in, per source, where they arrive (host-call
 -- replies, workspace reads, context_vars), estimates their tokens (src/tokest.c), and does the
--- same for the result it returns; mb_exec_result_shape writes the result's _meta value from them
--- and the host hands the counts over with the result (src/host.c, push_io). Here they are summed
--- per tenant (get_execution_stats shows a tenant its own sums) and for the whole server
--- (/metrics, without a tenant label: every tenant's token may read /metrics). docs/sandbox.md
+-- same for the result it returns; mb_exec_result_shape writes the result's _meta from them (raw
+-- JSON) and the host hands the counts over with the result (src/host.c, push_io). Here they are
+-- summed per tenant (get_execution_stats shows a tenant its own sums) and, for /metrics, over
+-- all tenants (without a tenant label: every tenant's token may read /metrics). docs/sandbox.md
 -- ("Context saved") says what is counted and how good the estimate is.
 
 local mb = mb
 
 local M = {}
 
--- The key of the result's _meta (MCP: a prefix in reverse-DNS form, not one MCP reserves).
+-- The key of the result's _meta (MCP: a prefix in reverse-DNS form, not one MCP reserves); the
+-- worker writes it (src/sandbox.c, io_meta).
 M.KEY = "dev.moonbox/context"
 
 -- the sources in the order src/tokest.h declares them
 local SOURCES = { "upstream", "workspace", "context_vars", "skills", "catalog", "client" }
 
 local function new_sums()
-  local s = { executions = 0, bytes_in = 0, tokens_in = 0, bytes_out = 0, tokens_out = 0,
-              tokens_saved = 0, by_source = {} }
-  for _, name in ipairs(SOURCES) do s.by_source[name] = { bytes = 0, tokens = 0 } end
-  return s
+  return { executions = 0, bytes_out = 0, tokens_out = 0, tokens_saved = 0, by_source = {} }
 end
 
-local by_tenant = {}   -- tenant -> sums (tenants come from the configured tokens: few)
-local server = new_sums()
+-- tenant -> sums (tenants come from the configured tokens: few); /metrics adds them up
+local by_tenant = {}
 
-local function add(s, res)
-  s.executions = s.executions + 1
-  s.bytes_out = s.bytes_out + res.bytes_out
-  s.tokens_out = s.tokens_out + res.tokens_out
-  local io_in = res.io_in
-  if not io_in then return end -- nothing came in (most executions)
-  s.tokens_saved = s.tokens_saved + (res.tokens_saved or 0)
-  for name, v in pairs(io_in) do
-    local b = s.by_source[name]
-    if b then
-      b.bytes = b.bytes + v.bytes
-      b.tokens = b.tokens + v.tokens
-      s.bytes_in = s.bytes_in + v.bytes
-      s.tokens_in = s.tokens_in + v.tokens
-    end
-  end
-end
-
--- Counts one execution's result (a table from mb.wait) for its tenant and the server. Results
--- made without the counts (memory ran out shaping them, refusals) are left out.
+-- Counts one execution's result (a table from mb.wait) for its tenant. Results made without the
+-- counts (memory ran out shaping them, refusals) are left out. Cheap on purpose: most
+-- executions take nothing in, and this runs on the loop thread for every one.
 function M.add(tenant, res)
   if not (res and res.bytes_out) then return end
   tenant = tenant or "default"
@@ -56,25 +37,42 @@ function M.add(tenant, res)
     s = new_sums()
     by_tenant[tenant] = s
   end
-  add(s, res)
-  add(server, res)
+  s.executions = s.executions + 1
+  s.bytes_out = s.bytes_out + res.bytes_out
+  s.tokens_out = s.tokens_out + res.tokens_out
+  local io_in = res.io_in
+  if not io_in then return end
+  s.tokens_saved = s.tokens_saved + res.tokens_saved
+  local by = s.by_source
+  for name, v in pairs(io_in) do
+    local b = by[name]
+    if not b then
+      b = { bytes = 0, tokens = 0 }
+      by[name] = b
+    end
+    b.bytes = b.bytes + v.bytes
+    b.tokens = b.tokens + v.tokens
+  end
 end
 
--- The result's _meta, or nil when the result has no counts.
+-- The result's _meta (raw JSON made by the worker), or nil when the result has no counts.
 function M.meta(res)
-  if res.io_meta then return { [M.KEY] = res.io_meta } end
+  return res.io_meta
 end
 
 -- get_execution_stats' section for one tenant.
 function M.stats(tenant)
   local s = by_tenant[tenant or "default"] or new_sums()
-  local by_source = {}
+  local by_source, bytes_in, tokens_in = {}, 0, 0
   for _, name in ipairs(SOURCES) do
     local b = s.by_source[name]
-    if b.bytes > 0 then by_source[name] = { bytes = b.bytes, tokens = b.tokens } end
+    if b then
+      by_source[name] = { bytes = b.bytes, tokens = b.tokens }
+      bytes_in, tokens_in = bytes_in + b.bytes, tokens_in + b.tokens
+    end
   end
   return {
-    executions = s.executions, bytes_in = s.bytes_in, tokens_in = s.tokens_in,
+    executions = s.executions, bytes_in = bytes_in, tokens_in = tokens_in,
     bytes_out = s.bytes_out, tokens_out = s.tokens_out, tokens_saved = s.tokens_saved,
     by_source = by_source,
     tokens = "estimated (docs/sandbox.md, \"Context saved\")",
@@ -83,6 +81,17 @@ end
 
 -- Prometheus text for /metrics: the server's sums.
 function M.metrics_text()
+  local server = new_sums()
+  for _, name in ipairs(SOURCES) do server.by_source[name] = { bytes = 0, tokens = 0 } end
+  for _, t in pairs(by_tenant) do
+    server.bytes_out = server.bytes_out + t.bytes_out
+    server.tokens_out = server.tokens_out + t.tokens_out
+    server.tokens_saved = server.tokens_saved + t.tokens_saved
+    for name, b in pairs(t.by_source) do
+      local sb = server.by_source[name]
+      sb.bytes, sb.tokens = sb.bytes + b.bytes, sb.tokens + b.tokens
+    end
+  end
   local lines = {
     "# HELP moonbox_context_in_bytes_total Bytes sandbox code took in, by source.",
     "# TYPE moonbox_context_in_bytes_total counter",
