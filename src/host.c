@@ -199,7 +199,8 @@ static int push_refusal(lua_State *L, const char *err)
 		return 2;
 	mb_json_push_raw(L, r.structured_json, r.structured_json_len);
 	mb_json_push_raw(L, r.structured_quoted, r.structured_quoted_len);
-	mb_json_push_raw(L, r.io_meta, r.io_meta_len);
+	char meta[MB_EXEC_META_MAX];
+	mb_json_push_raw(L, meta, mb_exec_result_meta(&r, meta));
 	free(r.structured_json);
 	free(r.structured_quoted);
 	return 5;
@@ -569,7 +570,8 @@ static void push_io(lua_State *L, const mb_exec_result *r)
 		bytes += io->in_bytes[i];
 		tokens += io->in_tokens[i];
 	}
-	mb_json_push_raw(L, r->io_meta, r->io_meta_len);
+	char meta[MB_EXEC_META_MAX];
+	mb_json_push_raw(L, meta, mb_exec_result_meta(r, meta));
 	lua_setfield(L, -2, "io_meta");
 	lua_pushinteger(L, (lua_Integer)io->out_bytes);
 	lua_setfield(L, -2, "bytes_out");

@@ -97,6 +97,11 @@ static int dump_writer(lua_State *L, const void *p, size_t n, void *ud)
 	return 0;
 }
 
+/* The head of a successful result's structuredContent (mb_json_object writes the fields in the
+ * order mb_exec_result_shape gives them) and its estimate, made once by mb_sandbox_global_init. */
+static const char result_head[] = "{\"success\":true,\"result\":";
+static uint64_t result_head_tokens;
+
 int mb_sandbox_global_init(void)
 {
 	const char *stall = getenv("MOONBOX_TEST_STALL_MS");
@@ -105,6 +110,7 @@ int mb_sandbox_global_init(void)
 		test_stall_ms = 0;
 	if (mb_sandbox_core_init() != 0 || mb_sandbox_env_init() != 0)
 		return -1;
+	result_head_tokens = mb_tokest(result_head, sizeof result_head - 1);
 
 	/* Compile the prelude once; each sandbox loads this trusted bytecode instead of parsing. */
 	lua_State *L = luaL_newstate();
@@ -639,29 +645,33 @@ uint64_t mb_exec_io_saved(const mb_exec_io *io)
 	return in > io->out_tokens ? in - io->out_tokens : 0;
 }
 
-/* The result's _meta object (docs/sandbox.md, "Context saved"): the counts in res->io, with out
- * taken from the structuredContent text just made. Written with no allocation: the trivial
- * execution must not pay for it (a few hundred instructions). */
-static void io_meta(mb_exec_result *res)
+/* out: the structuredContent text just made. A result's own estimate was made by the worker that
+ * made the result (result_tokens): here only the frame around it is read. */
+static void io_out(mb_exec_result *res)
 {
 	mb_exec_io *io = &res->io;
 	const char *sj = res->structured_json;
 	size_t sn = sj ? res->structured_json_len : 0;
-	static const char head[] = "{\"success\":true,\"result\":";
-	const size_t hn = sizeof head - 1;
+	const size_t hn = sizeof result_head - 1;
 	io->out_bytes = sn;
 	if (res->success && res->result_json && io->result_tokens && sn > hn + res->result_len &&
-	    memcmp(sj, head, hn) == 0) /* the result's estimate is there: the frame around it */
-		io->out_tokens = mb_tokest(sj, hn) + io->result_tokens +
+	    memcmp(sj, result_head, hn) == 0)
+		io->out_tokens = (result_head_tokens ? result_head_tokens : mb_tokest(sj, hn)) +
+				 io->result_tokens +
 				 mb_tokest(sj + hn + res->result_len, sn - hn - res->result_len);
 	else
 		io->out_tokens = sj ? mb_tokest(sj, sn) : 0;
+}
+
+size_t mb_exec_result_meta(const mb_exec_result *res, char buf[MB_EXEC_META_MAX])
+{
+	const mb_exec_io *io = &res->io;
 	uint64_t bytes = 0, tokens = 0;
 	for (int i = 0; i < MB_IO_NSOURCES; i++) {
 		bytes += io->in_bytes[i];
 		tokens += io->in_tokens[i];
 	}
-	char *p = res->io_meta;
+	char *p = buf;
 	p = put_u64(put_str(p, "{\"dev.moonbox/context\":{\"bytes_in\":"), bytes);
 	p = put_u64(put_str(p, ",\"tokens_in\":"), tokens);
 	p = put_u64(put_str(p, ",\"bytes_out\":"), io->out_bytes);
@@ -684,7 +694,7 @@ static void io_meta(mb_exec_result *res)
 	}
 	*p++ = '}';
 	*p++ = '}';
-	res->io_meta_len = (size_t)(p - res->io_meta);
+	return (size_t)(p - buf);
 }
 
 void mb_exec_result_shape(mb_exec_result *res)
@@ -725,7 +735,7 @@ void mb_exec_result_shape(mb_exec_result *res)
 		free(res->structured_json);
 		res->structured_json = NULL;
 	}
-	io_meta(res);
+	io_out(res);
 }
 
 void mb_exec_result_free(mb_exec_result *res)

@@ -99,12 +99,12 @@ typedef struct mb_exec_result {
 	mb_pii_found *pii_found;
 	size_t pii_nfound;
 	/* bytes and estimated tokens the code took in, per source, and the result's (out, set by
-	 * mb_exec_result_shape); io_meta is the result's _meta object made from them, as JSON text
-	 * (docs/sandbox.md, "Context saved"); at most 677 bytes: 17 counts of 20 digits and keys */
+	 * mb_exec_result_shape): the result's _meta (mb_exec_result_meta) */
 	mb_exec_io io;
-	char io_meta[768];
-	size_t io_meta_len;
 } mb_exec_result;
+
+/* The largest _meta mb_exec_result_meta writes: 17 counts of 20 digits and their keys (677). */
+#define MB_EXEC_META_MAX 768
 
 /// A fresh sandbox state built ahead of time: libraries, restricted environment, prelude stubs.
 /// Owned by the thread that prepared it; it runs exactly one execution.
@@ -150,6 +150,11 @@ void mb_exec_result_shape(mb_exec_result *res);
 /// source but context_vars (which the model wrote, so had in its context already), less what it
 /// returned; 0 when it returned more.
 uint64_t mb_exec_io_saved(const mb_exec_io *io);
+
+/// Writes the result's _meta object as JSON text (docs/sandbox.md, "Context saved"): the counts in
+/// res->io under the key "dev.moonbox/context". Any thread; no allocation.
+/// @returns its length (at most MB_EXEC_META_MAX)
+size_t mb_exec_result_meta(const mb_exec_result *res, char buf[MB_EXEC_META_MAX]);
 
 /// Makes the execution running on the calling thread check its budget at its next instruction,
 /// as the deadline signal does. Async-signal-safe (a worker process's cancel signal).

@@ -30,18 +30,18 @@ run("bob", { workspace = { bytes = 50, tokens = 12 } }, 0)
 -- the section get_execution_stats shows the tenant (its other sections need a store)
 local function ctx(tenant) return tools.stats_providers.context(tenant) end
 local a = ctx("alice")
-check("alice's sums", { a.executions, a.bytes_in, a.tokens_in, a.bytes_out, a.tokens_out, a.tokens_saved },
-  { 2, 1000, 300, 200, 60, 250 })
+check("alice's sums", { a.bytes_in, a.tokens_in, a.bytes_out, a.tokens_out, a.tokens_saved },
+  { 1000, 300, 200, 60, 250 })
 check("alice's sources", a.by_source, { upstream = { bytes = 900, tokens = 280 }, context_vars = { bytes = 100, tokens = 20 } })
 local b = ctx("bob")
-check("bob sees his own only", { b.executions, b.bytes_in, b.by_source.upstream, b.by_source.workspace.bytes },
-  { 1, 50, nil, 50 })
+check("bob sees his own only", { b.bytes_in, b.bytes_out, b.by_source.upstream, b.by_source.workspace.bytes },
+  { 50, 100, nil, 50 })
 local d = ctx("default")
-check("a tenant with no executions", { d.executions, d.bytes_in, next(d.by_source) }, { 0, 0, nil })
+check("a tenant with no executions", { d.bytes_out, d.bytes_in, next(d.by_source) }, { 0, 0, nil })
 
 -- a refused submit and a result without counts (memory ran out shaping it) are not counted
 exec({ code = "return 1" }, H.request("bob", { nil, "server busy: queue full", { success = false, error_type = "busy" } }))
-check("a refusal is not counted", ctx("bob").executions, 1)
+check("a refusal is not counted", ctx("bob").bytes_out, 100)
 
 local m = tools.savings.metrics_text()
 local function metric(pat) return tonumber(m:match(pat)) end
