@@ -100,8 +100,11 @@ static const option options[] = {
 	I(upstream_init_timeout_ms, 30000, 100, 3600000, "start and initialize of an upstream server"),
 	I(upstream_max_calls, 1000, 0, 100000000, "upstream tool calls per execution, all servers together"),
 	I(upstream_max_parallel, 128, 1, 10000, "calls of one mcp.parallel in flight at once (the rest wait their turn)"),
+	I(upstream_ask_args_bytes, 2048, 64, 65536, "bytes of a call's arguments (as JSON, PII tokenized) shown in the question that asks the person to approve it (allowWrites \"ask\"); longer ones are cut"),
 	I(upstream_restart_max_ms, 30000, 100, 3600000, "longest pause between restarts of a failing upstream"),
 	I(upstream_shutdown_grace_ms, 2000, 0, 60000, "at shutdown, time an upstream child gets after SIGTERM before SIGKILL (and HTTP session DELETEs, at most 2 s; 0: none sent)"),
+	I(inferred_shape_max_nodes, 200, 0, 10000, "types and field names kept of the results of one upstream tool without outputSchema, per tenant, for its inferred Lua result type (0: no shapes recorded)"),
+	I(inferred_shape_total_nodes, 200000, 1, 100000000, "types and field names kept for the inferred result types of all tools and tenants together (the least recently updated shapes are dropped)"),
 };
 #define NOPTS (sizeof options / sizeof options[0])
 

@@ -101,8 +101,11 @@ typedef struct mb_config {
 	int64_t upstream_init_timeout_ms;
 	int64_t upstream_max_calls;     /* upstream calls per execution, all servers together */
 	int64_t upstream_max_parallel;  /* calls of one mcp.parallel in flight at once */
+	int64_t upstream_ask_args_bytes;/* arguments shown in an approval question (allowWrites "ask") */
 	int64_t upstream_restart_max_ms;/* longest pause between restarts of a failing upstream */
 	int64_t upstream_shutdown_grace_ms;
+	int64_t inferred_shape_max_nodes;   /* result shape of one tool per tenant; 0 = none kept */
+	int64_t inferred_shape_total_nodes; /* all result shapes together */
 } mb_config;
 
 /* Fills cfg from defaults, config file, environment and argv. Returns 0, 1 when the program

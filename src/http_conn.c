@@ -13,9 +13,10 @@
  * exchange | STREAM for a GET) -> IDLE, or DRAIN (answer written, then shutdown, discard input
  * until EOF) -> CLOSED.
  *
- * Writes. One uv_write per response or event with 1-3 iovecs: a head built in the write request
+ * Writes. One write per response or event with 1-3 iovecs: a head built in the write request
  * (from a free list, so a keep-alive request costs no allocation here) and the host's buffer
- * itself, freed when written.
+ * itself, freed when written; tried at once (uv_try_write), queued with uv_write only for what
+ * the socket did not take (mb_http_wreq_send).
  *
  * Near the bottom of the transport: http_session.c (sessions, exchanges, SSE) and http.c
  * (routing, the sweep, the public API) build on this file and it calls neither; it calls only
@@ -174,12 +175,40 @@ static void on_write(uv_write_t *req, int status)
 		schedule_drive(c);
 }
 
-/* Queues w (bufs[0..n)). On failure the connection is closed; w and its buffer are freed. */
+/* Writes w (bufs[0..n)): at once when the socket takes it all, which is the usual case (then w
+ * and its buffer are freed here and nothing is left to finish); otherwise what is left is queued
+ * with uv_write and finished in on_write. Trying first spares a keep-alive response libuv's
+ * write request: uv_write's completion stops POLLOUT, and that costs an epoll_ctl at the next
+ * poll even when POLLOUT was never started (one system call per response). uv_try_write refuses
+ * while earlier writes wait, so the order holds. On failure the connection is closed; w and its
+ * buffer are freed. */
 void mb_http_wreq_send(conn *c, wreq *w, unsigned n)
 {
 	mb_http *h = c->h;
+	size_t total = 0;
 	for (unsigned i = 0; i < n; i++)
-		h->st.bytes_out += w->bufs[i].len;
+		total += w->bufs[i].len;
+	h->st.bytes_out += total;
+	int k = uv_try_write((uv_stream_t *)&c->tcp, w->bufs, n);
+	if (k > 0 && (size_t)k == total) {
+		mb_http_wreq_put(h, w);
+		return;
+	}
+	if (k > 0) { /* the socket took part: queue the rest */
+		size_t done = (size_t)k;
+		unsigned first = 0;
+		while (done >= w->bufs[first].len)
+			done -= w->bufs[first++].len;
+		w->bufs[first].base += done;
+		w->bufs[first].len -= done;
+		if (first)
+			memmove(w->bufs, w->bufs + first, (n - first) * sizeof w->bufs[0]);
+		n -= first;
+	} else if (k != UV_EAGAIN && k != UV_ENOSYS) {
+		mb_http_wreq_put(h, w);
+		mb_http_conn_close(c);
+		return;
+	}
 	c->writes++;
 	int rc = uv_write(&w->req, (uv_stream_t *)&c->tcp, w->bufs, n, on_write);
 	if (rc) {

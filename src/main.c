@@ -44,6 +44,37 @@ static int make_dirs(const char *path)
 	return 0;
 }
 
+/* isolation = auto: worker processes wherever this machine can start a confined one
+ * (docs/security.md, "Worker processes"); threads, said loudly, where it cannot. */
+static void decide_isolation(mb_config *cfg, int ok, const char *why)
+{
+	if (!ok)
+		mb_log(MB_LOG_WARNING, "isolation: worker processes cannot run here (%s); "
+		       "executions run on threads (--isolation thread says so; with --isolation process "
+		       "every execution reports why it could not run)", why);
+	snprintf(cfg->isolation, sizeof cfg->isolation, "%s", ok ? "process" : "thread");
+}
+
+typedef struct {
+	mb_config *cfg;
+	mb_wprobe p;
+	int pending; /* started, not yet awaited */
+	char why[MB_ERR_MAX];
+} isolation_probe;
+
+/* Called by the server before it makes its pool: awaits the probe started in main. */
+static void settle_isolation(void *ud)
+{
+	isolation_probe *probe = ud;
+	if (!probe->pending)
+		return;
+	probe->pending = 0;
+	decide_isolation(probe->cfg, mb_worker_probe_finish(&probe->p, probe->why, sizeof probe->why) == 0,
+			 probe->why);
+	if (probe->cfg->log_level[0] == 'd')
+		mb_config_dump(probe->cfg, stderr);
+}
+
 int main(int argc, char **argv)
 {
 	static mb_config cfg;
@@ -65,6 +96,16 @@ int main(int argc, char **argv)
 		mb_log(MB_LOG_CRIT, "cannot create data directory %s: %s", cfg.data_dir, strerror(errno));
 		return 1;
 	}
+	static isolation_probe probe;
+	probe.cfg = &cfg;
+	if (strcmp(cfg.isolation, "auto") == 0) {
+		/* the probe's worker process starts while the rest of start-up runs (the store, the
+		 * host, the PII detector); its answer is awaited just before the pool (settle_isolation). posix_spawn makes no
+		 * thread here, and a probe left by an early return below ends at its channel's EOF */
+		probe.pending = mb_worker_probe_start(&cfg, &probe.p, probe.why, sizeof probe.why) == 0;
+		if (!probe.pending)
+			decide_isolation(&cfg, 0, probe.why);
+	}
 	mb_seed_examples(&cfg);
 	mb_json_global_init();
 	if (mb_codec_init() != 0) {
@@ -75,18 +116,10 @@ int main(int argc, char **argv)
 		mb_log(MB_LOG_CRIT, "sandbox initialisation failed");
 		return 1;
 	}
-	if (strcmp(cfg.isolation, "auto") == 0) {
-		/* worker processes wherever this machine can start a confined one (docs/security.md,
-		 * "Worker processes"); threads, said loudly, where it cannot */
-		char why[MB_ERR_MAX];
-		int ok = mb_worker_probe(&cfg, why, sizeof why) == 0;
-		if (!ok)
-			mb_log(MB_LOG_WARNING, "isolation: worker processes cannot run here (%s); "
-			       "executions run on threads (--isolation thread says so; with --isolation process "
-			       "every execution reports why it could not run)", why);
-		snprintf(cfg.isolation, sizeof cfg.isolation, "%s", ok ? "process" : "thread");
-	}
-	if (cfg.log_level[0] == 'd')
+	if (!probe.pending && cfg.log_level[0] == 'd')
 		mb_config_dump(&cfg, stderr);
-	return mb_server_run_stdio(&cfg);
+	rc = mb_server_run_stdio(&cfg, settle_isolation, &probe);
+	if (probe.pending) /* the server stopped before its pool: the probe's process must not outlive us */
+		settle_isolation(&probe);
+	return rc;
 }

@@ -246,7 +246,7 @@ static void build_pii(void *arg)
 	b->rc = mb_pii_from_config(b->cfg, &b->d, b->key, b->err, sizeof b->err);
 }
 
-int mb_server_run_stdio(const mb_config *cfg)
+int mb_server_run_stdio(const mb_config *cfg, void (*before_pool)(void *ud), void *ud)
 {
 	mb_server *s = calloc(1, sizeof *s);
 	if (!s)
@@ -303,6 +303,8 @@ int mb_server_run_stdio(const mb_config *cfg)
 		return 1;
 	}
 	mb_host_set_history(s->host, s->history);
+	if (before_pool)
+		before_pool(ud);
 	mb_job_callbacks jcb = { job_notify, job_call, job_done, s };
 	s->pool = mb_pool_new(&s->loop, cfg, &jcb);
 	if (!s->pool)

@@ -5,8 +5,11 @@
 
 #include "config.h"
 
-/// Runs the stdio server until stdin ends and in-flight work is answered.
+/// Runs the server (stdio, or HTTP when http_listen is set) until stdin ends (or a signal) and
+/// in-flight work is answered. before_pool(ud), when given, runs once just before the execution
+/// pool is made, after the store, the host and the PII detector: main.c settles isolation = auto
+/// there, so that its probe overlaps the rest of start-up (cfg->isolation is read from then on).
 /// @returns the process exit code (0 on a clean end)
-int mb_server_run_stdio(const mb_config *cfg);
+int mb_server_run_stdio(const mb_config *cfg, void (*before_pool)(void *ud), void *ud);
 
 #endif

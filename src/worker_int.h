@@ -15,16 +15,17 @@
 #include "worker_wire.h"
 
 /* A worker process just started: its pid, our end of its channel, the page holding its budget. */
-typedef struct {
+typedef struct mb_wspawn {
 	pid_t pid;
 	int fd;
 	mb_budget *shared;
 } mb_wspawn;
 
 /// Starts `/proc/self/exe --worker` (empty environment, /dev/null on 0 and 1, the channel on 3,
-/// the shared page on 4, nothing else) and sends it W_INIT. Blocks for the spawn: call it off
-/// the loop (the thread pool). @returns 0, or -1 with err set
-int mb_worker_spawn(const mb_config *cfg, mb_wspawn *out, char *err, size_t errlen);
+/// the shared page on 4, nothing else) and sends it W_INIT, or W_PROBE when probe is set (a
+/// worker that only confines itself and reports). Blocks for the spawn: call it off the loop
+/// (the thread pool). @returns 0, or -1 with err set
+int mb_worker_spawn(const mb_config *cfg, int probe, mb_wspawn *out, char *err, size_t errlen);
 
 /// Unmaps the shared page and closes the descriptor of a spawn whose process is gone.
 void mb_worker_spawn_release(mb_wspawn *w);

@@ -119,19 +119,32 @@ static void sent(uv_write_t *req, int status)
 	free(s);
 }
 
-/* Writes the frame in b to w (b's buffer is taken over). */
+/* Writes the frame in b to w (b's buffer is taken over): at once when the channel takes it all
+ * (the usual case: no write request, and none of the epoll_ctl that uv_write's completion costs
+ * at the next poll), else what is left with uv_write (uv_try_write refuses while earlier frames
+ * wait, so the order holds). */
 static void send_frame(wproc *w, mb_wbuf *b)
 {
 	if (b->failed || !w->pipe_open || w->state == P_DEAD)
 		return;
-	wsend *s = malloc(sizeof *s);
-	if (!s)
-		return;
 	uint64_t n = b->len - 4;
 	for (int i = 0; i < 4; i++)
 		b->buf[i] = (char)(n >> (8 * i));
-	s->buf = b->buf;
 	uv_buf_t ub = uv_buf_init(b->buf, (unsigned)b->len);
+	int k = uv_try_write((uv_stream_t *)&w->pipe, &ub, 1);
+	if ((k >= 0 && (size_t)k == ub.len) || (k < 0 && k != UV_EAGAIN && k != UV_ENOSYS)) {
+		free(b->buf); /* written, or the worker is gone (its end of file says so) */
+		memset(b, 0, sizeof *b);
+		return;
+	}
+	wsend *s = malloc(sizeof *s);
+	if (!s)
+		return;
+	s->buf = b->buf;
+	if (k > 0) {
+		ub.base += k;
+		ub.len -= (size_t)k;
+	}
 	memset(b, 0, sizeof *b);
 	if (uv_write(&s->req, (uv_stream_t *)&w->pipe, &ub, 1, sent) != 0) {
 		free(s->buf);
@@ -299,7 +312,7 @@ static void read_cb(uv_stream_t *s, ssize_t n, const uv_buf_t *buf)
 static void spawn_work(uv_work_t *req)
 {
 	wproc *w = req->data;
-	w->spawn_rc = mb_worker_spawn(w->pp->cfg, &w->sp, w->spawn_err, sizeof w->spawn_err);
+	w->spawn_rc = mb_worker_spawn(w->pp->cfg, 0, &w->sp, w->spawn_err, sizeof w->spawn_err);
 }
 
 static void retry_fired(uv_timer_t *t)

@@ -25,10 +25,21 @@ void mb_wpool_get_stats(mb_wpool *pp, mb_pool_stats *out);
 /// Kills the worker processes and closes the handles; frees itself once they are closed.
 void mb_wpool_close(mb_wpool *pp);
 
-/// isolation = auto: starts one worker process and waits (at most 5 s) until it reports itself
-/// confined, then stops it. Any thread, before the pool exists.
+/// isolation = auto: a worker process started to learn whether worker processes work here.
+typedef struct mb_wprobe {
+	struct mb_wspawn *spawn; /* NULL once finished */
+	uint64_t until_ns;       /* it must be ready by then (5 s after the start) */
+} mb_wprobe;
+
+/// Starts the probe's worker process and returns at once, so that the rest of start-up runs
+/// while it starts (main.c). Any thread, before the pool exists.
+/// @returns 0, or -1 with why set (the spawn failed)
+int mb_worker_probe_start(const mb_config *cfg, mb_wprobe *p, char *why, size_t n);
+
+/// Waits (until 5 s after the start) for the probe's worker to report itself confined, then
+/// stops it and frees the probe.
 /// @returns 0 when worker processes work here, or -1 with why set (a kernel without seccomp,
 ///          a container that forbids what confine.c needs, a binary run under valgrind, ...)
-int mb_worker_probe(const mb_config *cfg, char *why, size_t n);
+int mb_worker_probe_finish(mb_wprobe *p, char *why, size_t n);
 
 #endif

@@ -376,11 +376,9 @@ static mb_sandbox *run_job(mb_wmsg *m, mb_sandbox *sb)
 }
 
 /* Confines the process and serves jobs until the server closes the channel. */
-static _Noreturn void serve(void)
+/* Confines this process (confine.c) and tells the server what took effect (W_READY). */
+static void confine_and_report(void)
 {
-	mb_sandbox_thread_init();
-	mb_sandbox *sb = mb_sandbox_prepare(&cfg);
-
 	char err[MB_ERR_MAX];
 	mb_confine_report rep;
 	/* the address space as a backstop to the allocator's cap: the largest memory_mb, the C
@@ -396,6 +394,13 @@ static _Noreturn void serve(void)
 	mb_wbuf_u64(&wb, (uint64_t)rep.landlock);
 	mb_wbuf_u64(&wb, (uint64_t)rep.no_new_privs);
 	send_or_die();
+}
+
+static _Noreturn void serve(void)
+{
+	mb_sandbox_thread_init();
+	mb_sandbox *sb = mb_sandbox_prepare(&cfg);
+	confine_and_report();
 
 	for (;;) {
 		mb_wmsg m;
@@ -429,7 +434,7 @@ int mb_worker_main(void)
 	mb_wmsg m;
 	const char *s;
 	size_t n;
-	if (mb_wire_read(&rd, MB_WORKER_FD, -1, &m) != 1 || m.type != W_INIT ||
+	if (mb_wire_read(&rd, MB_WORKER_FD, -1, &m) != 1 || (m.type != W_INIT && m.type != W_PROBE) ||
 	    mb_wmsg_bytes(&m, &s, &n) != 0 || n != sizeof cfg)
 		die("no configuration from the server");
 	memcpy(&cfg, s, sizeof cfg);
@@ -438,6 +443,14 @@ int mb_worker_main(void)
 	if (getenv("MOONBOX_TEST_WORKER_FAIL"))
 		die("test: failing at start (MOONBOX_TEST_WORKER_FAIL)");
 #endif
+	if (m.type == W_PROBE) {
+		/* isolation = auto's probe (mb_worker_probe_start): whether a worker confines here.
+		 * Nothing runs, so nothing is initialised; the server stops it once it has read this */
+		confine_and_report();
+		while (mb_wire_read(&rd, MB_WORKER_FD, -1, &m) > 0)
+			;
+		_exit(0);
+	}
 	/* the largest frame the server sends: code and context of one job, or a file */
 	uint64_t most = (uint64_t)cfg.max_code_bytes + (uint64_t)cfg.max_message_bytes;
 	if ((uint64_t)cfg.workspace_max_file_bytes > most)

@@ -18,6 +18,7 @@
  * confinement and quotas.
  */
 #include "worker_int.h"
+#include "worker_pool.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -51,7 +52,7 @@ static void worker_config(const mb_config *in, mb_config *out)
 #undef BLANK
 }
 
-int mb_worker_spawn(const mb_config *cfg, mb_wspawn *out, char *err, size_t errlen)
+int mb_worker_spawn(const mb_config *cfg, int probe, mb_wspawn *out, char *err, size_t errlen)
 {
 	int sv[2];
 	if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) != 0) {
@@ -125,7 +126,7 @@ int mb_worker_spawn(const mb_config *cfg, mb_wspawn *out, char *err, size_t errl
 	mb_wbuf b = {0};
 	pthread_mutex_lock(&wc_lock);
 	worker_config(cfg, &wc);
-	mb_wbuf_start(&b, W_INIT);
+	mb_wbuf_start(&b, probe ? W_PROBE : W_INIT);
 	mb_wbuf_bytes(&b, &wc, sizeof wc);
 	pthread_mutex_unlock(&wc_lock);
 	out->pid = pid;
@@ -434,25 +435,47 @@ void mb_worker_death_message(int st, char *msg, size_t n)
 
 /* ---- isolation = auto --------------------------------------------------------------------- */
 
-int mb_worker_probe(const mb_config *cfg, char *why, size_t n)
+int mb_worker_probe_start(const mb_config *cfg, mb_wprobe *p, char *why, size_t n)
 {
-	mb_wspawn w = {0, -1, NULL};
-	if (mb_worker_spawn(cfg, &w, why, n) != 0)
+	p->spawn = calloc(1, sizeof(mb_wspawn));
+	if (!p->spawn) {
+		snprintf(why, n, "out of memory");
 		return -1;
+	}
+	mb_wspawn *w = p->spawn;
+	w->fd = -1;
+	if (mb_worker_spawn(cfg, 1, w, why, n) != 0) {
+		free(w);
+		p->spawn = NULL;
+		return -1;
+	}
+	p->until_ns = mb_now_ns() + 5000000000ull;
+	return 0;
+}
+
+int mb_worker_probe_finish(mb_wprobe *p, char *why, size_t n)
+{
+	mb_wspawn *w = p->spawn;
+	if (!w) {
+		snprintf(why, n, "the probe was not started");
+		return -1;
+	}
+	p->spawn = NULL;
 	mb_wreader rd = {.max = 4096};
 	mb_wmsg m;
-	uint64_t until = mb_now_ns() + 5000000000ull, sec = 0;
+	uint64_t until = p->until_ns, sec = 0;
 	int k = 0;
 	while (k == 0 && mb_now_ns() < until)
-		k = mb_wire_read(&rd, w.fd, (int)((until - mb_now_ns()) / 1000000) + 1, &m);
+		k = mb_wire_read(&rd, w->fd, (int)((until - mb_now_ns()) / 1000000) + 1, &m);
 	if (k == 1 && m.type == W_READY)
 		mb_wmsg_u64(&m, &sec);
-	kill(w.pid, SIGKILL);
+	kill(w->pid, SIGKILL);
 	int st = -1;
-	while (waitpid(w.pid, &st, 0) < 0 && errno == EINTR)
+	while (waitpid(w->pid, &st, 0) < 0 && errno == EINTR)
 		;
 	mb_wreader_free(&rd);
-	mb_worker_spawn_release(&w);
+	mb_worker_spawn_release(w);
+	free(w);
 	if (k == 1 && m.type == W_READY && sec)
 		return 0;
 	if (k == 1)

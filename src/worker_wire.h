@@ -7,6 +7,8 @@
  * byte a worker sends as hostile (worker_relay.c). Who sends what:
  *
  *   server -> worker  W_INIT   the configuration (secrets blanked), once after the start
+ *                     W_PROBE  instead of W_INIT, for isolation = auto's probe: the same
+ *                              configuration; confine, report W_READY, run nothing
  *                     W_JOB    one execution: limits, code, context JSON, workspace quotas; or
  *                              one sent ahead, to start when the running one ends
  *                     W_REPLY  the answer to a W_CALL, W_WS or W_MINT: status, bytes
@@ -29,6 +31,7 @@
 enum {
 	W_INIT = 1, W_READY, W_JOB, W_REPLY, W_NOTIFY, W_CALL, W_WS, W_MINT, W_DONE, W_START,
 	W_RECALL, /* server -> worker, only while it waits for a reply: drop the jobs sent ahead */
+	W_PROBE,  /* server -> worker, first and only: confine, report, wait for the end */
 };
 
 /* Workspace operations of W_WS (the sandbox's port, sandbox.h). */

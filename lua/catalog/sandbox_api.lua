@@ -383,7 +383,8 @@ return {
           signature = "mcp.tools([server])",
           description = "What upstream servers code may call. Without a server: the servers "
             .. "configured in mcpServers, each {name, lua_name, state, tools}. With one: its "
-            .. "callable tools, each {name, lua_name, summary, read_only}. pairs(servers) walks "
+            .. "callable tools, each {name, lua_name, summary, read_only, ask} (ask: each call "
+            .. "waits for the person's approval, allowWrites \"ask\"). pairs(servers) walks "
             .. "the servers the same way. search_tools finds tools by what they do.",
           parameters = {
             P("server", "string", "a server name (or its Lua name)", true),

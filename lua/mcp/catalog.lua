@@ -27,6 +27,8 @@
 local mb = mb
 local null = mb.null
 local text = require("mcp.catalog_text")
+-- synonyms of the words people use for tools, added to queries (lua/catalog/vocabulary.lua)
+local VOCABULARY = text.compile_vocabulary(require("catalog.vocabulary"))
 
 local M = {}
 
@@ -36,6 +38,9 @@ local MAX_QUERY_BYTES = 1000
 local DEBOUNCE_MS = 100
 local START_DELAY_MS = 50    -- the start-up import waits this long unless the catalog is used
 local RERANK_WINDOW = 20     -- extra bm25 matches looked at when putting name matches first
+-- A vocabulary alternative in more entries than this (the larger of a count and a share of all
+-- entries) is added to a query only when the user's word itself is in none (see common_term).
+local COMMON_MIN, COMMON_SHARE = 100, 0.05
 local FILE_PATTERN = "^[^.#~][^/]*%.json$"
 -- bm25 column weights: name, category, description, params, use_cases
 local WEIGHTS = "10.0, 3.0, 2.0, 1.0, 2.0"
@@ -49,6 +54,8 @@ local state = {
   search_ms = {}, search_pos = 0,
   last_import = nil,   -- {source=, tools=, ms=}
   start_ms = nil,      -- duration of the start-up import
+  df = {},             -- FTS term -> number of entries that have it (cleared on every change)
+  entries = nil,       -- number of entries (nil after a change)
 }
 M.state = state
 
@@ -99,6 +106,7 @@ local SQL = {
   category_exists = "SELECT 1 AS x FROM catalog_categories WHERE category = ? LIMIT 1",
   category_names = "SELECT DISTINCT category FROM catalog_categories",
   names_from = "SELECT name, category FROM catalog_tools WHERE name >= ? AND name < ? LIMIT 2000",
+  term_count = "SELECT count(*) AS n FROM catalog_fts WHERE catalog_fts MATCH ?",
   fts_names = "SELECT t.name, t.category FROM catalog_fts JOIN catalog_tools t ON "
     .. "t.id = catalog_fts.rowid WHERE catalog_fts MATCH ? ORDER BY bm25(catalog_fts, " .. WEIGHTS
     .. "), t.name, t.category LIMIT 10",
@@ -195,7 +203,14 @@ end
 ---------------------------------------------------------------------------------------------
 -- import and removal (loop thread; each in one transaction)
 
+-- Counts that search keeps about the catalog are stale once it changes.
+local function changed()
+  state.df = {}
+  state.entries = nil
+end
+
 local function delete_rows(db, source)
+  changed()
   db.run(SQL.delete_source_fts, source)
   db.run(SQL.delete_source_tools, source)
   db.run(SQL.delete_source_cats, source)
@@ -644,12 +659,44 @@ local function unknown_json(list)
   return out
 end
 
--- Within the best bm25 matches, entries whose name is made of the query's words come first
--- (catalog_text.name_covered); otherwise bm25 order, then name and category.
-local function rerank(rows, words)
-  for _, r in ipairs(rows) do r.covered = text.name_covered(r.name, words) end
+-- "absent" when no entry has a vocabulary alternative (an FTS5 term): it would cost time and find
+-- nothing; "common" when it is in so many entries that it says little about which one is meant
+-- and costs more than it helps (bm25 reads every entry that has a term, and weighs it little).
+-- The counts are kept until the catalog changes; the vocabulary bounds how many there are.
+local function classify_term(term)
+  local n = state.df[term]
+  if n == nil then
+    n = mb.db.row(SQL.term_count, term).n
+    state.df[term] = n
+  end
+  if n == 0 then return "absent" end
+  if n <= COMMON_MIN then return nil end
+  if not state.entries then state.entries = mb.db.row(SQL.count_tools).n end
+  return n > state.entries * COMMON_SHARE and "common" or nil
+end
+
+local function term_found(term)
+  return mb.db.row(SQL.has_match, term) ~= nil
+end
+
+local QUERY_OPTS = { classify = classify_term, found = term_found }
+
+-- Within the best bm25 matches: an entry whose name is the query first; then entries whose name
+-- is made of the query's words (catalog_text.name_covered); then those whose name is made of the
+-- query's words and their alternatives from the vocabulary; otherwise bm25 order, then name and
+-- category.
+local function rerank(rows, q, words, alt_words, match)
+  local names = match == "all"
+  local lq = q:match("^%s*(.-)%s*$"):lower()
+  local flat = text.flat_words(words)
+  local alts = #alt_words > 0 and text.flat_words(alt_words) or nil
+  for _, r in ipairs(rows) do
+    local t = text.is_exact_name_of(lq, r.name, r.category) and 0
+      or text.name_tier(r.name, flat, names and alts or nil) or 3
+    r.tier = t
+  end
   table.sort(rows, function(a, b)
-    if a.covered ~= b.covered then return a.covered end
+    if a.tier ~= b.tier then return a.tier < b.tier end
     if a.score ~= b.score then return a.score < b.score end
     if a.name ~= b.name then return a.name < b.name end
     return a.category < b.category
@@ -694,9 +741,9 @@ local function search(tools, args)
     if r then return r end
   end
 
-  local all_words, any_word, words, groups
+  local all_words, any_word, words, groups, alt_words
   if q:find("%S") then
-    all_words, any_word, words, groups = text.build_query(q)
+    all_words, any_word, words, groups, alt_words = text.build_query(q, VOCABULARY, QUERY_OPTS)
     if not all_words then
       return tools.tool_error(string.format("query %q has no words to search for (letters or "
         .. "digits); use \"\" to list every entry", q))
@@ -741,7 +788,7 @@ local function search(tools, args)
     end
     if #rows > 0 and #missing > 0 then unknown = missing end
     if #rows == 0 and any_word ~= all_words then rows, match = run(any_word), "any" end
-    rerank(rows, words)
+    rerank(rows, q, words, alt_words, match)
   elseif cat then
     rows = mb.db.query(sql.all_cat, cat, limit + 1)
   else
@@ -783,10 +830,29 @@ local function search(tools, args)
   })
 end
 
-local GET_ARGS = { tool_name = true, category = true }
+local GET_ARGS = { tool_name = true, category = true, format = true }
+local FORMATS = { json = true, lua = true, both = true }
+local FIELD_SET = {}
+for _, k in ipairs(FIELDS) do FIELD_SET[k] = true end
 
-local function get_definition(tools, args)
-  local err = check_unknown(args, GET_ARGS, "tool_name, category")
+-- The definition as answered for format: "json" as stored; "both" with lua_types (the tool's
+-- LuaLS stub, mcp/tool_stubs.lua) and, for an upstream tool without outputSchema whose results
+-- were seen, inferredOutputSchema; "lua" the same without inputSchema and outputSchema.
+local function with_lua_types(def, format, tenant)
+  if format == "json" then return def end
+  local d = mb.json_decode(def)
+  if type(d) ~= "table" or d.kind ~= "tool" then return def end
+  local stub, inferred = require("mcp.tool_stubs").for_entry(d, tenant)
+  if format == "lua" then d.inputSchema, d.outputSchema = nil, nil end
+  local extra = {}
+  for k, v in pairs(d) do if not FIELD_SET[k] then extra[k] = v end end
+  extra.lua_types, extra.inferredOutputSchema = stub, inferred
+  d.extra = extra
+  return definition_json(d)
+end
+
+local function get_definition(tools, args, request)
+  local err = check_unknown(args, GET_ARGS, "tool_name, category, format")
   if err then return tools.tool_error(err) end
   local name = args.tool_name
   if name == nil or name == null then
@@ -798,6 +864,14 @@ local function get_definition(tools, args)
   local cat
   cat, err = opt_string(args, "category", text.MAX_NAME_BYTES)
   if err then return tools.tool_error(err) end
+  local format
+  format, err = opt_string(args, "format", 16)
+  if err then return tools.tool_error(err) end
+  format = format or "json"
+  if not FORMATS[format] then
+    return tools.tool_error(string.format('invalid arguments: format must be "json", "lua" or '
+      .. '"both", got %q', format))
+  end
   ensure_started()
   if not state.ready then return unavailable(tools) end
 
@@ -840,7 +914,7 @@ local function get_definition(tools, args)
       #s > 0 and "Closest matches: " .. table.concat(s, ", ") .. "."
         or "Nothing similar; use search_tools to find tools."))
   end
-  return json_result({ rows[1].definition })
+  return json_result({ with_lua_types(rows[1].definition, format, request and request.tenant or "default") })
 end
 
 local function list_categories(tools, args)
@@ -912,6 +986,10 @@ local DEFINITION = {
     inputSchema = { type = "object" },
     outputSchema = { type = "object" },
     example = { type = "string", description = "Lua code for execute_code" },
+    lua_types = { type = "string", description = "format lua or both: the tool's LuaLS stub "
+      .. "(---@class, ---@param, ---@return) for servers.<server>.<tool>(args)" },
+    inferredOutputSchema = { type = "object", description = "a tool without outputSchema: the "
+      .. "shape of its results seen so far (types and field names only), not declared by the server" },
   },
   required = mb.array({ "name", "category", "kind", "description", "example" }),
 }
@@ -925,7 +1003,8 @@ function M.init(tools)
     title = "Search the tool catalog",
     description = "Find tools of the connected MCP servers and the Lua functions available inside "
       .. "execute_code, by words or names (prefix matching; snake_case, camelCase and dotted names "
-      .. "are split into words). Ranked best first. detail_level: \"name\" (name and category), "
+      .. "are split into words; common synonyms count too: \"substitute\" finds replace, \"PR\" "
+      .. "pull request). Ranked best first, an exact name first. detail_level: \"name\" (name and category), "
       .. "\"summary\" (plus a one-line description, default) or \"full\" (whole definitions with "
       .. "schemas and a Lua call example). Start with summary, then get_tool_definition for the "
       .. "one you need. To list every tool (what list_mcp_tools gives elsewhere), pass an empty "
@@ -975,20 +1054,25 @@ function M.init(tools)
     title = "Get a tool definition",
     description = "The full definition of one catalog entry (a tool of an MCP server or a Lua "
       .. "function of the sandbox): description, input and output schemas, and a Lua example of "
-      .. "calling it from execute_code. Pass category when the name exists in several.",
+      .. "calling it from execute_code. Pass category when the name exists in several. "
+      .. "format \"lua\" gives the tool's types as Lua annotations instead of JSON schemas "
+      .. "(with the result type inferred from earlier calls when the server declares none).",
     inputSchema = {
       type = "object",
       properties = {
         tool_name = { type = "string", description = "A name from search_tools" },
         category = { type = "string", description = "The entry's category" },
+        format = { type = "string", enum = mb.array({ "json", "lua", "both" }), default = "json",
+                   description = "json: the JSON schemas; lua: a LuaLS stub (lua_types) instead "
+                     .. "of them; both: the schemas and the stub" },
       },
       required = mb.array({ "tool_name" }),
       additionalProperties = false,
     },
     outputSchema = DEFINITION,
     annotations = { title = "Get a tool definition", readOnlyHint = true, openWorldHint = false },
-  }, function(args)
-    local ok, res = pcall(get_definition, tools, args)
+  }, function(args, request)
+    local ok, res = pcall(get_definition, tools, args, request)
     if not ok then return tools.tool_error("get_tool_definition failed: " .. tostring(res)) end
     return res
   end)

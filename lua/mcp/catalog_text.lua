@@ -145,22 +145,124 @@ for w in ([[a an the to of for in on at by with from into onto and or is are was
   STOP[w] = true
 end
 
-local function quote(t) return '"' .. sgsub(t, '"', '""') .. '"*' end
+function M.is_stop_word(w) return STOP[w] == true end
 
--- Turns a user's query into two FTS5 MATCH expressions built only from quoted prefix terms
--- ("word"*), so nothing the user types is passed through as FTS5 syntax:
+local function quote(t) return '"' .. sgsub(t, '"', '""') .. '"*' end
+-- An alternative from the vocabulary: the exact word (stemmed by the index), not a prefix, so
+-- that "sum" does not find "summary" nor "pr" every word that starts with it.
+local function exact(t) return '"' .. sgsub(t, '"', '""') .. '"' end
+
+---------------------------------------------------------------------------------------------
+-- the search vocabulary (lua/catalog/vocabulary.lua): synonyms added to query words
+
+M.MAX_ALTERNATIVES = 12      -- alternatives added for one query word
+M.MAX_ALT_TERMS = 48         -- alternatives added for a whole query
+-- bm25 counts a term once per time it is written in the expression: a user's word that has
+-- alternatives is written this many times, the alternatives once, so that an entry with the word
+-- the user typed ranks above one that has only an alternative (a synonym is a guess; the word is
+-- not). Only there: each extra term costs time for every matching entry.
+M.USER_WORD_WEIGHT = 2
+
+-- Compiles the vocabulary data ({groups = {{word, ...}, ...}, also = {word = {word, ...}}})
+-- into {alts = word -> {alternative, ...}, phrases = "w1 w2" -> true, max_phrase = n}. Every word
+-- of a group gets the others, in the order of the file; "also" adds one-way meanings. Words are
+-- lower case; a phrase is words separated by single spaces.
+function M.compile_vocabulary(data)
+  local alts, seen, phrases, max_phrase = {}, {}, {}, 1
+  local function norm(w)
+    return (sgsub(sgsub(slower(w), "[^%w\128-\255]+", " "), "^ *(.-) *$", "%1"))
+  end
+  local function add(w, a)
+    if w == a then return end
+    local l = alts[w]
+    if not l then l = {}; alts[w] = l; seen[w] = {} end
+    if not seen[w][a] then seen[w][a] = true; l[#l + 1] = a end
+  end
+  local function note(w)
+    if sfind(w, " ") then
+      phrases[w] = true
+      local n = select(2, sgsub(w, " ", " ")) + 1
+      if n > max_phrase then max_phrase = n end
+    end
+  end
+  for _, g in ipairs(data.groups or {}) do
+    local words = {}
+    for i, w in ipairs(g) do words[i] = norm(w); note(words[i]) end
+    for _, w in ipairs(words) do
+      for _, a in ipairs(words) do add(w, a) end
+    end
+  end
+  for _, k in ipairs(sorted_keys(data.also or {})) do
+    local w = norm(k)
+    note(w)
+    for _, a in ipairs(data.also[k]) do add(w, norm(a)) end
+  end
+  return { alts = alts, phrases = phrases, max_phrase = max_phrase }
+end
+
+-- Endings tried when a word is not in the vocabulary as it is ("removes" -> remove, "copies" ->
+-- copy, "renaming" -> rename): a light stemmer for lookups only (the index has its own).
+local ENDINGS = { { "ies", "y" }, { "es", "" }, { "s", "" }, { "ing", "" }, { "ing", "e" },
+                  { "ed", "" }, { "ed", "e" }, { "ly", "" } }
+
+-- The alternatives of a query word (lower case), or nil.
+function M.alternatives(vocab, w)
+  if not vocab then return nil end
+  local l = vocab.alts[w]
+  if l then return l end
+  if #w < 3 then return nil end
+  for _, e in ipairs(ENDINGS) do
+    local suf = e[1]
+    -- "prs" -> pr, "dbs" -> db; longer endings only on longer words
+    if #w > #suf + (suf == "s" and 1 or 2) and ssub(w, -#suf) == suf then
+      l = vocab.alts[ssub(w, 1, -#suf - 1) .. e[2]]
+      if l then return l end
+    end
+  end
+  return nil
+end
+
+-- Turns a user's query into two FTS5 MATCH expressions built only from quoted terms, so nothing
+-- the user types is passed through as FTS5 syntax:
 --  * all_words: every word joined with AND; a compound identifier matches whole or by all of its
---    words: ("get_file_contents"* OR ("get"* AND "file"* AND "contents"*));
---  * any_word: every word, and every compound identifier whole and by its words, joined with OR.
--- Stop words ("how do I ... the ...") are dropped unless nothing else is left. Returns
--- all_words, any_word, words (the lower-case words and identifiers searched for) and groups
--- ({expr, word} per query word: the parts of all_words, so that a word no entry has can be
--- left out); or nil when the query has no words (letters or digits).
-function M.build_query(q)
+--    words: ("get_file_contents"* OR ("get"* AND "file"* AND "contents"*)); a word the
+--    vocabulary knows matches it or any of its alternatives: ("substitute"* OR "replace" OR ...);
+--  * any_word: every word, every compound identifier whole and by its words, and the
+--    alternatives, joined with OR.
+-- The user's words are prefix terms ("word"*); alternatives are exact words. With a vocabulary,
+-- words next to each other that make one of its phrases ("pull request", "how many") are one
+-- query word. Stop words ("how do I ... the ...") are dropped unless nothing else is left.
+-- opts (optional) looks at the catalog: classify(term) is "absent" for an alternative no entry
+-- has (left out: it would cost time and find nothing), "common" for one in so many entries that
+-- it says little about which one is meant (and costs the most to score), else nil; found(term)
+-- tells whether some entry has the user's word. A common alternative is added only when the
+-- user's word is not found.
+-- Returns all_words, any_word, words (the lower-case words and identifiers searched for), groups
+-- ({expr, word, alts} per query word: the parts of all_words, so that a word no entry has can be
+-- left out) and alt_words (every alternative added); or nil when the query has no words.
+function M.build_query(q, vocab, opts)
   local toks = {}
   for tok in q:gmatch("[%w_%.%-/:\128-\255]+") do
     tok = sgsub(sgsub(tok, "^[_%.%-/:]+", ""), "[_%.%-/:]+$", "")
     if tok ~= "" and (sfind(tok, "%w") or sfind(tok, "[\128-\255]")) then toks[#toks + 1] = tok end
+  end
+  if vocab and vocab.max_phrase > 1 then
+    -- the longest phrase of the vocabulary that starts at each word
+    local merged, i = {}, 1
+    while i <= #toks do
+      local took = false
+      for n = math.min(vocab.max_phrase, #toks - i + 1), 2, -1 do
+        local p = slower(concat(toks, " ", i, i + n - 1))
+        if vocab.phrases[p] then
+          merged[#merged + 1] = p
+          i = i + n
+          took = true
+          break
+        end
+      end
+      if not took then merged[#merged + 1] = toks[i]; i = i + 1 end
+    end
+    toks = merged
   end
   local keep = {}
   for _, tok in ipairs(toks) do
@@ -168,61 +270,141 @@ function M.build_query(q)
     if not STOP[l] and #l > 1 or (#l == 1 and sfind(l, "%d")) then keep[#keep + 1] = tok end
   end
   if #keep == 0 then keep = toks end
-  local all, any, words, groups = {}, {}, {}, {}
-  local seen_all, seen_any = {}, {}
-  local function add_any(t)
-    if not seen_any[t] and #any < M.MAX_QUERY_TERMS then
+  local all, any, words, groups, alt_words = {}, {}, {}, {}, {}
+  local seen_all, seen_any, seen_alt = {}, {}, {}
+  local nalt = 0
+  local function add_any(t, term)
+    if not seen_any[t] and #any < M.MAX_QUERY_TERMS + M.MAX_ALT_TERMS then
       seen_any[t] = true
-      any[#any + 1] = quote(t)
-      words[#words + 1] = t
+      any[#any + 1] = term or quote(t)
+      return true
     end
   end
   for _, tok in ipairs(keep) do
-    if #all >= M.MAX_QUERY_TERMS or #any >= M.MAX_QUERY_TERMS then break end
+    if #all >= M.MAX_QUERY_TERMS or #words >= M.MAX_QUERY_TERMS then break end
     local whole = slower(tok)
     if not seen_all[whole] then
       seen_all[whole] = true
       local parts = {}
-      if compound(tok) then
+      -- a compound the vocabulary knows as a word ("PRs") is searched as that word
+      if not sfind(whole, " ") and compound(tok) and not M.alternatives(vocab, whole) then
         for _, w in ipairs(M.split_words(tok)) do
           if (#w > 1 or sfind(w, "%d")) and w ~= whole then parts[#parts + 1] = w end
         end
       end
-      add_any(whole)
+      if add_any(whole) then words[#words + 1] = whole end
+      local alts
       if #parts == 0 then
-        all[#all + 1] = quote(whole)
+        local terms = { quote(whole) }
+        local list = M.alternatives(vocab, whole)
+        if list then
+          alts = {}
+          local found -- whether some entry has the user's word (asked once, when needed)
+          for _, a in ipairs(list) do
+            if #alts >= M.MAX_ALTERNATIVES or nalt >= M.MAX_ALT_TERMS then break end
+            local take = a ~= whole
+            local kind = take and opts and opts.classify(exact(a))
+            if kind == "absent" then
+              take = false
+            elseif kind == "common" then
+              if found == nil then found = opts.found(quote(whole)) and true or false end
+              take = not found
+            end
+            if take then
+              alts[#alts + 1] = a
+              nalt = nalt + 1
+              terms[#terms + 1] = exact(a)
+              if not seen_alt[a] then seen_alt[a] = true; alt_words[#alt_words + 1] = a end
+              add_any(a, exact(a))
+            end
+          end
+        end
+        if #terms > 1 then
+          -- the user's word weighs more than its alternatives (see USER_WORD_WEIGHT)
+          for _ = 2, M.USER_WORD_WEIGHT do terms[#terms + 1] = terms[1] end
+        end
+        all[#all + 1] = #terms == 1 and terms[1] or "(" .. concat(terms, " OR ") .. ")"
       else
         local p = {}
         for i, w in ipairs(parts) do
           p[i] = quote(w)
-          add_any(w)
+          if add_any(w) then words[#words + 1] = w end
         end
         all[#all + 1] = "(" .. quote(whole) .. " OR (" .. concat(p, " AND ") .. "))"
       end
-      groups[#groups + 1] = { expr = all[#all], word = whole }
+      groups[#groups + 1] = { expr = all[#all], word = whole, alts = alts }
     end
   end
   if #any == 0 then return nil end
-  return concat(all, " AND "), concat(any, " OR "), words, groups
+  return concat(all, " AND "), concat(any, " OR "), words, groups, alt_words
 end
 
 -- True when every word of a tool's name (stop words aside) is among the query's words, a query
 -- word being a prefix of it or it a prefix (3 letters or more) of a query word: the name then
 -- says exactly what was asked for ("write a file" -> write_file rather than json.write_file).
--- Search puts such entries first among its best bm25 matches.
-function M.name_covered(name, words)
-  local any = false
-  for _, w in ipairs(M.split_words(name)) do
-    if not STOP[w] then
-      any = true
-      local hit = false
-      for _, q in ipairs(words) do
-        if ssub(w, 1, #q) == q or (#w >= 3 and ssub(q, 1, #w) == w) then hit = true break end
-      end
-      if not hit then return false end
+-- Search puts such entries first among its best bm25 matches (those made of the user's own
+-- words before those that need the vocabulary's alternatives).
+local function covers(q, w)
+  return ssub(w, 1, #q) == q or (#w >= 3 and ssub(q, 1, #w) == w)
+end
+
+local function among(w, list)
+  for i = 1, #list do
+    if covers(list[i], w) then return true end
+  end
+  return false
+end
+
+-- The words of a list of query words, phrases ("pull request") split into their words: what
+-- name_tier compares names with (made once per search).
+function M.flat_words(list)
+  local out = {}
+  for _, q in ipairs(list or {}) do
+    if sfind(q, " ", 1, true) then
+      for part in q:gmatch("%S+") do out[#out + 1] = part end
+    else
+      out[#out + 1] = q
     end
   end
-  return any
+  return out
+end
+
+-- 1 when every word of a tool's name (stop words aside) is among words (see name_covered), 2 when
+-- it takes alts (the vocabulary's alternatives) too, else nil. words and alts come from
+-- flat_words.
+function M.name_tier(name, words, alts)
+  local tier
+  for _, w in ipairs(M.split_words(name)) do
+    if not STOP[w] then
+      if among(w, words) then
+        tier = tier or 1
+      elseif alts and among(w, alts) then
+        tier = 2
+      else
+        return nil
+      end
+    end
+  end
+  return tier
+end
+
+function M.name_covered(name, words)
+  return M.name_tier(name, M.flat_words(words)) == 1
+end
+
+-- True when the query is the entry's name, or category.name or category/name (case and spaces
+-- around aside): such an entry comes first whatever else matches.
+function M.is_exact_name(q, name, category)
+  q = slower((sgsub(q, "^%s*(.-)%s*$", "%1")))
+  return M.is_exact_name_of(q, name, category)
+end
+
+-- The same, q being trimmed and in lower case already.
+function M.is_exact_name_of(q, name, category)
+  local n = slower(name)
+  if q == n then return true end
+  local c = slower(category)
+  return q == c .. "." .. n or q == c .. "/" .. n
 end
 
 ---------------------------------------------------------------------------------------------

@@ -384,5 +384,6 @@ require("mcp.skill_publish").init(M)
 require("mcp.catalog").init(M)
 require("mcp.workflows").init(M)
 require("mcp.upstream").init(M)
+require("mcp.tool_stubs").init(M)
 
 return M

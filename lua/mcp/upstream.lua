@@ -26,6 +26,7 @@ local cfg = mb.config
 local sfmt = string.format
 local ucfg = require("mcp.upstream_config")
 local transport = require("mcp.upstream_transport")
+local approval = require("mcp.upstream_approval")
 
 local M = { by_name = {}, by_ident = {}, list = {} }
 local tools, catalog, text -- set by init
@@ -266,7 +267,8 @@ function S:refresh_tools(gen)
   local by_name, by_ident, shown = {}, {}, {}
   for i, t in ipairs(list) do
     -- calls need only the name and annotations; the definitions live in the catalog
-    local keep = { name = t.name, annotations = is_object(t.annotations) and t.annotations or nil }
+    local keep = { name = t.name, annotations = is_object(t.annotations) and t.annotations or nil,
+                   infer = not is_object(t.outputSchema) or nil } -- result shapes recorded (on_result)
     list[i] = keep
     by_name[t.name] = keep
     local id = ucfg.ident(t.name)
@@ -698,8 +700,13 @@ function M.call(request, sname, tname, args)
   if not tool then return nil, err end
   local why = ucfg.refusal(s.spec, tool)
   if why then return nil, why end
+  local given = args
   args, err = arguments(request, args)
   if err then return nil, sfmt("%s.%s: %s", s.name, tool.name, err) end
+  if ucfg.needs_approval(s.spec, tool) then -- allowWrites "ask": the person approves first
+    local yes, no = approval.ask(request, s.name, tool.name, given)
+    if not yes then return nil, sfmt("%s.%s: %s", s.name, tool.name, no) end
+  end
   local params = { name = tool.name, arguments = args }
   local opts = { request = request } -- whose client a question of the upstream goes to
   if e.progress_token ~= nil then
@@ -741,7 +748,9 @@ function M.call(request, sname, tname, args)
     s.tool_errors = s.tool_errors + 1
     return nil, sfmt("%s.%s: %s", s.name, tool.name, content_text(r.content) or "the tool reported an error")
   end
-  return { v = result_value(r) }
+  local v = result_value(r)
+  if tool.infer and M.on_result then pcall(M.on_result, request.tenant, s.name, tool.name, v) end
+  return { v = v }
 end
 
 -- The execution ended: cancel its calls still in flight.
@@ -881,6 +890,7 @@ end
 
 function M.init(t)
   tools = t
+  approval.init(t)
   catalog = require("mcp.catalog")
   text = require("mcp.catalog_text")
   M.progress_seq = 0
@@ -919,7 +929,7 @@ function M.init(t)
       if not ucfg.refusal(s.spec, t) then
         local ann = is_object(t.annotations) and t.annotations or {}
         out[#out + 1] = { name = t.name, lua_name = ucfg.ident(t.name), summary = t.summary or "",
-                          read_only = ann.readOnlyHint == true }
+                          read_only = ann.readOnlyHint == true, ask = ucfg.needs_approval(s.spec, t) }
       end
     end
     table.sort(out, function(x, y) return x.name < y.name end)

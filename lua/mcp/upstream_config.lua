@@ -5,6 +5,10 @@
 -- moonbox's per-server policy keys. Anything wrong stops the server at start with a message that
 -- names the server and the key; keys other programs add (autoApprove, ...) are ignored with a
 -- warning. docs/gateway.md is the reference.
+--
+-- The policy for tools not marked read-only (annotations.readOnlyHint) is `allowWrites`: true
+-- (the default) calls them, false refuses them (they are not even listed), "ask" calls them only
+-- after the person behind the client approved (mcp/upstream_approval.lua asks).
 
 local mb = mb
 local null = mb.null
@@ -73,6 +77,15 @@ local function boolean(v, where, default)
   if v == nil then return default end
   if type(v) ~= "boolean" then error(sfmt("%s must be true or false, got %s", where, typename(v)), 0) end
   return v
+end
+
+-- allowWrites: true | false | "ask" -> "allow" | "refuse" | "ask"
+local function writes_policy(v, where)
+  if v == nil or v == true then return "allow" end
+  if v == false then return "refuse" end
+  if v == "ask" then return "ask" end
+  error(sfmt('%s must be true, false or "ask", got %s', where,
+    type(v) == "string" and sfmt("%q", v:sub(1, 40)) or typename(v)), 0)
 end
 
 -- "*" matches any run of characters; everything else literally.
@@ -153,7 +166,7 @@ local function one(name, spec)
   end
   s.allowed = globs(string_list(spec.allowedTools, where .. ".allowedTools"))
   s.denied = globs(string_list(spec.deniedTools, where .. ".deniedTools")) or {}
-  s.allow_writes = boolean(spec.allowWrites, where .. ".allowWrites", true)
+  s.writes = writes_policy(spec.allowWrites, where .. ".allowWrites")
   s.timeout_ms = integer(spec.timeoutMs, where .. ".timeoutMs", 1, 3600000) or mb.config.upstream_timeout_ms
   s.max_calls = integer(spec.maxCalls, where .. ".maxCalls", 0, 100000000)
   s.disabled = boolean(spec.disabled, where .. ".disabled", false)
@@ -169,14 +182,22 @@ function M.refusal(s, tool)
   if matches_any(s.denied, name) then
     return sfmt("tool %q of server %q is in its deniedTools", name, s.name)
   end
-  if not s.allow_writes then
-    local a = tool.annotations
-    if not (is_object(a) and a.readOnlyHint == true) then
-      return sfmt("tool %q of server %q is not marked read-only (annotations.readOnlyHint) and the "
-        .. "server's allowWrites is false", name, s.name)
-    end
+  if s.writes == "refuse" and not M.read_only(tool) then
+    return sfmt("tool %q of server %q is not marked read-only (annotations.readOnlyHint) and the "
+      .. "server's allowWrites is false", name, s.name)
   end
   return nil
+end
+
+-- Whether the upstream marked the tool read-only: annotations.readOnlyHint exactly true.
+function M.read_only(tool)
+  local a = tool.annotations
+  return is_object(a) and a.readOnlyHint == true
+end
+
+-- Whether a call to the tool (one refusal() lets through) needs the person's approval first.
+function M.needs_approval(s, tool)
+  return s.writes == "ask" and not M.read_only(tool)
 end
 
 -- Parses mb.config.mcp_servers (JSON text, "" = none). Returns an array of server specs sorted

@@ -11,6 +11,11 @@ setup = function(thread)
   threads[#threads + 1] = thread
 end
 
+-- PACE_MS: each connection waits that long before each request (wrk's delay()), so that the
+-- load is a rate below saturation (http_bench.sh's loop-thread share at ~20,000 req/s).
+local pace = tonumber(os.getenv("PACE_MS") or "")
+if pace then delay = function() return pace end end
+
 local id, failed = 0, 0
 local stateless = os.getenv("MODE") == "stateless"
 local META = ',"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28",'

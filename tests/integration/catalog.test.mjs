@@ -149,11 +149,54 @@ describe("tool catalog", () => {
       });
     }
 
+    // issue 18: paraphrases that share no word with the entry (the vocabulary's synonyms)
+    for (const [query, want] of [
+      ["substitute", "sandbox.regex/re.gsub"],
+      ["regular expression substitute", "sandbox.regex/re.gsub"],
+      ["open a PR", "github/create_pull_request"],
+      ["get rid of a workspace file", "sandbox.workspace/delete_file"],
+    ]) {
+      it(`${JSON.stringify(query)} -> ${want} in the top 3`, T, async () => {
+        const sc = await search(client, { query, limit: 3 });
+        assert.ok(sc.tools.map(qualified).includes(want), `got ${sc.tools.map(qualified).join(", ")}`);
+      });
+    }
+
+    it("every entry's exact name finds it first, whatever the synonyms of its words find", T, async () => {
+      const all = await search(client, { query: "", detail_level: "name", limit: 200 });
+      assert.ok(all.count > 100, `${all.count} entries`);
+      const wrong = [];
+      for (const t of all.tools) {
+        for (const query of [t.name, `${t.category}.${t.name}`]) {
+          const sc = await search(client, { query, detail_level: "name", limit: 3 });
+          // a name in several categories: one of them first, and the qualified name finds its own
+          const ok = query === t.name ? sc.tools[0]?.name === t.name : qualified(sc.tools[0] ?? {}) === qualified(t);
+          if (!ok) wrong.push(`${query} -> ${sc.tools.map(qualified).join(", ")}`);
+        }
+      }
+      assert.deepEqual(wrong, []);
+    });
+
+    it("a query made of synonyms stays bounded: an answer, not an error", T, async () => {
+      // every word has alternatives in the vocabulary, and phrases: the expansion is capped
+      const words = "get fetch find search delete remove create add update edit list show pull request " +
+        "how many look up at once regular expression substitute replace open close move copy ";
+      const query = words.repeat(10).slice(0, 1000);
+      for (const detail_level of ["name", "summary"]) {
+        const sc = await search(client, { query, detail_level, limit: 200 });
+        assert.ok(["all", "most", "any"].includes(sc.match), sc.match);
+        assert.ok(sc.count > 0);
+      }
+      const stats = (await call(client, "get_execution_stats", {})).structuredContent;
+      assert.ok(stats.catalog.tools > 100);
+    });
+
     it("words no entry has are left out and named", T, async () => {
-      const sc = await search(client, { query: "move jira ticket to done", limit: 3 });
+      // (the vocabulary knows "ticket" and "move": made-up words are the ones no entry has)
+      const sc = await search(client, { query: "zebra jira create issue quasar", limit: 3 });
       assert.equal(sc.match, "all");
-      assert.deepEqual(sc.unknown_words, ["move", "ticket"]);
-      assert.equal(qualified(sc.tools[0]), "atlassian/jira_transition_issue");
+      assert.deepEqual(sc.unknown_words, ["zebra", "quasar"]);
+      assert.equal(qualified(sc.tools[0]), "atlassian/jira_create_issue");
       const all = await search(client, { query: "jira create issue", limit: 3 });
       assert.equal(all.match, "all");
       assert.equal(all.unknown_words, undefined);
@@ -396,7 +439,7 @@ describe("tool catalog", () => {
       ["get_tool_definition", { tool_name: "" }, "invalid arguments: tool_name must not be empty"],
       ["get_tool_definition", { tool_name: {} }, "invalid arguments: tool_name must be a string, got object"],
       ["get_tool_definition", { tool_name: "x", extra: true },
-        'invalid arguments: unknown argument "extra" (expected tool_name, category)'],
+        'invalid arguments: unknown argument "extra" (expected tool_name, category, format)'],
       ["list_tool_categories", { x: 1 }, "invalid arguments: list_tool_categories takes no arguments"],
     ];
     for (const [tool, args, want] of cases) {

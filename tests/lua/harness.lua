@@ -315,6 +315,7 @@ H.CONFIG = {
   max_notifications = 1000, max_host_calls = 10000, max_skill_bytes = 262144,
   workspace_max_file_bytes = 10485760, workspace_max_bytes = 104857600, workspace_max_files = 10000,
   workers = 2, max_queue = 256, upstream_max_calls = 1000, upstream_max_parallel = 16,
+  inferred_shape_max_nodes = 200, inferred_shape_total_nodes = 200000, upstream_ask_args_bytes = 2048,
 }
 
 -- A fresh `mb` as the global the modules read, with config overrides; every lua/mcp module is

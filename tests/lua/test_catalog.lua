@@ -106,6 +106,137 @@ do
 end
 
 ---------------------------------------------------------------------------------------------
+-- the search vocabulary: compiling it, looking words up, expanding queries
+
+local VOCAB_DATA = {
+  groups = { { "replace", "Substitute", "swap" }, { "pull request", "pr" }, { "delete", "remove" },
+             { "copy", "duplicate" }, { "rename", "move" } },
+  also = { close = { "update", "state" }, ["how many"] = { "count" } },
+}
+local V = text.compile_vocabulary(VOCAB_DATA)
+check("vocab group both ways", { V.alts.replace, V.alts.substitute, V.alts.swap },
+  { { "substitute", "swap" }, { "replace", "swap" }, { "replace", "substitute" } })
+check("vocab also one way", { V.alts.close, V.alts.update }, { { "update", "state" }, nil })
+check("vocab phrases", { V.phrases["pull request"], V.phrases["how many"], V.max_phrase },
+  { true, true, 2 })
+check("vocab lookup as is", text.alternatives(V, "pr"), { "pull request" })
+check("vocab lookup endings", { text.alternatives(V, "removes"), text.alternatives(V, "copies"),
+  text.alternatives(V, "renaming"), text.alternatives(V, "replaced"), text.alternatives(V, "prs") },
+  { { "delete" }, { "duplicate" }, { "move" }, { "substitute", "swap" }, { "pull request" } })
+check("vocab lookup unknown", { text.alternatives(V, "zebra"), text.alternatives(V, "s"),
+  text.alternatives(nil, "replace") }, { nil, nil, nil })
+
+do
+  local all, any, words, groups, alts = text.build_query("regex substitute", V)
+  -- the user's word twice (it weighs more in bm25), alternatives once and exact (no prefix)
+  check("expand all", all, '"regex"* AND ("substitute"* OR "replace" OR "swap" OR "substitute"*)')
+  check("expand any", any, '"regex"* OR "substitute"* OR "replace" OR "swap"')
+  check("expand words", { words, alts }, { { "regex", "substitute" }, { "replace", "swap" } })
+  check("expand group", groups[2], { expr = '("substitute"* OR "replace" OR "swap" OR "substitute"*)',
+    word = "substitute", alts = { "replace", "swap" } })
+  -- without a vocabulary: as before
+  check("no vocab", text.build_query("regex substitute"), '"regex"* AND "substitute"*')
+end
+do
+  -- words next to each other that make a phrase of the vocabulary are one query word
+  local all, _, words = text.build_query("open a Pull Request", V)
+  check("phrase merged", all, '"open"* AND ("pull request"* OR "pr" OR "pull request"*)')
+  check("phrase word", words, { "open", "pull request" })
+  all = text.build_query("how many tickets", V)
+  check("phrase of stop words", all, '("how many"* OR "count" OR "how many"*) AND "tickets"*')
+  all = text.build_query("pull the request", V)
+  check("phrase only when adjacent", all, '"pull"* AND "request"*')
+  -- a compound the vocabulary knows as a word is that word, not its camelCase parts
+  all = text.build_query("PRs", V)
+  check("compound known", all, '("prs"* OR "pull request" OR "prs"*)')
+  all = text.build_query("get_pr", V)
+  check("compound unknown split", all, '("get_pr"* OR ("get"* AND "pr"*))')
+end
+do
+  -- opts: alternatives no entry has are left out; common ones only when the user's word is in none
+  local asked = {}
+  local opts = {
+    classify = function(term)
+      if term == '"swap"' then return "absent" end
+      if term == '"replace"' then return "common" end
+    end,
+    found = function(term) asked[#asked + 1] = term; return term == '"substitute"*' end,
+  }
+  local all = text.build_query("substitute", V, opts)
+  check("opts absent and common left out", { all, asked }, { '"substitute"*', { '"substitute"*' } })
+  all = text.build_query("swap", V, opts)
+  check("opts common kept when the word is in none", all,
+    '("swap"* OR "replace" OR "substitute" OR "swap"*)')
+end
+do
+  -- bounds: alternatives per word and per query
+  local big = { groups = { {} } }
+  for i = 1, 40 do big.groups[1][i] = "w" .. i end
+  local B = text.compile_vocabulary(big)
+  local _, _, _, groups = text.build_query("w1", B)
+  check("alternatives per word capped", #groups[1].alts, text.MAX_ALTERNATIVES)
+  local q = {}
+  for i = 1, 30 do q[i] = "w" .. i end
+  local all, any, _, _, alts = text.build_query(table.concat(q, " "), B)
+  check("alternatives per query capped", #alts <= text.MAX_ALT_TERMS, true)
+  local n = 0
+  for _ in any:gmatch(" OR ") do n = n + 1 end
+  check("any capped", n + 1 <= text.MAX_QUERY_TERMS + text.MAX_ALT_TERMS, true)
+  n = 0
+  for _ in all:gmatch('"') do n = n + 1 end
+  check("all bounded", n // 2 <= text.MAX_QUERY_TERMS * text.USER_WORD_WEIGHT + text.MAX_ALT_TERMS, true)
+end
+
+-- names: exact, made of the user's words (1), with alternatives (2)
+check("exact name", { text.is_exact_name(" Re.GSUB ", "re.gsub", "sandbox.regex"),
+  text.is_exact_name("sandbox.regex/re.gsub", "re.gsub", "sandbox.regex"),
+  text.is_exact_name("github.create_issue", "create_issue", "github"),
+  text.is_exact_name("create issue", "create_issue", "github") }, { true, true, true, false })
+check("flat words", text.flat_words({ "open", "pull request" }), { "open", "pull", "request" })
+do
+  local w, a = text.flat_words({ "open", "pr" }), text.flat_words({ "pull request", "create" })
+  check("name tiers", { text.name_tier("get_pr", w, a), text.name_tier("create_pull_request", w, a),
+    text.name_tier("create_pull_request", w), text.name_tier("list_issues", w, a),
+    text.name_tier("open_the_pr", w, a) }, { nil, 2, nil, nil, 1 })
+  check("name covered (user words only)", { text.name_covered("write_file", { "write", "file" }),
+    text.name_covered("create_pull_request", { "create", "pull request" }) }, { true, true })
+end
+
+-- the real vocabulary: well formed, and its keys can be typed (a stop word is dropped from a query
+-- before it is looked up, so it would never be found)
+do
+  local data = dofile(ROOT .. "lua/catalog/vocabulary.lua")
+  local bad = {}
+  local function word_ok(w, where)
+    if type(w) ~= "string" or not w:match("^[%l%d][%l%d ]*$") or w:find("  ", 1, true)
+      or w:sub(-1) == " " then
+      bad[#bad + 1] = where .. ": " .. tostring(w)
+    end
+  end
+  for gi, g in ipairs(data.groups) do
+    local seen = {}
+    if #g < 2 then bad[#bad + 1] = "group " .. gi .. " has one word" end
+    for _, w in ipairs(g) do
+      word_ok(w, "group " .. gi)
+      if seen[w] then bad[#bad + 1] = "group " .. gi .. ": " .. w .. " twice" end
+      seen[w] = true
+      if not w:find(" ") and text.is_stop_word(w) then bad[#bad + 1] = "stop word " .. w end
+    end
+  end
+  for k, list in pairs(data.also) do
+    word_ok(k, "also key")
+    if not k:find(" ") and text.is_stop_word(k) then bad[#bad + 1] = "stop word " .. k end
+    for _, w in ipairs(list) do word_ok(w, "also." .. k) end
+  end
+  check("vocabulary well formed", bad, {})
+  local VV = text.compile_vocabulary(data)
+  local all = text.build_query("regular expression substitute", VV)
+  check("vocabulary: regular expression is one word, substitute finds replace",
+    { all:find('("regular expression"*', 1, true) ~= nil, all:find('"replace"', 1, true) ~= nil },
+    { true, true })
+end
+
+---------------------------------------------------------------------------------------------
 -- one-line summaries
 
 check("one line first line", text.one_line("Create an issue.\nMore text"), "Create an issue.")
@@ -498,9 +629,15 @@ do
       INSERT INTO t VALUES ('create_issue create issue', 'github', 'Create an issue', '', '');
       ]])
     local n = 0
+    local vocab = text.compile_vocabulary(dofile(ROOT .. "lua/catalog/vocabulary.lua"))
+    for _, q in ipairs({ "open a pull request", "how many rows", "get rid of the PRs",
+      "substitute swap \"replace\"", "look up knowledge graph", "regular expression" }) do
+      inputs[#inputs + 1] = q
+    end
     for _, q in ipairs(inputs) do
       local all, any = text.build_query(q)
-      for _, expr in ipairs({ all or false, any or false }) do
+      local vall, vany = text.build_query(q, vocab)
+      for _, expr in ipairs({ all or false, any or false, vall or false, vany or false }) do
         if expr then
           n = n + 1
           f:write("SELECT count(*) FROM t WHERE t MATCH '", (expr:gsub("'", "''")), "';\n")

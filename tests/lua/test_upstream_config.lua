@@ -1,7 +1,8 @@
 -- tests/lua/test_upstream_config.lua - the "mcpServers" block (lua/mcp/upstream_config.lua):
 -- what a valid block becomes, every refusal and its message (which names the server and the key),
 -- keys of other clients' configs that are ignored with a warning, Lua names of servers and their
--- clashes, and the per-server policy (allowedTools, deniedTools, allowWrites) in refusal().
+-- clashes, and the per-server policy (allowedTools, deniedTools, allowWrites true / false / "ask")
+-- in refusal() and needs_approval().
 -- End to end: tests/integration/gateway.test.mjs, security/gateway.test.mjs.
 -- Standalone: `lua5.4 tests/lua/test_upstream_config.lua` from the repo root.
 
@@ -35,13 +36,13 @@ local list = parse({
 })
 check("sorted by name", { list[1].name, list[2].name }, { "fs", "web" })
 check("stdio server", list[1], { name = "fs", ident = "fs", transport = "stdio", command = "npx",
-  args = { "-y", "server-filesystem", "/tmp" }, env = { TOKEN = "x" }, cwd = "/srv", denied = {}, allow_writes = true,
+  args = { "-y", "server-filesystem", "/tmp" }, env = { TOKEN = "x" }, cwd = "/srv", denied = {}, writes = "allow",
   timeout_ms = 30000, disabled = false })
 check("http server", list[2], { name = "web", ident = "web", transport = "http", url = "https://example.com/mcp",
-  headers = { Authorization = "Bearer t" }, allowed = { "^get_.*$" }, denied = { "^.*delete.*$" }, allow_writes = false,
+  headers = { Authorization = "Bearer t" }, allowed = { "^get_.*$" }, denied = { "^.*delete.*$" }, writes = "refuse",
   timeout_ms = 1500, max_calls = 0, disabled = true })
 check("stdio defaults", servers({ command = "srv" })[1], { name = "s", ident = "s", transport = "stdio", command = "srv",
-  args = {}, env = {}, denied = {}, allow_writes = true, timeout_ms = 30000, disabled = false })
+  args = {}, env = {}, denied = {}, writes = "allow", timeout_ms = 30000, disabled = false })
 check("type stdio with command", servers({ type = "stdio", command = "srv" })[1].transport, "stdio")
 for _, t in ipairs({ "http", "streamable-http", "streamableHttp" }) do
   check("type " .. t .. " with url", servers({ type = t, url = "http://localhost:3000/mcp" })[1].transport, "http")
@@ -109,7 +110,18 @@ check("timeoutMs fraction", refused1({ command = "x", timeoutMs = 1.5 }), "mcpSe
 check("timeoutMs too large", refused1({ command = "x", timeoutMs = 3600001 }),
   "mcpServers.s.timeoutMs must be an integer in [1, 3600000], got 3600001")
 check("maxCalls negative", refused1({ command = "x", maxCalls = -1 }), "mcpServers.s.maxCalls must be an integer in [0, 100000000], got -1")
-check("allowWrites a string", refused1({ command = "x", allowWrites = "no" }), "mcpServers.s.allowWrites must be true or false, got string")
+check("allowWrites another string", refused1({ command = "x", allowWrites = "no" }),
+  'mcpServers.s.allowWrites must be true, false or "ask", got "no"')
+check("allowWrites is case-sensitive", refused1({ command = "x", allowWrites = "ASK" }),
+  'mcpServers.s.allowWrites must be true, false or "ask", got "ASK"')
+check("allowWrites a long string is cut in the message", refused1({ command = "x", allowWrites = string.rep("a", 500) }),
+  'mcpServers.s.allowWrites must be true, false or "ask", got "' .. string.rep("a", 40) .. '"')
+check("allowWrites a number", refused1({ command = "x", allowWrites = 1 }), 'mcpServers.s.allowWrites must be true, false or "ask", got number')
+check("allowWrites null", refused('{"s":{"command":"x","allowWrites":null}}'), 'mcpServers.s.allowWrites must be true, false or "ask", got null')
+check("allowWrites an object", refused1({ command = "x", allowWrites = { ask = true } }), 'mcpServers.s.allowWrites must be true, false or "ask", got object')
+check("allowWrites true", servers({ command = "x", allowWrites = true })[1].writes, "allow")
+check("allowWrites false", servers({ command = "x", allowWrites = false })[1].writes, "refuse")
+check("allowWrites ask", servers({ command = "x", allowWrites = "ask" })[1].writes, "ask")
 check("disabled a number", refused1({ command = "x", disabled = 1 }), "mcpServers.s.disabled must be true or false, got number")
 check("allowedTools a string", refused1({ command = "x", allowedTools = "get_*" }),
   "mcpServers.s.allowedTools must be an array of strings, got string")
@@ -158,5 +170,19 @@ check("allowWrites false: readOnlyHint must be true, not truthy", uc.refusal(s, 
 check("allowWrites false: annotations as an array", uc.refusal(s, { name = "get_x", annotations = H.arr({ true }) }) ~= nil, true)
 local open = servers({ command = "x" })[1]
 check("no lists, writes allowed: everything goes", uc.refusal(open, { name = "anything" }), nil)
+check("writes allowed: nothing needs approval", uc.needs_approval(open, { name = "anything" }), false)
+check("writes refused: nothing is asked about either (refused first)", uc.needs_approval(s, { name = "get_x" }), false)
+
+-- needs_approval(): allowWrites "ask"
+local ask = servers({ command = "x", allowWrites = "ask", deniedTools = { "drop_*" } })[1]
+check("ask: a tool without annotations is callable", uc.refusal(ask, { name = "write" }), nil)
+check("ask: a tool without annotations needs approval", uc.needs_approval(ask, { name = "write" }), true)
+check("ask: readOnlyHint false needs approval", uc.needs_approval(ask, { name = "w", annotations = { readOnlyHint = false } }), true)
+check("ask: readOnlyHint \"true\" (a string) needs approval", uc.needs_approval(ask, { name = "w", annotations = { readOnlyHint = "true" } }), true)
+check("ask: annotations as an array needs approval", uc.needs_approval(ask, { name = "w", annotations = H.arr({ true }) }), true)
+check("ask: destructiveHint alone does not make read-only", uc.needs_approval(ask, { name = "w", annotations = { destructiveHint = false } }), true)
+check("ask: a read-only tool is never asked about", uc.needs_approval(ask, ro("read")), false)
+check("ask: read_only()", { uc.read_only(ro("r")), uc.read_only({ name = "w" }) }, { true, false })
+check("ask: deniedTools still refuse", uc.refusal(ask, { name = "drop_table" }), 'tool "drop_table" of server "s" is in its deniedTools')
 
 H.done()

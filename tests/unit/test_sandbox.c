@@ -403,9 +403,12 @@ TEST(long_c_calls)
 	};
 	for (int i = 0; scripts[i]; i++) {
 		run_out *o = run_with(scripts[i], 150, 64, 1000000000000ull);
+		/* stopped near the 150 ms deadline, not at the end of the work (seconds to hours for
+		 * each of these); the margin is wide because a busy machine deschedules the thread
+		 * (261 ms seen with five other builds running), and tests never assert fine timing */
 		if (o->wall_ms > 250)
 			fprintf(stderr, "  slow (%.0f ms): %s\n", o->wall_ms, scripts[i]);
-		CHECK(o->wall_ms < 250);
+		CHECK(o->wall_ms < 1000);
 		if (strcmp(o->r.error_type ? o->r.error_type : "", "timeout") != 0 &&
 		    strcmp(o->r.error_type ? o->r.error_type : "", "memory") != 0)
 			fprintf(stderr, "  not stopped by a limit: %s -> %s\n", scripts[i],
