@@ -20,7 +20,7 @@ import { StreamableHTTPClientTransport } from "@modelcontextprotocol/sdk/client/
 
 import {
   TESTS_DIR, connectClient, connectWithConfig, useServer, execute, toolOk, nodeServer,
-  waitUpstream, startHttp,
+  waitUpstream, startHttp, spawnRaw,
 } from "../lib/moonbox.mjs";
 import { rows } from "./fixtures/rows.mjs";
 import { corpus } from "./fixtures/tokens/corpus.mjs";
@@ -124,6 +124,25 @@ describe("context saved: every source, every result", () => {
       assert.equal(counts(bad).in.workspace.bytes, bytes(text));
       assert.equal(counts(bad).bytes_out, bytes(bad.content[0].text));
     });
+  });
+});
+
+describe("context saved: MCP 2026-07-28", () => {
+  it("the result's _meta keeps the counts beside the serverInfo every modern result carries", T, async () => {
+    const p = spawnRaw();
+    try {
+      const meta = { "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+                     "io.modelcontextprotocol/clientCapabilities": {} };
+      const r = await p.request(1, "tools/call", { name: "execute_code", arguments: {
+        code: "return #x", context_vars: { x: "abc" } }, _meta: meta }, { timeout: 20000 });
+      assert.equal(r.result?.structuredContent?.result, 3, JSON.stringify(r).slice(0, 400));
+      const m = r.result._meta;
+      assert.equal(typeof m["io.modelcontextprotocol/serverInfo"], "object", JSON.stringify(m));
+      assert.deepEqual(m[KEY].in, { context_vars: { bytes: bytes('{"x":"abc"}'), tokens: m[KEY].in.context_vars.tokens } });
+      assert.equal(m[KEY].bytes_out, bytes(r.result.content[0].text));
+    } finally {
+      await p.dispose();
+    }
   });
 });
 
