@@ -103,7 +103,8 @@ typedef struct mb_exec_result {
 	mb_exec_io io;
 } mb_exec_result;
 
-/* The largest _meta mb_exec_result_meta writes: 17 counts of 20 digits and their keys (677). */
+/* Room for the largest _meta mb_exec_result_meta writes: 17 counts of 20 digits and their keys
+ * (633 bytes). */
 #define MB_EXEC_META_MAX 768
 
 /// A fresh sandbox state built ahead of time: libraries, restricted environment, prelude stubs.

@@ -440,11 +440,15 @@ static void finish(wjob *j, mb_exec_result *res)
 	double seen = j->t0 ? (double)(mb_now_ns() - j->t0) / 1e6 : 0;
 	if (!(res->execution_time_ms > 0 && res->execution_time_ms <= seen)) /* 0: none reported */
 		res->execution_time_ms = seen;
-	/* what the worker says its code took in: never more than the server handed it */
+	/* what the worker says its code took in: never more than the server handed it, the
+	 * context_vars apart and the sources that came through the channel together */
+	uint64_t left = j->sent;
 	for (int i = 0; i < MB_IO_NSOURCES; i++) {
-		uint64_t most = i == MB_IO_CONTEXT ? j->req.context_len : j->sent;
+		uint64_t most = i == MB_IO_CONTEXT ? j->req.context_len : left;
 		if (res->io.in_bytes[i] > most)
 			res->io.in_bytes[i] = most;
+		if (i != MB_IO_CONTEXT)
+			left -= res->io.in_bytes[i];
 		if (res->io.in_tokens[i] > res->io.in_bytes[i])
 			res->io.in_tokens[i] = res->io.in_bytes[i];
 	}

@@ -206,24 +206,35 @@ describe("a compromised worker that inflates its context-saved counts", { skip: 
     len.writeUInt32LE(body.length);
     return Buffer.concat([len, body]);
   };
-  test("claims of bytes it was never sent are cut to what the server sent it", async () => {
+  // every source claims 10^12 bytes and as many tokens, the result 10^12 tokens
+  const huge = Array.from({ length: 13 }, () => u64(1e12));
+  const buf = frame(9, u64(1), bytes(""), bytes(""), bytes(""), u64(1), bytes("42"), bytes(""),
+    u64(0), u64(0), u64(0), u64(0), ...huge);
+  const forge = (before = "") => `${before} __test.channel("${[...buf].map((c) => "\\" + c).join("")}") while true do end`;
+  // (what the forging worker answers next is not checked here: a worker serves one tenant,
+  // whose results it can forge anyway; the point is that it cannot make the counts larger than
+  // what it got)
+
+  test("with nothing sent to it, only its context_vars' own bytes may be claimed", async () => {
     const p = await start(HOOKS, ["--workers", "1"]);
-    {
-      // every source claims 10^12 bytes and as many tokens, the result 10^12 tokens
-      const huge = Array.from({ length: 13 }, () => u64(1e12));
-      const buf = frame(9, u64(1), bytes(""), bytes(""), bytes(""), u64(1), bytes("42"), bytes(""),
-        u64(0), u64(0), u64(0), u64(0), ...huge);
-      const code = `__test.channel("${[...buf].map((c) => "\\" + c).join("")}") while true do end`;
-      const { sc, msg } = await p.exec({ code, timeout_ms: 5000, instruction_limit: 1e10, context_vars: { a: "xyz" } });
-      assert.equal(sc.result, 42);
-      const m = msg.result._meta["dev.moonbox/context"];
-      // nothing was sent to it but its job: only context_vars' own bytes may be claimed
-      assert.deepEqual(m.in, { context_vars: { bytes: 11, tokens: 11 } }, JSON.stringify(m));
-      assert.ok(m.tokens_out <= m.bytes_out, JSON.stringify(m));
-      assert.equal(m.tokens_saved, 0);
-      // (what it sends next is not checked here: a worker serves one tenant, whose results it
-      // can forge anyway; the point is that it cannot make the counts larger than what it got)
-    }
+    const { sc, msg } = await p.exec({ code: forge(), timeout_ms: 5000, instruction_limit: 1e10, context_vars: { a: "xyz" } });
+    assert.equal(sc.result, 42);
+    const m = msg.result._meta["dev.moonbox/context"];
+    assert.deepEqual(m.in, { context_vars: { bytes: 11, tokens: 11 } }, JSON.stringify(m));
+    assert.ok(m.tokens_out <= m.bytes_out, JSON.stringify(m));
+    assert.equal(m.tokens_saved, 0);
+  });
+
+  test("after one real call, the sources share what its reply was, once", async () => {
+    const p = await start(HOOKS, ["--workers", "1"]);
+    const honest = await p.exec({ code: "local s = list_skills() return 1" });
+    const got = honest.msg.result._meta["dev.moonbox/context"].in.skills.bytes;
+    assert.ok(got > 0);
+    const { sc, msg } = await p.exec({ code: forge("local s = list_skills()"), timeout_ms: 5000, instruction_limit: 1e10 });
+    assert.equal(sc.result, 42);
+    const m = msg.result._meta["dev.moonbox/context"];
+    const total = Object.values(m.in).reduce((a, x) => a + x.bytes, 0);
+    assert.equal(total, got, JSON.stringify(m));
   });
 });
 
