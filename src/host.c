@@ -200,13 +200,15 @@ static int push_refusal(lua_State *L, const char *err)
 		return 2;
 	mb_json_push_raw(L, r.structured_json, r.structured_json_len);
 	mb_json_push_raw(L, r.structured_quoted, r.structured_quoted_len);
+	char meta[MB_EXEC_META_MAX];
+	mb_json_push_raw(L, meta, mb_exec_result_meta(&r, meta));
 	free(r.structured_json);
 	free(r.structured_quoted);
-	return 4;
+	return 5;
 }
 
 /* mb.submit{code=, context_json=, timeout_ms=, memory_bytes=, instruction_limit=}
- * -> id | nil, err, structured_json, structured_quoted */
+ * -> id | nil, err, structured_json, structured_quoted, io_meta */
 static int l_submit(lua_State *L)
 {
 	mb_host *h = host_of(L);
@@ -578,6 +580,41 @@ void mb_host_job_call(mb_host *h, uint64_t job, uint64_t seq, const char *name, 
 	lua_pop(h->L, 1);
 }
 
+/* The context-saved counts (tokest.h) into the result table at the top: io_meta (the _meta
+ * value, raw JSON), the totals, and io_in[source] = {bytes, tokens} when anything came in. */
+static void push_io(lua_State *L, const mb_exec_result *r)
+{
+	const mb_exec_io *io = &r->io;
+	uint64_t bytes = 0, tokens = 0;
+	for (int i = 0; i < MB_IO_NSOURCES; i++) {
+		bytes += io->in_bytes[i];
+		tokens += io->in_tokens[i];
+	}
+	char meta[MB_EXEC_META_MAX];
+	mb_json_push_raw(L, meta, mb_exec_result_meta(r, meta));
+	lua_setfield(L, -2, "io_meta");
+	lua_pushinteger(L, (lua_Integer)io->out_bytes);
+	lua_setfield(L, -2, "bytes_out");
+	lua_pushinteger(L, (lua_Integer)io->out_tokens);
+	lua_setfield(L, -2, "tokens_out");
+	if (!bytes)
+		return;
+	lua_pushinteger(L, (lua_Integer)mb_exec_io_saved(io));
+	lua_setfield(L, -2, "tokens_saved");
+	lua_createtable(L, 0, 2);
+	for (int i = 0; i < MB_IO_NSOURCES; i++) {
+		if (!io->in_bytes[i])
+			continue;
+		lua_createtable(L, 0, 2);
+		lua_pushinteger(L, (lua_Integer)io->in_bytes[i]);
+		lua_setfield(L, -2, "bytes");
+		lua_pushinteger(L, (lua_Integer)io->in_tokens[i]);
+		lua_setfield(L, -2, "tokens");
+		lua_setfield(L, -2, mb_io_source_name((mb_io_source)i));
+	}
+	lua_setfield(L, -2, "io_in");
+}
+
 /* The length of s[0..n) cut to at most max bytes, not inside a UTF-8 sequence. */
 static size_t head_len(const char *s, size_t n, size_t max)
 {
@@ -620,7 +657,7 @@ static void push_heads(lua_State *L, const mb_exec_result *r, size_t max)
 
 static void push_result(mb_host *h, lua_State *L, const mb_exec_result *r)
 {
-	lua_createtable(L, 0, 14);
+	lua_createtable(L, 0, 20); /* its size with the journal's heads and the context counts */
 	if (h->history && h->cfg->history_max_rows > 0)
 		push_heads(L, r, (size_t)h->cfg->journal_head_bytes);
 	if (r->pii_nfound) {
@@ -662,6 +699,7 @@ static void push_result(mb_host *h, lua_State *L, const mb_exec_result *r)
 		lua_setfield(L, -2, "structured_json");
 		mb_json_push_raw(L, r->structured_quoted, r->structured_quoted_len);
 		lua_setfield(L, -2, "structured_quoted");
+		push_io(L, r);
 	}
 }
 

@@ -97,6 +97,11 @@ static int dump_writer(lua_State *L, const void *p, size_t n, void *ud)
 	return 0;
 }
 
+/* The head of a successful result's structuredContent (mb_json_object writes the fields in the
+ * order mb_exec_result_shape gives them) and its estimate, made once by mb_sandbox_global_init. */
+static const char result_head[] = "{\"success\":true,\"result\":";
+static uint64_t result_head_tokens;
+
 int mb_sandbox_global_init(void)
 {
 	const char *stall = getenv("MOONBOX_TEST_STALL_MS");
@@ -105,6 +110,7 @@ int mb_sandbox_global_init(void)
 		test_stall_ms = 0;
 	if (mb_sandbox_core_init() != 0 || mb_sandbox_env_init() != 0)
 		return -1;
+	result_head_tokens = mb_tokest(result_head, sizeof result_head - 1);
 
 	/* Compile the prelude once; each sandbox loads this trusted bytecode instead of parsing. */
 	lua_State *L = luaL_newstate();
@@ -400,6 +406,7 @@ static void capture_result(lua_State *L, mb_sandbox_ctx *c, int base, mb_exec_re
 	res->result_json = j;
 	res->result_len = len;
 	res->success = 1;
+	res->io.result_tokens = mb_tokest(j, len);
 }
 
 struct mb_sandbox {
@@ -517,6 +524,7 @@ int mb_sandbox_run_prepared(mb_sandbox *sb, const mb_exec_request *req, mb_budge
 	c->req = req;
 	c->cfg = cfg;
 	c->b = b;
+	c->io = &res->io;
 
 	/* From here on every byte, including the environment already built, is the execution's. */
 	if (sb->setup_failed) {
@@ -535,6 +543,7 @@ int mb_sandbox_run_prepared(mb_sandbox *sb, const mb_exec_request *req, mb_budge
 	mb_sandbox_set_running(L);
 
 	if (req->context_json && req->context_len) {
+		mb_io_add(&res->io, MB_IO_CONTEXT, req->context_json, req->context_len);
 		lua_pushcfunction(L, sb_context);
 		lua_pushlightuserdata(L, c);
 		if (lua_pcall(L, 1, 0, sb->msgh) != LUA_OK) {
@@ -608,6 +617,86 @@ void mb_sandbox_thread_exit(void)
 
 #define FIELD_STR(k, v, len) {.key = k, .type = MB_JF_STRING, .s = (v), .n = (len)}
 
+static char *put_u64(char *p, uint64_t v)
+{
+	char d[20];
+	int n = 0;
+	do
+		d[n++] = (char)('0' + v % 10);
+	while ((v /= 10) != 0);
+	while (n)
+		*p++ = d[--n];
+	return p;
+}
+
+static char *put_str(char *p, const char *s)
+{
+	size_t n = strlen(s);
+	memcpy(p, s, n);
+	return p + n;
+}
+
+uint64_t mb_exec_io_saved(const mb_exec_io *io)
+{
+	uint64_t in = 0;
+	for (int i = 0; i < MB_IO_NSOURCES; i++)
+		if (i != MB_IO_CONTEXT) /* the model wrote them: they were in its context already */
+			in += io->in_tokens[i];
+	return in > io->out_tokens ? in - io->out_tokens : 0;
+}
+
+/* out: the structuredContent text just made. A result's own estimate was made by the worker that
+ * made the result (result_tokens): here only the frame around it is read. */
+static void io_out(mb_exec_result *res)
+{
+	mb_exec_io *io = &res->io;
+	const char *sj = res->structured_json;
+	size_t sn = sj ? res->structured_json_len : 0;
+	const size_t hn = sizeof result_head - 1;
+	io->out_bytes = sn;
+	if (res->success && res->result_json && io->result_tokens && sn > hn + res->result_len &&
+	    memcmp(sj, result_head, hn) == 0)
+		io->out_tokens = (result_head_tokens ? result_head_tokens : mb_tokest(sj, hn)) +
+				 io->result_tokens +
+				 mb_tokest(sj + hn + res->result_len, sn - hn - res->result_len);
+	else
+		io->out_tokens = sj ? mb_tokest(sj, sn) : 0;
+}
+
+size_t mb_exec_result_meta(const mb_exec_result *res, char buf[MB_EXEC_META_MAX])
+{
+	const mb_exec_io *io = &res->io;
+	uint64_t bytes = 0, tokens = 0;
+	for (int i = 0; i < MB_IO_NSOURCES; i++) {
+		bytes += io->in_bytes[i];
+		tokens += io->in_tokens[i];
+	}
+	char *p = buf;
+	p = put_u64(put_str(p, "{\"dev.moonbox/context\":{\"bytes_in\":"), bytes);
+	p = put_u64(put_str(p, ",\"tokens_in\":"), tokens);
+	p = put_u64(put_str(p, ",\"bytes_out\":"), io->out_bytes);
+	p = put_u64(put_str(p, ",\"tokens_out\":"), io->out_tokens);
+	p = put_u64(put_str(p, ",\"tokens_saved\":"), mb_exec_io_saved(io));
+	if (bytes) {
+		p = put_str(p, ",\"in\":{");
+		int first = 1;
+		for (int i = 0; i < MB_IO_NSOURCES; i++) {
+			if (!io->in_bytes[i])
+				continue;
+			p = put_str(p, first ? "\"" : ",\"");
+			first = 0;
+			p = put_str(p, mb_io_source_name((mb_io_source)i));
+			p = put_u64(put_str(p, "\":{\"bytes\":"), io->in_bytes[i]);
+			p = put_u64(put_str(p, ",\"tokens\":"), io->in_tokens[i]);
+			*p++ = '}';
+		}
+		*p++ = '}';
+	}
+	*p++ = '}';
+	*p++ = '}';
+	return (size_t)(p - buf);
+}
+
 void mb_exec_result_shape(mb_exec_result *res)
 {
 	free(res->structured_json);
@@ -646,6 +735,7 @@ void mb_exec_result_shape(mb_exec_result *res)
 		free(res->structured_json);
 		res->structured_json = NULL;
 	}
+	io_out(res);
 }
 
 void mb_exec_result_free(mb_exec_result *res)

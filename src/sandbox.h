@@ -18,6 +18,7 @@
 #include "budget.h"
 #include "config.h"
 #include "pii.h"
+#include "tokest.h"
 #include "workspace.h"
 
 typedef enum {
@@ -97,7 +98,14 @@ typedef struct mb_exec_result {
 	/* values this execution replaced by tokens (policy and tokenize_pii), for the vault */
 	mb_pii_found *pii_found;
 	size_t pii_nfound;
+	/* bytes and estimated tokens the code took in, per source, and the result's (out, set by
+	 * mb_exec_result_shape): the result's _meta (mb_exec_result_meta) */
+	mb_exec_io io;
 } mb_exec_result;
+
+/* Room for the largest _meta mb_exec_result_meta writes: 17 counts of 20 digits and their keys
+ * (633 bytes). */
+#define MB_EXEC_META_MAX 768
 
 /// A fresh sandbox state built ahead of time: libraries, restricted environment, prelude stubs.
 /// Owned by the thread that prepared it; it runs exactly one execution.
@@ -138,6 +146,16 @@ void mb_sandbox_thread_exit(void);
 /// results they make themselves: cancelled, timed out while stuck, busy). Any thread; no Lua
 /// state. Leaves both NULL when out of memory.
 void mb_exec_result_shape(mb_exec_result *res);
+
+/// The tokens an execution kept out of the model's context: what the code took in from every
+/// source but context_vars (which the model wrote, so had in its context already), less what it
+/// returned; 0 when it returned more.
+uint64_t mb_exec_io_saved(const mb_exec_io *io);
+
+/// Writes the result's _meta object as JSON text (docs/sandbox.md, "Context saved"): the counts in
+/// res->io under the key "dev.moonbox/context". Any thread; no allocation.
+/// @returns its length (at most MB_EXEC_META_MAX)
+size_t mb_exec_result_meta(const mb_exec_result *res, char buf[MB_EXEC_META_MAX]);
 
 /// Makes the execution running on the calling thread check its budget at its next instruction,
 /// as the deadline signal does. Async-signal-safe (a worker process's cancel signal).

@@ -29,6 +29,8 @@ typedef struct mb_sandbox_ctx {
 	uint64_t cpu_start_ns;
 	/* values replaced by tokens in this execution (sandbox_pii.c) */
 	void *pii_found;
+	/* what the code took in, counted where it arrives (the result's io; NULL while prepared) */
+	mb_exec_io *io;
 } mb_sandbox_ctx;
 
 /// Pushes a new table whose keys are weak (its metatable's __mode is "k").

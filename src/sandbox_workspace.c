@@ -112,6 +112,8 @@ static int read_bytes(lua_State *L, ws_ref ws, const char *path, size_t plen, ch
 	}
 	if (rc)
 		raise_msg(L, err);
+	mb_sandbox_ctx *c = mb_sandbox_ctx_of(L);
+	mb_io_add(c ? c->io : NULL, MB_IO_WORKSPACE, *data, *n); /* context saved (tokest.h) */
 	return 0;
 }
 

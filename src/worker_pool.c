@@ -58,6 +58,7 @@ struct wjob {
 	int state;
 	wproc *proc;
 	uint64_t t0, calls, notes, seq;
+	uint64_t sent;          /* bytes of replies and workspace answers sent to it (finish) */
 	int call_waiting, answered;
 	char tenant[72];
 	wjob *next;             /* queue */
@@ -439,6 +440,18 @@ static void finish(wjob *j, mb_exec_result *res)
 	double seen = j->t0 ? (double)(mb_now_ns() - j->t0) / 1e6 : 0;
 	if (!(res->execution_time_ms > 0 && res->execution_time_ms <= seen)) /* 0: none reported */
 		res->execution_time_ms = seen;
+	/* what the worker says its code took in: never more than the server handed it, the
+	 * context_vars apart and the sources that came through the channel together */
+	uint64_t left = j->sent;
+	for (int i = 0; i < MB_IO_NSOURCES; i++) {
+		uint64_t most = i == MB_IO_CONTEXT ? j->req.context_len : left;
+		if (res->io.in_bytes[i] > most)
+			res->io.in_bytes[i] = most;
+		if (i != MB_IO_CONTEXT)
+			left -= res->io.in_bytes[i];
+		if (res->io.in_tokens[i] > res->io.in_bytes[i])
+			res->io.in_tokens[i] = res->io.in_bytes[i];
+	}
 	mb_exec_result_shape(res);
 	pp->completed++;
 	if (pp->cb.on_done)
@@ -467,6 +480,7 @@ static void reply_stopped(wjob *j, mb_stop_reason why)
 		return;
 	j->call_waiting = 0;
 	const char *msg = why == MB_STOP_CANCELLED ? "cancelled" : "the deadline passed";
+	j->sent += strlen(msg);
 	mb_worker_reply(&j->pp->wb, 2, (uint64_t)why, msg, strlen(msg));
 	send_frame(j->proc, &j->pp->wb);
 }
@@ -698,6 +712,7 @@ static void offload_done(uv_work_t *req, int status)
 	wjob *j = pp->stopping ? NULL : live_job(pp, o->job_id, o->w);
 	if (j && status == 0 && !o->bad) {
 		if (o->type == W_WS) {
+			j->sent += o->out.len;
 			send_frame(o->w, &o->out);
 		} else {
 			finish(j, &o->res);
@@ -767,6 +782,7 @@ static int on_call(wproc *w, wjob *j, mb_wmsg *m)
 		refusal = "no server calls here";
 	}
 	if (refusal) {
+		j->sent += strlen(refusal);
 		mb_worker_reply(&pp->wb, 1, 0, refusal, strlen(refusal));
 		send_frame(w, &pp->wb);
 		return 0;
@@ -1048,6 +1064,7 @@ int mb_wpool_reply(mb_wpool *pp, uint64_t id, uint64_t seq, int status, const ch
 	if (!j || j->state != J_RUNNING || !j->call_waiting || j->seq != seq || !j->proc)
 		return -1;
 	j->call_waiting = 0;
+	j->sent += len;
 	mb_worker_reply(&pp->wb, status ? 1 : 0, 0, data, len);
 	send_frame(j->proc, &pp->wb);
 	return 0;

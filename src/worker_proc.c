@@ -323,6 +323,11 @@ static void send_done(const mb_exec_result *res)
 		mb_wbuf_bytes(&wb, res->pii_found[i].token, strlen(res->pii_found[i].token));
 		mb_wbuf_bytes(&wb, res->pii_found[i].value, res->pii_found[i].value_len);
 	}
+	for (int i = 0; i < MB_IO_NSOURCES; i++) { /* what the code took in (the server checks it) */
+		mb_wbuf_u64(&wb, res->io.in_bytes[i]);
+		mb_wbuf_u64(&wb, res->io.in_tokens[i]);
+	}
+	mb_wbuf_u64(&wb, res->io.result_tokens);
 	send_or_die();
 }
 

@@ -296,6 +296,19 @@ int mb_worker_read_done(mb_wmsg *m, const mb_exec_request *req, mb_exec_result *
 		f->count = 1;
 		res->pii_nfound++;
 	}
+	/* the counts of what the code took in: a token takes at least a byte; the caller bounds the
+	 * bytes by what the server sent (worker_pool.c, finish) */
+	for (int i = 0; i < MB_IO_NSOURCES; i++) {
+		uint64_t bytes, tokens;
+		if (mb_wmsg_u64(m, &bytes) || mb_wmsg_u64(m, &tokens))
+			return -1;
+		res->io.in_bytes[i] = bytes;
+		res->io.in_tokens[i] = tokens < bytes ? tokens : bytes;
+	}
+	uint64_t rt;
+	if (mb_wmsg_u64(m, &rt))
+		return -1;
+	res->io.result_tokens = rt < res->result_len ? rt : res->result_len;
 	return 0;
 }
 

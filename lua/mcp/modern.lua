@@ -204,6 +204,9 @@ end
 function M.decorate(method, result)
   if result.resultType == nil then result.resultType = "complete" end
   local meta = result._meta
+  if getmetatable(meta) == "json.raw" then -- made in C (execute_code's, mcp/savings.lua)
+    meta = mb.json_decode(mb.json_raw_text(meta)); result._meta = meta
+  end
   if not is_object(meta) then meta = {}; result._meta = meta end
   meta[K_SERVER] = SERVER_INFO_RAW
   if CACHED[method] then

@@ -406,10 +406,10 @@ function request_mt:execute(spec)
   if self.entry.cancelled then return nil end
   local started = mb.wall_ms()
   spec.tenant = self.tenant
-  local job, err, sj, sq = mb.submit(spec)
+  local job, err, sj, sq, io = mb.submit(spec)
   if not job then
     return nil, err, sj and { success = false, error_type = "busy", structured_json = sj,
-                              structured_quoted = sq }
+                              structured_quoted = sq, io_meta = io }
   end
   self.entry.job = job
   self.entry.tool = spec.tool -- the logger name of its log messages
@@ -904,7 +904,7 @@ end
 
 -- Prometheus text the host adds to /metrics (upstream servers).
 function host_api.metrics_text()
-  return tools.upstream.metrics_text()
+  return tools.savings.metrics_text() .. tools.upstream.metrics_text()
 end
 
 function host_api.handle_oversize(bytes)

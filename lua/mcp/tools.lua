@@ -23,8 +23,9 @@ local clip = require("mcp.catalog_text").clip
 local M = { list = {}, by_name = {}, stats_providers = {}, server_stats_providers = {},
             host_calls = {}, host_calls_raw = {}, methods = {},
             resource_providers = {},
-            history = require("mcp.history") }
+            history = require("mcp.history"), savings = require("mcp.savings") }
 M.stats_providers.history = function(tenant) return M.history.summary(tenant) end
+M.stats_providers.context = function(tenant) return M.savings.stats(M.stats_of(tenant).context) end
 
 local function register(definition, handler)
   local t = { definition = definition, handler = handler }
@@ -90,6 +91,7 @@ function M.shaped_result(res, err)
     content = { { type = "text", text = res.structured_quoted } },
     structuredContent = res.structured_json,
     isError = not res.success,
+    _meta = res.io_meta, -- what came in and went out, raw JSON (mcp/savings.lua)
   }
 end
 
@@ -171,11 +173,12 @@ local function stats_of(tenant)
   if not stats then
     stats = { executions = 0, succeeded = 0, failed = 0, by_error_type = {},
               total_ms = 0, max_ms = 0, recent = {}, recent_pos = 0,
-              requests = {}, requests_pos = 0, request_max_ms = 0 }
+              requests = {}, requests_pos = 0, request_max_ms = 0, context = M.savings.sums() }
     tenant_stats[tenant] = stats
   end
   return stats
 end
+M.stats_of = stats_of
 
 -- Time inside the server for one tools/call: from the line being read to the response being
 -- handed to the transport (the last 1000 calls of the tenant).
@@ -201,6 +204,11 @@ local function record(res, tenant)
   if ms > stats.max_ms then stats.max_ms = ms end
   stats.recent_pos = stats.recent_pos % 1000 + 1
   stats.recent[stats.recent_pos] = ms
+  local c, out = stats.context, res.bytes_out -- context saved (mcp/savings.lua), inline: cheap
+  if out then
+    c.bytes_out, c.tokens_out = c.bytes_out + out, c.tokens_out + res.tokens_out
+    if res.io_in then M.savings.add_in(c, res) end
+  end
 end
 
 register({

@@ -642,6 +642,9 @@ check("shutdown closes upstreams and flushes the history", { up_calls()[#up_call
 check("shutdown tears the listener down with notifications/cancelled naming its request, final",
   { m.sent[n + 1].msg.method, m.sent[n + 1].msg.params.requestId, m.sent[n + 1].final, m.sent[n + 1].exchange },
   { "notifications/cancelled", "L2", true, 251 })
-check("metrics text from the upstreams", server.metrics_text(), "# upstream\n")
+local metrics = server.metrics_text()
+check("metrics text: the context saved, then the upstreams'",
+  { metrics:match("^# HELP moonbox_context_in_bytes_total ") ~= nil,
+    metrics:match("\nmoonbox_context_saved_tokens_total 0\n# upstream\n$") ~= nil }, { true, true })
 
 H.done()

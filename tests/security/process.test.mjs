@@ -165,8 +165,11 @@ describe("a compromised worker that forges frames", { skip: NO_WORKERS || NO_HOO
   };
   const W_DONE = 9;
   const lua = (buf) => `__test.channel("${[...buf].map((c) => "\\" + c).join("")}") while true do end`;
-  const done = (result) => frame(W_DONE, u64(1), bytes(""), bytes(""), bytes(""), u64(1), bytes(result),
-    bytes(""), u64(0), u64(0), u64(0), u64(0));
+  // io: bytes and tokens per source (src/tokest.h: upstream, workspace, context_vars, skills,
+  // catalog, client), then the result's token estimate
+  const NO_IO = Array.from({ length: 13 }, () => u64(0));
+  const done = (result, io = NO_IO) => frame(W_DONE, u64(1), bytes(""), bytes(""), bytes(""), u64(1), bytes(result),
+    bytes(""), u64(0), u64(0), u64(0), u64(0), ...io);
 
   for (const [what, buf, check] of [
     ["a frame over the size limit", Buffer.from([0xff, 0xff, 0xff, 0x7f, 9]),
@@ -176,6 +179,9 @@ describe("a compromised worker that forges frames", { skip: NO_WORKERS || NO_HOO
     ["a result that is not JSON (it would be spliced into the answer)", done('1}, "isError": false, "x": {'),
       (sc) => assert.deepEqual([sc.error_type, sc.error], ["result", "the worker process returned a result that is not JSON"])],
     ["a short W_DONE", frame(W_DONE, u64(1)),
+      (sc) => assert.match(sc.error, /broke the protocol/)],
+    ["a W_DONE without the counts of what came in", frame(W_DONE, u64(1), bytes(""), bytes(""), bytes(""),
+      u64(1), bytes("1"), bytes(""), u64(0), u64(0), u64(0), u64(0)),
       (sc) => assert.match(sc.error, /broke the protocol/)],
   ]) {
     test(`${what}: the execution fails clearly, the worker is replaced, the server serves`, async () => {
@@ -189,6 +195,47 @@ describe("a compromised worker that forges frames", { skip: NO_WORKERS || NO_HOO
       assert.ok((await refilled(p, 2)).processes_started >= 2);
     });
   }
+});
+
+describe("a compromised worker that inflates its context-saved counts", { skip: NO_WORKERS || NO_HOOKS }, () => {
+  const u64 = (v) => { const b = Buffer.alloc(8); b.writeBigUInt64LE(BigInt(v)); return b; };
+  const bytes = (t) => Buffer.concat([u64(Buffer.byteLength(t)), Buffer.from(t)]);
+  const frame = (type, ...fields) => {
+    const body = Buffer.concat([Buffer.from([type]), ...fields]);
+    const len = Buffer.alloc(4);
+    len.writeUInt32LE(body.length);
+    return Buffer.concat([len, body]);
+  };
+  // every source claims 10^12 bytes and as many tokens, the result 10^12 tokens
+  const huge = Array.from({ length: 13 }, () => u64(1e12));
+  const buf = frame(9, u64(1), bytes(""), bytes(""), bytes(""), u64(1), bytes("42"), bytes(""),
+    u64(0), u64(0), u64(0), u64(0), ...huge);
+  const forge = (before = "") => `${before} __test.channel("${[...buf].map((c) => "\\" + c).join("")}") while true do end`;
+  // (what the forging worker answers next is not checked here: a worker serves one tenant,
+  // whose results it can forge anyway; the point is that it cannot make the counts larger than
+  // what it got)
+
+  test("with nothing sent to it, only its context_vars' own bytes may be claimed", async () => {
+    const p = await start(HOOKS, ["--workers", "1"]);
+    const { sc, msg } = await p.exec({ code: forge(), timeout_ms: 5000, instruction_limit: 1e10, context_vars: { a: "xyz" } });
+    assert.equal(sc.result, 42);
+    const m = msg.result._meta["dev.moonbox/context"];
+    assert.deepEqual(m.in, { context_vars: { bytes: 11, tokens: 11 } }, JSON.stringify(m));
+    assert.ok(m.tokens_out <= m.bytes_out, JSON.stringify(m));
+    assert.equal(m.tokens_saved, 0);
+  });
+
+  test("after one real call, the sources share what its reply was, once", async () => {
+    const p = await start(HOOKS, ["--workers", "1"]);
+    const honest = await p.exec({ code: "local s = list_skills() return 1" });
+    const got = honest.msg.result._meta["dev.moonbox/context"].in.skills.bytes;
+    assert.ok(got > 0);
+    const { sc, msg } = await p.exec({ code: forge("local s = list_skills()"), timeout_ms: 5000, instruction_limit: 1e10 });
+    assert.equal(sc.result, 42);
+    const m = msg.result._meta["dev.moonbox/context"];
+    const total = Object.values(m.in).reduce((a, x) => a + x.bytes, 0);
+    assert.equal(total, got, JSON.stringify(m));
+  });
 });
 
 describe("a worker serves one tenant", { skip: NO_WORKERS }, () => {
