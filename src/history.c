@@ -2,7 +2,7 @@
  *
  * Shape: rows are appended to a growable array under `mu`. The writer waits on `cv` for up to a
  * second (or until a flush or close asks), swaps the array out, and inserts the rows in one
- * transaction on its own connection, each with a fresh random ref, followed by the DELETEs
+ * transaction on its own connection, each with its ref (drawn when it was queued), followed by the DELETEs
  * that keep the newest tenant_max_rows of every tenant in the batch and the newest max_rows in
  * all; once a minute (with rows or without) it drops rows older than max_age_ms. A flush records the sequence number it waits for and
  * sleeps on `done_cv` until the writer has committed that far. Failures are logged and counted;
@@ -11,6 +11,7 @@
 #include "history.h"
 
 #include <sodium.h>
+#include <stdatomic.h>
 #include <sqlite3.h>
 #include <stdlib.h>
 #include <string.h>
@@ -36,6 +37,7 @@ typedef struct {
 		output_bytes;
 	double duration_ms;
 	size_t bytes; /* the size of buf, for max_queued_bytes */
+	char ref[17];  /* the row's opaque id, hex (mb_history_add) */
 } row;
 
 struct mb_history {
@@ -53,6 +55,10 @@ struct mb_history {
 	uint64_t queued_seq, committed_seq; /* rows ever queued / ever handled by the writer */
 	int stop, wake;
 	uint64_t dropped, failed;
+	/* refs: SipHash-2-4 of a counter under a key drawn at open, so a row's id is known when it
+	 * is queued (execute_code answers with it) without a system call per row */
+	unsigned char ref_key[crypto_shorthash_KEYBYTES];
+	atomic_uint_fast64_t ref_seq;
 };
 
 /* The strings of a row, copied into one buffer: fields[i] from src[i] (s NULL: absent). */
@@ -145,10 +151,6 @@ static int write_rows(mb_history *h, row *rows, size_t n)
 	for (size_t i = first; i < n; i++) {
 		row *r = &rows[i];
 		sqlite3_stmt *st = h->ins;
-		unsigned char rnd[8];
-		char ref[17];
-		randombytes_buf(rnd, sizeof rnd);
-		sodium_bin2hex(ref, sizeof ref, rnd, sizeof rnd);
 		bind_text(st, 1, &r->tenant);
 		sqlite3_bind_int64(st, 2, r->started_ms);
 		sqlite3_bind_double(st, 3, r->duration_ms);
@@ -157,7 +159,7 @@ static int write_rows(mb_history *h, row *rows, size_t n)
 		sqlite3_bind_int64(st, 6, r->memory_peak);
 		bind_text(st, 7, &r->code_hash);
 		bind_text(st, 8, &r->tool);
-		sqlite3_bind_text(st, 9, ref, 16, SQLITE_STATIC);
+		sqlite3_bind_text(st, 9, r->ref, 16, SQLITE_STATIC);
 		bind_text(st, 10, &r->code);
 		sqlite3_bind_int64(st, 11, r->code_len);
 		sqlite3_bind_int64(st, 12, r->context_bytes);
@@ -244,6 +246,8 @@ mb_history *mb_history_open(const char *db_path, const mb_history_limits *lim, i
 	}
 	h->lim = *lim;
 	h->max_rows = lim->max_rows;
+	crypto_shorthash_keygen(h->ref_key);
+	atomic_init(&h->ref_seq, 0);
 	if (h->lim.tenant_max_rows < 1)
 		h->lim.tenant_max_rows = 1;
 	if (sqlite3_open_v2(db_path, &h->db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_NOMUTEX, NULL) != SQLITE_OK)
@@ -287,8 +291,10 @@ fail_quiet:
 	return NULL;
 }
 
-void mb_history_add(mb_history *h, const mb_history_row *r)
+void mb_history_add(mb_history *h, const mb_history_row *r, char ref[17])
 {
+	if (ref)
+		ref[0] = 0;
 	if (h->max_rows <= 0)
 		return;
 	row x = { .buf = NULL, .started_ms = r->started_ms, .instructions = r->instructions,
@@ -334,6 +340,14 @@ void mb_history_add(mb_history *h, const mb_history_row *r)
 		h->rows = nr;
 		h->cap = cap;
 	}
+	uint64_t seq = atomic_fetch_add(&h->ref_seq, 1);
+	unsigned char in[8], out[crypto_shorthash_BYTES];
+	for (int i = 0; i < 8; i++)
+		in[i] = (unsigned char)(seq >> (8 * i));
+	crypto_shorthash(out, in, sizeof in, h->ref_key);
+	sodium_bin2hex(x.ref, sizeof x.ref, out, sizeof out);
+	if (ref)
+		memcpy(ref, x.ref, sizeof x.ref);
 	h->rows[h->n++] = x;
 	h->queued_bytes += x.bytes;
 	h->queued_seq++;

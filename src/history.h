@@ -5,8 +5,7 @@
  * first bytes of its result, output and error as the model saw them, the upstream tools it
  * called, the size of its context_vars. Adding copies the row into a buffer under a mutex; a
  * writer thread with its own SQLite connection to the same database file commits the buffer
- * once a second in one transaction, gives each row its opaque id (`ref`: 64 random bits from
- * libsodium, drawn there, off the request path), and then trims the table: the newest
+ * once a second in one transaction and then trims the table: the newest
  * tenant_max_rows rows of each tenant written to, the newest max_rows rows in all, and once a
  * minute nothing older than max_age_ms. So the loop thread copies a row per
  * execution instead of running an INSERT (docs/benchmarks.md, "Session 2", has what that saved)
@@ -70,7 +69,10 @@ mb_history *mb_history_open(const char *db_path, const mb_history_limits *lim, i
 
 /// Queues a row (strings are copied). Never blocks on SQLite. Rows beyond 100,000 waiting, or
 /// beyond max_queued_bytes of strings, are dropped (and counted) rather than letting memory grow.
-void mb_history_add(mb_history *h, const mb_history_row *row);
+/// Each row gets an opaque id (`ref`, 16 hex digits: SipHash-2-4 of a counter under a key drawn
+/// at open, so unguessable from other rows' ids and known at once: execute_code answers with it).
+/// ref (may be NULL) receives it, or "" when the row was not queued (history off, queue full).
+void mb_history_add(mb_history *h, const mb_history_row *row, char ref[17]);
 
 /// Waits until every row queued before the call is committed.
 void mb_history_flush(mb_history *h);

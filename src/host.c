@@ -319,7 +319,8 @@ static int l_pii_token(lua_State *L)
 
 /* mb.history_add(tenant, started_ms, duration_ms, outcome, instructions, memory_peak, code_hash,
  * tool, code, context_bytes, result_head, result_bytes, output_head, output_bytes, error, tools,
- * rerun_of): queues a row for the history writer thread (the journal's fields: history.h) */
+ * rerun_of) -> the row's id | nothing: queues a row for the history writer thread (the journal's
+ * fields: history.h); nothing when the row was not queued */
 static const char *opt_lstring(lua_State *L, int i, size_t *n)
 {
 	*n = 0;
@@ -351,8 +352,12 @@ static int l_history_add(lua_State *L)
 	r.tools = opt_lstring(L, 16, &r.tools_len);
 	size_t n;
 	r.rerun_of = opt_lstring(L, 17, &n);
-	mb_history_add(h->history, &r);
-	return 0;
+	char ref[17];
+	mb_history_add(h->history, &r, ref);
+	if (!ref[0])
+		return 0;
+	lua_pushlstring(L, ref, 16);
+	return 1;
 }
 
 static int l_history_flush(lua_State *L)
@@ -585,11 +590,9 @@ void mb_host_job_call(mb_host *h, uint64_t job, uint64_t seq, const char *name, 
 static void push_io(lua_State *L, const mb_exec_result *r)
 {
 	const mb_exec_io *io = &r->io;
-	uint64_t bytes = 0, tokens = 0;
-	for (int i = 0; i < MB_IO_NSOURCES; i++) {
+	uint64_t bytes = 0;
+	for (int i = 0; i < MB_IO_NSOURCES; i++)
 		bytes += io->in_bytes[i];
-		tokens += io->in_tokens[i];
-	}
 	char meta[MB_EXEC_META_MAX];
 	mb_json_push_raw(L, meta, mb_exec_result_meta(r, meta));
 	lua_setfield(L, -2, "io_meta");

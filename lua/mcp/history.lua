@@ -36,9 +36,11 @@ end
 -- add(tenant, started_at_ms, spec, res, called): spec is what was submitted (tool, code,
 -- context_json, rerun_of), res the result (its code_hash was computed on the worker thread, its
 -- heads cut there: src/host.c push_heads), called the upstream tools of the execution.
+-- Returns the row's id (what list_executions and rerun_id know it by), or nil when history is
+-- off or the row was dropped.
 function M.add(tenant, started, spec, res, called)
   local ctx = spec.context_json
-  mb.history_add(tenant or "default", started, res.execution_time_ms or 0,
+  return mb.history_add(tenant or "default", started, res.execution_time_ms or 0,
     res.success and "ok" or (res.error_type or "runtime"), res.instructions or 0,
     res.memory_peak_bytes or 0, res.code_hash, spec.tool or "execute_code",
     spec.code, ctx and #ctx or 0, res.result_head, res.result_bytes, res.output_head,

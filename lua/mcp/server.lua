@@ -420,7 +420,7 @@ function request_mt:execute(spec)
   tools.upstream.abandon(self.entry) -- cancels its upstream calls still in flight
   self.entry.job = nil
   if res.pii_found then tools.pii.after_execution(self.tenant, res) end -- vault, before the answer
-  tools.history.add(self.tenant, started, spec, res, self.entry.tools_called) -- as answered
+  res.execution_id = tools.history.add(self.tenant, started, spec, res, self.entry.tools_called)
   if self.entry.cancelled then return nil end
   return res
 end

@@ -83,15 +83,23 @@ M.structured_result = structured_result
 -- The answer to an execution: the worker shaped its structuredContent (mb_exec_result_shape in
 -- src/sandbox.c, the one owner of that shape) and its text form: splice both. Without them
 -- (memory ran out shaping it) a plain error.
+-- _meta: what came in and went out (raw JSON made on the worker, mcp/savings.lua) and, when the
+-- journal kept the execution, its id ("dev.moonbox/execution_id": what rerun_id and
+-- list_executions take), spliced in front as text.
 function M.shaped_result(res, err)
   if not (res and res.structured_json) then
     return tool_error(err or "out of memory: the execution's result could not be built")
+  end
+  local meta, id = res.io_meta, res.execution_id
+  if id then
+    meta = meta and mb.json_raw('{"dev.moonbox/execution_id":"' .. id .. '",'
+      .. mb.json_raw_text(meta):sub(2)) or { ["dev.moonbox/execution_id"] = id }
   end
   return {
     content = { { type = "text", text = res.structured_quoted } },
     structuredContent = res.structured_json,
     isError = not res.success,
-    _meta = res.io_meta, -- what came in and went out, raw JSON (mcp/savings.lua)
+    _meta = meta,
   }
 end
 
@@ -232,7 +240,8 @@ register({
     properties = {
       code = { type = "string", description = "Lua 5.4 source code" },
       rerun_id = { type = "string", description = "Instead of code: run again the code of this "
-                   .. "execution (an id from list_executions), with this call's context_vars and limits" },
+                   .. "execution (an id from list_executions, or the dev.moonbox/execution_id in an "
+                   .. "earlier result's _meta), with this call's context_vars and limits" },
       context_vars = { type = "object", description = "Values that become global variables" },
       timeout_ms = { type = "integer", minimum = 1, maximum = cfg.max_timeout_ms,
                      description = "Wall-clock limit in milliseconds" },

@@ -1,6 +1,6 @@
 // The execution journal end to end through the official SDK client over stdio: list_executions
 // lists, searches and fetches what execute_code ran (found at once, though the writer commits
-// once a second), execute_code's rerun_id runs a kept execution again with new context_vars and
+// once a second; each answer's _meta names its id), execute_code's rerun_id runs a kept execution again with new context_vars and
 // limits, the bounds (journal_max_code_bytes, journal_head_bytes) and their errors, hostile
 // search text, the upstream tools an execution called (server-everything, a real upstream), PII
 // kept only as the tokens the model saw (checked in the SQLite file itself), and migration 5 on
@@ -66,6 +66,16 @@ describe("list_executions and rerun_id (stdio, SDK client)", () => {
       assert.equal((await listed(client, { since: new Date(Date.now() - 3600000).toISOString().slice(0, 19) + "Z" })).length, 3);
       const page = ok(await list(client, { limit: 1 }));
       assert.deepEqual([page.executions.length, page.more], [1, true]);
+
+      // each answer names its execution in _meta: the id the journal lists, for rerun_id
+      const answered = await execute(client, { code: "return 'named'" });
+      const named = answered._meta?.["dev.moonbox/execution_id"];
+      assert.match(named, ID_RE, JSON.stringify(answered._meta));
+      assert.equal(answered._meta["dev.moonbox/context"].bytes_out > 0, true); // beside the counts
+      assert.equal((await listed(client, { limit: 1 }))[0].id, named);
+      assert.equal(ok(await list(client, { id: named })).result, "named");
+      assert.equal((await run(client, { rerun_id: named })).result, "named");
+      assert.equal(failed._meta?.["dev.moonbox/execution_id"], all[0].id); // failures too
 
       // rerun: the kept code with new context_vars and limits
       const again = await run(client, { rerun_id: all[1].id, context_vars: { n: 8, who: "bob" }, timeout_ms: 2000 });

@@ -27,6 +27,21 @@ check("the result's _meta is the worker's JSON, untouched", r._meta and r._meta.
 run("alice", nil, nil)
 run("bob", { workspace = { bytes = 50, tokens = 12 } }, 0)
 
+-- the journal's id of the execution (server.lua sets it from history.add) goes in front of the
+-- worker's _meta, which stays JSON; without the worker's part it is a table of its own
+local shaped = tools.shaped_result({ success = true, structured_json = mb.json_raw("{}"),
+  structured_quoted = mb.json_raw('"{}"'), io_meta = mb.json_raw(META), execution_id = "0123456789abcdef" })
+check("the execution id leads the _meta", shaped._meta.text,
+  '{"dev.moonbox/execution_id":"0123456789abcdef",' .. META:sub(2))
+check("... which stays one JSON object", H.json_decode(shaped._meta.text)["dev.moonbox/execution_id"],
+  "0123456789abcdef")
+shaped = tools.shaped_result({ success = true, structured_json = mb.json_raw("{}"),
+  structured_quoted = mb.json_raw('"{}"'), execution_id = "fedcba9876543210" })
+check("an id without the counts", shaped._meta, { ["dev.moonbox/execution_id"] = "fedcba9876543210" })
+shaped = tools.shaped_result({ success = true, structured_json = mb.json_raw("{}"),
+  structured_quoted = mb.json_raw('"{}"'), io_meta = mb.json_raw(META) })
+check("no id (history off): the worker's _meta as it was", shaped._meta.text, META)
+
 -- the section get_execution_stats shows the tenant (its other sections need a store)
 local function ctx(tenant) return tools.stats_providers.context(tenant) end
 local a = ctx("alice")

@@ -2,7 +2,7 @@
 // it (the SDK's Streamable HTTP client, one server, tokens alpha and beta): beta's list, search
 // (by alpha's code text, with LIKE/FTS/SQL syntax, NUL bytes, a huge string), fetch by id and
 // rerun_id of alpha's executions all answer exactly as for an id that never existed, and alpha's
-// journal is unchanged by any of it; ids are 64 random bits, not counters a tenant could walk;
+// journal is unchanged by any of it; ids are keyed hashes of a counter (64 bits), nothing a tenant could walk;
 // and the server keeps serving both.
 // Run: cd tests && MOONBOX=../build/moonbox node run-node.mjs security/journal.test.mjs
 
@@ -79,7 +79,7 @@ describe("the journal does not cross tenants (HTTP, two tokens)", () => {
       assert.match(errText(await call(beta, "list_executions", { id })), /id must be an execution id from list_executions/);
     }
 
-    // the ids are random, not counters: no two share a long prefix, and none is small
+    // the ids look random, not like counters: no two share a long prefix, and none is small
     for (const id of ids) assert.match(id, /^[0-9a-f]{16}$/);
     const asNum = ids.map((id) => BigInt(`0x${id}`));
     assert.ok(asNum.every((n) => n > 0xffffffffn), `ids look like counters: ${ids}`);

@@ -65,7 +65,7 @@ static void add(mb_history *h, int i, const char *tenant)
 	snprintf(hash, sizeof hash, "%032x", i);
 	mb_history_row r = { tenant, 1000 + i, 0.5, i % 2 ? "ok" : "timeout", i, 2 * i, hash,
 			     "execute_code", .code = NULL };
-	mb_history_add(h, &r);
+	mb_history_add(h, &r, NULL);
 }
 
 TEST(rows_arrive_with_their_fields)
@@ -201,12 +201,17 @@ TEST(journal_fields_arrive_byte_for_byte)
 			     .result_head = "\"a\\u0000b\"", .result_head_len = 10, .result_bytes = 10,
 			     .output_head = out, .output_head_len = sizeof out - 1, .output_bytes = 900,
 			     .tools = "srv.echo\nsrv.add", .tools_len = 16, .rerun_of = "0123456789abcdef" };
-	mb_history_add(h, &r);
+	char ref1[17], ref2[17];
+	mb_history_add(h, &r, ref1);
 	mb_history_row big = { "t1", 6, 1, "syntax", 0, 0, NULL, "execute_code",
 			       .code = "x = 1 -- a comment that makes this code longer than 64 bytes .......",
 			       .code_len = 70, .error = "oops", .error_len = 4 };
-	mb_history_add(h, &big);
+	mb_history_add(h, &big, ref2);
 	mb_history_flush(h);
+	/* the ref handed back when queued is the row's */
+	CHECK(strlen(ref1) == 16 && strlen(ref2) == 16 && strcmp(ref1, ref2) != 0);
+	CHECK(count_where("SELECT count(*) FROM executions WHERE ref = ? AND context_bytes = 17", ref1, 16) == 1);
+	CHECK(count_where("SELECT count(*) FROM executions WHERE ref = ? AND outcome = 'syntax'", ref2, 16) == 1);
 	CHECK(count_where("SELECT count(*) FROM executions WHERE code = ?", code, sizeof code - 1) == 1);
 	CHECK(count_where("SELECT count(*) FROM executions WHERE output_head = ?", out, sizeof out - 1) == 1);
 	CHECK(scalar("SELECT count(*) FROM executions WHERE context_bytes = 17 AND result_bytes = 10"
@@ -259,7 +264,7 @@ TEST(retention_by_age)
 	struct timespec ts;
 	clock_gettime(CLOCK_REALTIME, &ts);
 	mb_history_row now = { "new", (int64_t)ts.tv_sec * 1000, 1, "ok", 7, 0, NULL, "execute_code", .code = NULL };
-	mb_history_add(h, &now);
+	mb_history_add(h, &now, NULL);
 	mb_history_flush(h);
 	CHECK(scalar("SELECT count(*) FROM executions WHERE tenant = 'old'") == 0);
 	CHECK(scalar("SELECT count(*) FROM executions WHERE tenant = 'new'") == 1);
@@ -280,7 +285,9 @@ TEST(queued_bytes_bound_drops_rows)
 	for (int i = 0; i < 3; i++) {
 		mb_history_row r = { "t", i, 1, "ok", i, 0, NULL, "execute_code", .output_head = out,
 				     .output_head_len = sizeof out, .output_bytes = sizeof out };
-		mb_history_add(h, &r); /* with the second, more than 100 bytes: dropped */
+		char ref[17] = "x";
+		mb_history_add(h, &r, ref); /* with the second, more than 100 bytes: dropped */
+		CHECK(i == 0 ? strlen(ref) == 16 : ref[0] == 0); /* a dropped row has no id */
 	}
 	mb_history_flush(h);
 	uint64_t dropped, failed;
