@@ -21,6 +21,7 @@ local mb = mb
 local null = mb.null
 local cfg = mb.config
 local sfmt = string.format
+local utf8_cut = require("mcp.catalog_text").utf8_cut -- at a character boundary
 
 local M = {}
 
@@ -58,17 +59,6 @@ local function escape_hidden(s)
   return (s:gsub("\216\156", HIDDEN["\216\156"]):gsub("\239\187\191", HIDDEN["\239\187\191"]))
 end
 
--- Cuts s to at most n bytes at a UTF-8 character boundary.
-local function utf8_cut(s, n)
-  if #s <= n then return s end
-  local i = n
-  while i > 0 do
-    local b = s:byte(i + 1)
-    if not b or b < 0x80 or b >= 0xC0 then break end
-    i = i - 1
-  end
-  return s:sub(1, i)
-end
 
 -- The arguments as the person sees them: JSON text made by moonbox from the decoded value,
 -- PII tokenized, hidden characters escaped, cut at upstream_ask_args_bytes.
