@@ -433,8 +433,12 @@ export function execute(client, args, options) {
  * Creates a fresh temporary skills directory holding `files` (relative path -> text; parent
  * directories are created).
  */
+// The skills directory is a "skills" folder inside a fresh temporary one (remove its parent),
+// so that what a test says about "<skills>/.." (a name that tries to climb out) is about a
+// place of its own, not the shared temporary directory.
 export function makeSkillsDir(files = {}) {
-  const dir = mkdtempSync(path.join(tmpdir(), "moonbox-skills-"));
+  const dir = path.join(mkdtempSync(path.join(tmpdir(), "moonbox-skills-")), "skills");
+  mkdirSync(dir, { mode: 0o700 });
   for (const [rel, text] of Object.entries(files)) {
     const full = path.join(dir, rel);
     mkdirSync(path.dirname(full), { recursive: true });
@@ -456,7 +460,7 @@ export async function connectWithSkills(opts = {}) {
   try {
     s = await connectClient({ ...opts, args: ["--skills-dir", skillsDir, ...(opts.args ?? [])] });
   } catch (e) {
-    rmSync(skillsDir, { recursive: true, force: true });
+    rmSync(path.dirname(skillsDir), { recursive: true, force: true });
     throw e;
   }
   return {
@@ -464,7 +468,7 @@ export async function connectWithSkills(opts = {}) {
     skillsDir,
     async close() {
       await s.close();
-      rmSync(skillsDir, { recursive: true, force: true });
+      rmSync(path.dirname(skillsDir), { recursive: true, force: true });
     },
   };
 }
