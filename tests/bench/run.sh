@@ -397,7 +397,7 @@ command -v node >/dev/null && { echo; node tests/bench/isolation.mjs "$MOONBOX" 
 # ---- the tool catalog: import, search latency, progressive-disclosure sizes (bench_catalog.mjs)
 command -v node >/dev/null && { echo; node tests/bench/bench_catalog.mjs "$MOONBOX" | tee "$OUT/catalog.txt"; }
 
-$CC -O2 -std=c11 -D_GNU_SOURCE -Wall -Wextra -Werror -iquote src tests/bench/bench_pii.c "$BUILD/obj/pii_syntax.o" "$BUILD/obj/pii_detect_rules.o" "$BUILD/obj/pii_detect.o" "$BUILD/obj/pii_token.o" $(pkg-config --libs libpcre2-8 libsodium) -lm -o "$OUT/bench_pii" && { echo; "$OUT/bench_pii" 10 7 | tee -a "$OUT/results.txt"; } # PII scan/sanitize MB/s (docs/pii.md)
+$CC -O2 -std=c11 -D_GNU_SOURCE -Wall -Wextra -Werror -iquote src tests/bench/bench_pii.c "$BUILD/obj/pii_syntax.o" "$BUILD/obj/pii_detect_rules.o" "$BUILD/obj/pii_detect.o" "$BUILD/obj/pii_token.o" "$BUILD/obj/log.o" $(pkg-config --libs libpcre2-8 libsodium) -lm -o "$OUT/bench_pii" && { echo; "$OUT/bench_pii" 10 7 | tee -a "$OUT/results.txt"; } # PII scan/sanitize MB/s (docs/pii.md)
 # ---- Streamable HTTP under wrk (tests/bench/http_bench.sh)
 echo; tests/bench/http_bench.sh "$MOONBOX" | tee "$OUT/http.txt"
 
