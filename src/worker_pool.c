@@ -6,7 +6,8 @@
  * from a client: notifications and host calls go straight to the pool's callbacks (a host call is
  * answered when mb_pool_reply comes, as on a thread), a PII token is made at once, a workspace
  * operation runs on libuv's thread pool (it may touch the disk) and is answered from there, and
- * W_DONE is checked and shaped (on the thread pool when it is large) and reported. So an
+ * W_DONE is checked and shaped (on the thread pool when it is large, the worker being free
+ * meanwhile to start its next job: J_FINISHING) and reported. So an
  * execution costs two wake-ups, as on a worker thread: the worker's and the loop's.
  *
  * Limits from outside: a timer per job, armed when the job is sent, signals the worker at the
@@ -44,7 +45,9 @@
 typedef struct wjob wjob;
 typedef struct wproc wproc;
 
-enum { J_QUEUED, J_SENT, J_RUNNING, J_DONE }; /* J_SENT: waits in its worker's channel */
+/* J_SENT: waits in its worker's channel. J_FINISHING: its worker sent a large W_DONE, which is
+ * checked and shaped on the thread pool; the worker has moved on to its next job meanwhile. */
+enum { J_QUEUED, J_SENT, J_RUNNING, J_FINISHING, J_DONE };
 enum { P_SPAWNING, P_STARTING, P_IDLE, P_BUSY, P_DEAD };
 
 struct wjob {
@@ -697,11 +700,14 @@ static void offload_work(uv_work_t *req)
 }
 
 /* The job still waiting for this answer, or NULL (it ended meanwhile). */
-static wjob *live_job(mb_wpool *pp, uint64_t id, wproc *w)
+static wjob *live_job(mb_wpool *pp, uint64_t id, wproc *w, int type)
 {
 	for (wjob *j = pp->all; j; j = j->all_next)
-		if (j->id == id)
+		if (j->id == id) {
+			if (type == W_DONE)
+				return j->state == J_FINISHING && j->proc == w ? j : NULL;
 			return j->state == J_RUNNING && j->proc == w && w->job == j ? j : NULL;
+		}
 	return NULL;
 }
 
@@ -709,7 +715,7 @@ static void offload_done(uv_work_t *req, int status)
 {
 	offload *o = req->data;
 	mb_wpool *pp = o->pp;
-	wjob *j = pp->stopping ? NULL : live_job(pp, o->job_id, o->w);
+	wjob *j = pp->stopping ? NULL : live_job(pp, o->job_id, o->w, o->type);
 	if (j && status == 0 && !o->bad) {
 		if (o->type == W_WS) {
 			j->sent += o->out.len;
@@ -717,10 +723,16 @@ static void offload_done(uv_work_t *req, int status)
 		} else {
 			finish(j, &o->res);
 			memset(&o->res, 0, sizeof o->res);
-			if (o->untrusted)
-				end_worker(o->w, SIGKILL);
+			if (o->untrusted) /* its next job, if it started one, fails with the reason */
+				died(o->w, "the worker process sent a result it should not have; it was stopped");
 		}
 	} else if (j) {
+		if (o->type == W_DONE) { /* the job was detached from its worker: answer it here */
+			mb_exec_result res;
+			memset(&res, 0, sizeof res);
+			mb_worker_set_failure(&res, "crashed", "the worker process broke the protocol; it was stopped");
+			finish(j, &res);
+		}
 		died(o->w, "the worker process broke the protocol; it was stopped");
 	}
 	mb_exec_result_free(&o->res);
@@ -819,6 +831,22 @@ static void on_notify(wproc *w, wjob *j, mb_wmsg *m)
 	w->pp->cb.on_notify(w->pp->cb.ud, j->id, (mb_notify_kind)kind, lv, json, n);
 }
 
+/* A large W_DONE goes to the thread pool (offload_frame): the job is answered from there, and
+ * its worker, which has sent all of it, is free now - it may already be starting a job sent
+ * ahead (W_START), or take a new one. The job's timer stops: its code has ended. */
+static void detach(wproc *w, wjob *j)
+{
+	mb_wpool *pp = w->pp;
+	j->state = J_FINISHING;
+	uv_timer_stop(&j->timer);
+	w->job = NULL;
+	if (w->state == P_BUSY && !w->ahead) {
+		w->state = P_IDLE;
+		pp->busy--;
+		dispatch(pp);
+	}
+}
+
 static void on_frame(wproc *w, mb_wmsg *m)
 {
 	mb_wpool *pp = w->pp;
@@ -882,6 +910,8 @@ static void on_frame(wproc *w, mb_wmsg *m)
 	case W_DONE:
 		if ((size_t)(m->end - m->p) > BIG_DONE) {
 			bad = offload_frame(w, j, m) != 0;
+			if (!bad)
+				detach(w, j);
 		} else {
 			mb_exec_result res;
 			memset(&res, 0, sizeof res);

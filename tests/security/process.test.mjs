@@ -297,6 +297,30 @@ describe("a worker serves one tenant", { skip: NO_WORKERS }, () => {
   });
 });
 
+describe("results too large to shape on the loop", { skip: NO_WORKERS }, () => {
+  // A W_DONE over 256 KiB is checked and shaped on the thread pool; meanwhile its worker starts
+  // the job sent ahead to it and says W_START. That used to be taken for a protocol break: the
+  // worker was killed and every pipelined execution but the last failed.
+  test("pipelined on one worker, large and small results all arrive intact", async () => {
+    const p = await start(MOONBOX, ["--workers", "1"]);
+    const size = (i) => (i % 3 ? 400000 : 10);
+    const ids = [];
+    for (let i = 1; i <= 12; i++) {
+      ids.push(p.send("tools/call", { name: "execute_code",
+        arguments: { code: `return ('x'):rep(${size(i)}) .. ${i}` } }));
+    }
+    for (let i = 1; i <= 12; i++) {
+      const { msg } = await p.wait(ids[i - 1], 30000);
+      const sc = msg.result?.structuredContent;
+      assert.equal(sc?.success, true, JSON.stringify(sc).slice(0, 300));
+      assert.equal(sc.result, "x".repeat(size(i)) + i);
+    }
+    const pool = await p.pool();
+    assert.equal(pool.processes_crashed + pool.processes_killed, 0, JSON.stringify(pool));
+    assert.doesNotMatch(p.stderr, /broke the protocol/);
+  });
+});
+
 describe("workers that cannot start", { skip: NO_WORKERS || NO_HOOKS }, () => {
   test("an execution gets the reason, new ones are refused at once, the server keeps serving", async () => {
     const p = await start(HOOKS, ["--workers", "1"], { MOONBOX_TEST_WORKER_FAIL: "1" });
