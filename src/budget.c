@@ -47,6 +47,8 @@ void mb_budget_init(mb_budget *b, size_t mem_limit, uint64_t instruction_limit, 
 	b->hook_calls = 0;
 	atomic_init(&b->stop, MB_STOP_NONE);
 	atomic_init(&b->cancel, 0);
+	b->job_id = 0;
+	atomic_init(&b->cancel_job, 0);
 }
 
 void mb_budget_trip(mb_budget *b, mb_stop_reason why)
@@ -60,7 +62,8 @@ mb_stop_reason mb_budget_check(mb_budget *b)
 	int s = atomic_load_explicit(&b->stop, memory_order_relaxed);
 	if (s != MB_STOP_NONE)
 		return (mb_stop_reason)s;
-	if (atomic_load_explicit(&b->cancel, memory_order_relaxed))
+	if (atomic_load_explicit(&b->cancel, memory_order_relaxed) ||
+	    (b->job_id && atomic_load_explicit(&b->cancel_job, memory_order_relaxed) == b->job_id))
 		mb_budget_trip(b, MB_STOP_CANCELLED);
 	else if (b->deadline_ns && mb_now_ns() >= b->deadline_ns)
 		mb_budget_trip(b, MB_STOP_TIMEOUT);

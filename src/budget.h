@@ -49,6 +49,12 @@ typedef struct mb_budget {
 	/* sticky stop state */
 	atomic_int stop;              /* mb_stop_reason */
 	atomic_int cancel;            /* set by the loop thread */
+	/* a worker process's page serves its jobs one after another, and the server may learn that
+	 * one ended only after the next began: it cancels a running job by naming it (cancel_job =
+	 * the job's id), and only the job the page holds now (job_id, set by the worker when the
+	 * job starts) stops. 0 = none (worker threads: each job has its own budget) */
+	uint64_t job_id;
+	_Atomic uint64_t cancel_job;
 } mb_budget;
 
 /* Monotonic clock in nanoseconds. */

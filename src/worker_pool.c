@@ -569,6 +569,7 @@ static void send_job(wproc *w, wjob *j, int ahead)
 	mb_wbuf *b = &pp->wb;
 	mb_wbuf_start(b, W_JOB);
 	mb_wbuf_u64(b, (uint64_t)ahead);
+	mb_wbuf_u64(b, j->id); /* what a cancel names (mb_budget.cancel_job) */
 	mb_wbuf_u64(b, j->req.timeout_ms);
 	mb_wbuf_u64(b, j->req.memory_bytes);
 	mb_wbuf_u64(b, j->req.instruction_limit);
@@ -886,7 +887,7 @@ static void on_frame(wproc *w, mb_wmsg *m)
 		atomic_store(&w->sp.shared->stop, MB_STOP_NONE);
 		job_started(w, n);
 		if (atomic_load(&n->budget.cancel)) { /* cancelled while it waited */
-			atomic_store(&w->sp.shared->cancel, 1);
+			atomic_store(&w->sp.shared->cancel_job, n->id);
 			kill(w->sp.pid, MB_SANDBOX_SIGNAL);
 		}
 		dispatch(pp);
@@ -1081,7 +1082,9 @@ int mb_wpool_cancel(mb_wpool *pp, uint64_t id)
 		return 0;
 	}
 	if (j->state == J_RUNNING && j->proc) {
-		atomic_store(&j->proc->sp.shared->cancel, 1); /* checked at its next instruction */
+		/* checked at its next instruction; by id, since the worker may have finished this job
+		 * and started the next one sent ahead before we read its W_DONE */
+		atomic_store(&j->proc->sp.shared->cancel_job, j->id);
 		kill(j->proc->sp.pid, MB_SANDBOX_SIGNAL);
 		reply_stopped(j, MB_STOP_CANCELLED);
 	} /* J_SENT: its worker is told when it starts (W_START) */

@@ -336,6 +336,7 @@ static mb_sandbox *run_job(mb_wmsg *m, mb_sandbox *sb)
 	mb_exec_request req;
 	memset(&req, 0, sizeof req);
 	int ahead = (int)u64_or_die(m);
+	uint64_t job_id = u64_or_die(m);
 	req.timeout_ms = u64_or_die(m);
 	req.memory_bytes = u64_or_die(m);
 	req.instruction_limit = u64_or_die(m);
@@ -361,6 +362,7 @@ static mb_sandbox *run_job(mb_wmsg *m, mb_sandbox *sb)
 	int cancelled = ahead ? 0 : atomic_load(&b->cancel);
 	mb_budget_init(b, req.memory_bytes, req.instruction_limit, 0);
 	atomic_store(&b->cancel, cancelled);
+	b->job_id = job_id; /* before W_START: from then on the server may cancel it by id */
 	if (ahead) {
 		mb_wbuf_start(&wb, W_START);
 		send_or_die();

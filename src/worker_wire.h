@@ -9,7 +9,7 @@
  *   server -> worker  W_INIT   the configuration (secrets blanked), once after the start
  *                     W_PROBE  instead of W_INIT, for isolation = auto's probe: the same
  *                              configuration; confine, report W_READY, run nothing
- *                     W_JOB    one execution: limits, code, context JSON, workspace quotas; or
+ *                     W_JOB    one execution: its id, limits, code, context JSON, workspace quotas; or
  *                              one sent ahead, to start when the running one ends
  *                     W_REPLY  the answer to a W_CALL, W_WS or W_MINT: status, bytes
  *   worker -> server  W_READY  initialised and confined: what took effect

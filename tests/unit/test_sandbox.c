@@ -502,6 +502,25 @@ TEST(result_shape)
 	mb_exec_result_free(&r);
 }
 
+/* A worker process's page holds one job after another: a cancel names its job, and a cancel
+ * naming the job before stops nothing (the server may read a job's W_DONE only after the
+ * worker started the next one). */
+TEST(cancel_by_job_id)
+{
+	mb_budget b;
+	mb_budget_init(&b, 0, 0, 0);
+	b.job_id = 8;
+	atomic_store(&b.cancel_job, 7); /* meant for the job that just ended */
+	CHECK(mb_budget_check(&b) == MB_STOP_NONE);
+	atomic_store(&b.cancel_job, 8);
+	CHECK(mb_budget_check(&b) == MB_STOP_CANCELLED);
+	mb_budget_init(&b, 0, 0, 0); /* a fresh page: no id, nothing named stops it */
+	atomic_store(&b.cancel_job, 0);
+	CHECK(mb_budget_check(&b) == MB_STOP_NONE);
+	atomic_store(&b.cancel, 1); /* worker threads: the flag of the job's own budget */
+	CHECK(mb_budget_check(&b) == MB_STOP_CANCELLED);
+}
+
 int main(void)
 {
 	if (sandbox_setup(&cfg) != 0)
@@ -517,6 +536,7 @@ int main(void)
 	RUN(long_c_calls);
 	RUN(context_vars);
 	RUN(cancel);
+	RUN(cancel_by_job_id);
 	RUN(result_shape);
 	mb_sandbox_thread_exit();
 	return UNIT_END();
