@@ -193,6 +193,47 @@ do -- size
     required = { "x" }, enum = 3, anyOf = "x", items = false }, outputSchema = { type = arr({ 1, true, "string" }) } })
 end
 
+do -- work that small hostile schemas could multiply (counted, not timed)
+  -- tools whose names share their first 64 bytes get the same class names: each takes the next
+  -- free suffix without trying every earlier one (a file of 10,000 such tools took the loop 17 s)
+  local reads, backing = 0, {}
+  local used = setmetatable({}, { __index = function(_, k) reads = reads + 1 return backing[k] end,
+                                  __newindex = backing })
+  local prefix = string.rep("a", 64)
+  local last
+  for i = 1, 2000 do
+    last = T.stub({ server = "s", name = prefix .. i, inputSchema = { type = "object", properties = {
+      x = { type = "object", properties = { y = { type = "string" } } } } } }, { used = used })
+  end
+  check_has("the 2000th tool's class", last, "---@class s." .. prefix .. ".args_2000\n")
+  check("names looked up per tool bounded (" .. reads .. " for 2000 tools)", reads <= 2000 * 20, true)
+  -- allOf naming one large object by $ref many times, or in many fields: each copy counted
+  local iterations = 0
+  local function big(n, key)
+    local b = {}
+    for i = 1, n do b[key .. i] = { type = "string" } end
+    return setmetatable({}, { __index = b, __pairs = function()
+      local k, v
+      return function() k, v = next(b, k) if k ~= nil then iterations = iterations + 1 end return k, v end
+    end })
+  end
+  local parts = {}
+  for i = 1, 500 do parts[i] = { ["$ref"] = "#/$defs/big" } end
+  local s = hostile("allOf of 500 $refs to one object of 1,000 properties", { server = "m", name = "a",
+    inputSchema = { ["$defs"] = { big = { type = "object", properties = big(1000, "p") } },
+      type = "object", properties = { x = { allOf = arr(parts) } } } })
+  check_has("merged once", s, "---@field p1? string")
+  check("properties copied bounded (" .. iterations .. ")", iterations <= 5000, true)
+  iterations = 0
+  local fields = {}
+  for i = 1, 200 do fields["f" .. i] = { allOf = arr({ { ["$ref"] = "#/$defs/big" } }) } end
+  s = hostile("200 allOf fields naming one object of 1,000 unwritable properties", { server = "m", name = "b",
+    inputSchema = { ["$defs"] = { big = { type = "object", properties = big(1000, "p\n") } },
+      type = "object", properties = fields } })
+  check("properties copied bounded (" .. iterations .. ")", iterations <= 8000, true)
+  check_has("the cut said", s, "allOf merges more than")
+end
+
 do -- file(): one ---@meta file, bounded
   local servers = { { name = "a", tools = { { server = "a", name = "x-y" }, { server = "a", name = "x_y" } } },
                     { name = "b-b", tools = { { server = "b-b", name = "y", outputSchema = { type = "string" } } } } }
