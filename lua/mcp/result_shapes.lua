@@ -42,12 +42,14 @@ local function plausible_name(k)
   return true
 end
 
--- Whether key k may be recorded as a field name.
+-- Whether key k may be recorded as a field name. Only plausible names (at most 64 bytes) are
+-- remembered: a key of any size from an upstream's result must not outlive the result.
 local function good_name(k)
+  if not plausible_name(k) then return false end
   local v = name_ok[k]
   if v ~= nil then return v end
-  v = plausible_name(k)
-  if v and mb.pii_scan then
+  v = true
+  if mb.pii_scan then
     local ok, found = pcall(mb.pii_scan, k)
     v = ok and type(found) == "table" and #found == 0
   end

@@ -330,6 +330,20 @@ do -- keys that look like data make a map without names
   m.pii_scan = nil
 end
 
+do -- keys that are not names are not remembered: a hostile upstream's 100 KB keys, one per
+  -- result, stayed in the memo of checked names (up to 10,000 of them, any size)
+  shapes.reset()
+  collectgarbage() collectgarbage()
+  local before = collectgarbage("count")
+  for i = 1, 100 do shapes.observe("t", "s", "long" .. i, { [string.rep("k", 100000) .. i] = 1 }) end
+  shapes.reset()
+  collectgarbage() collectgarbage()
+  local grew = collectgarbage("count") - before
+  check(string.format("long keys not kept (%.0f KB more)", grew), grew < 2048, true)
+  shapes.observe("t", "s", "long", { [string.rep("k", 65)] = 1 })
+  check("a key over 64 bytes: a map", shapes.schema("t", "s", "long").properties, nil)
+end
+
 do -- bounds
   shapes.reset()
   local wide = {}
