@@ -206,8 +206,20 @@ function Gen:resolve(ref)
   return s, kind .. "/" .. name, name
 end
 
--- The type of schema s; hint names a class or alias made for it.
+-- The type of schema s; hint names a class or alias made for it. A schema object typed before
+-- under the same root gets the same type again, without more work: an allOf that merges a part
+-- other allOfs merged already (a $ref) hands its fields' schemas over once more, and a nested
+-- object of many keys would be collected and sorted once per merge.
 function Gen:type(s, hint, depth)
+  if type(s) ~= "table" then return self:type_of(s, hint, depth) end
+  local t = self.typed[s]
+  if t then return t end
+  t = self:type_of(s, hint, depth)
+  self.typed[s] = t
+  return t
+end
+
+function Gen:type_of(s, hint, depth)
   self.nodes = self.nodes + 1
   if self.nodes > self.max_nodes then
     if not self.cut then
@@ -450,7 +462,7 @@ end
 -- The type of a root schema (arguments, result) named hint; a "#" $ref inside refers to it.
 function Gen:root_type(schema, hint)
   local name = self:unique(hint)
-  self.root, self.refs, self.root_name, self.root_used = schema, {}, name, false
+  self.root, self.refs, self.root_name, self.root_used, self.typed = schema, {}, name, false, {}
   self.exact, self.claimed = name, false
   local t = self:type(schema, name, 0)
   local claimed = self.claimed

@@ -159,9 +159,11 @@ do -- size
     type = "object", properties = { x = { enum = arr(enum) } } } }, 20000)
   check_has("huge enum: its values' type", s, "---@field x? string")
   local props = {}
-  local five = { a = { type = "string", description = string.rep("d", 10000) }, b = { type = "string" },
-    c = { type = "string" }, d = { type = "string" }, e = { type = "string" } }
-  for i = 1, 5000 do props["p" .. i] = { type = "object", properties = five } end
+  local function five() -- a table of its own each time, as decoded JSON has
+    return { a = { type = "string", description = string.rep("d", 10000) }, b = { type = "string" },
+      c = { type = "string" }, d = { type = "string" }, e = { type = "string" } }
+  end
+  for i = 1, 5000 do props["p" .. i] = { type = "object", properties = five() } end
   local p = hostile("5,000 properties", { server = "e", name = "p", inputSchema = { type = "object", properties = props } }, 200000)
   check_has("fields cut said", p, "more fields in the schema")
   check_has("node budget said", p, "larger than " .. T.MAX_NODES .. " nodes")
@@ -212,7 +214,8 @@ do -- work that small hostile schemas could multiply (counted, not timed)
   local function big(n, key)
     local b = {}
     for i = 1, n do b[key .. i] = { type = "string" } end
-    return setmetatable({}, { __index = b, __pairs = function()
+    -- one key is really in the table (for next()); pairs() goes through all of them, counted
+    return setmetatable({ [key .. 1] = b[key .. 1] }, { __index = b, __pairs = function()
       local k, v
       return function() k, v = next(b, k) if k ~= nil then iterations = iterations + 1 end return k, v end
     end })
@@ -232,6 +235,17 @@ do -- work that small hostile schemas could multiply (counted, not timed)
       type = "object", properties = fields } })
   check("properties copied bounded (" .. iterations .. ")", iterations <= 8000, true)
   check_has("the cut said", s, "allOf merges more than")
+  -- a merged part's own fields are typed once, not once per allOf that merges it: an inline
+  -- object of many keys (here all unwritable, so they cost no node) was collected and sorted again
+  iterations = 0
+  fields = {}
+  for i = 1, 200 do fields["f" .. i] = { allOf = arr({ { ["$ref"] = "#/$defs/big" } }) } end
+  s = hostile("200 allOf fields merging one object with a nested object of 1,000 keys", { server = "m", name = "c",
+    inputSchema = { ["$defs"] = { big = { type = "object", properties = {
+      x = { type = "object", properties = big(1000, "p\n") } } } }, type = "object", properties = fields } })
+  check("nested keys collected once (" .. iterations .. ")", iterations <= 2000, true)
+  check_has("the nested class is shared", s, "---@field x? m.c.args.f1.x")
+  check_has("... by every merged field", s, "---@class m.c.args.f10\n---@field x? m.c.args.f1.x")
 end
 
 do -- file(): one ---@meta file, bounded
