@@ -331,6 +331,16 @@ do -- keys that look like data make a map without names
     local text = H.json_encode(sch)
     for _, w in ipairs({ "alice", "bob", "12345", "Alice" }) do check(tool .. ": no key " .. w, text:find(w, 1, true), nil) end
   end
+  -- generated ids: letters and digits mixed within one word (Slack's U024BE7LH, nanoid, hex)
+  for _, k in ipairs({ "U024BE7LH", "a1b2c3d4e5f6", "V1StGXR8_Z5jdHi6B", "ord_7f3a9c2e" }) do
+    shapes.observe("t", "s", "gen_" .. k, { [k] = { n = 1 } })
+    local sch = shapes.schema("t", "s", "gen_" .. k)
+    check("generated id " .. k .. ": a map", sch.properties, nil)
+    check("generated id " .. k .. ": not in the shape", H.json_encode(sch):find(k, 1, true), nil)
+  end
+  for _, k in ipairs({ "utf8", "sha256", "base64_data", "x509Cert", "ipv4_address", "s3", "v2", "h264_stream" }) do
+    check("a field name with digits stays a name: " .. k, shapes.good_name(k), true)
+  end
   -- a record whose field set keeps growing becomes a map too
   m.config.inferred_shape_max_nodes = 200
   for i = 1, 80 do shapes.observe("t", "s", "grow", { ["f" .. i] = i }) end
