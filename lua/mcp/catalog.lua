@@ -38,6 +38,7 @@ local MAX_QUERY_BYTES = 1000
 local DEBOUNCE_MS = 100
 local START_DELAY_MS = 50    -- the start-up import waits this long unless the catalog is used
 local RERANK_WINDOW = 20     -- extra bm25 matches looked at when putting name matches first
+local SUGGEST_CELLS = 2000000 -- edit-distance cells computed for the suggestions of one unknown name
 -- A vocabulary alternative in more entries than this (the larger of a count and a share of all
 -- entries) is added to a query only when the user's word itself is in none (see common_term).
 local COMMON_MIN, COMMON_SHARE = 100, 0.05
@@ -584,14 +585,22 @@ end
 -- plus the best full-text matches of its words; "name (category)" strings.
 local function suggestions(name, n)
   local lname = name:lower()
-  local max = math.max(2, #lname // 3) -- spellings further away than this are not suggested
+  -- spellings further away than max are not suggested (at most 8 edits, as tools/call's); the
+  -- band of cells computed for all candidates has a budget, as upstream.lua's suggestions have:
+  -- 2,000 long look-alike names (an upstream names its tools) must not hold the loop
+  local max = math.max(2, math.min(#lname // 3, 8))
+  local budget, cost = SUGGEST_CELLS, #lname * (2 * max + 1)
   local cands, seen = {}, {}
   local function add(r, fts_rank)
     local key = r.category .. "\0" .. r.name
     local c = seen[key]
     if not c then
-      c = { name = r.name, category = r.category, d = text.levenshtein(lname, r.name:lower(), max),
-            fts = math.huge }
+      local d = max + 1
+      if budget >= cost then
+        budget = budget - cost
+        d = text.levenshtein(lname, r.name:lower(), max)
+      end
+      c = { name = r.name, category = r.category, d = d, fts = math.huge }
       seen[key] = c
       cands[#cands + 1] = c
     end

@@ -147,6 +147,36 @@ end
 
 function M.is_stop_word(w) return STOP[w] == true end
 
+-- Code points beyond ASCII that the index's tokenizer (unicode61: letters, numbers and private
+-- use make words) never keeps: blocks of punctuation, symbols and spaces in which every code point
+-- is one. Blocks with letters or numbers among their symbols (Letterlike Symbols, Enclosed
+-- Alphanumerics, ...) are not listed: a token with one of those stays a word.
+local NONWORD = {
+  { 0x80, 0xA9 }, { 0xAB, 0xB1 }, { 0xB4, 0xB4 }, { 0xB6, 0xB8 }, { 0xBB, 0xBB }, { 0xBF, 0xBF },
+  { 0xD7, 0xD7 }, { 0xF7, 0xF7 },
+  { 0x2000, 0x206F }, { 0x20A0, 0x20CF }, { 0x2190, 0x245F }, { 0x2500, 0x2775 },
+  { 0x2794, 0x27FF }, { 0x2900, 0x2BFF }, { 0x3000, 0x3004 }, { 0x3008, 0x3020 },
+  { 0xFE00, 0xFE1F }, { 0xFE30, 0xFE4F }, { 0xFF01, 0xFF0F }, { 0xFF1A, 0xFF20 },
+  { 0xFF3B, 0xFF40 }, { 0xFF5B, 0xFF65 }, { 0x1F000, 0x1F0FF }, { 0x1F300, 0x1FAFF },
+}
+
+-- True when a query token has something the tokenizer keeps: an ASCII letter or digit, or a
+-- character beyond ASCII outside NONWORD (invalid UTF-8 counts as one). "→" or "—" alone is no
+-- word: as a term it would match nothing (and be reported as an unknown word).
+local function has_word(tok)
+  if sfind(tok, "%w") or not utf8.len(tok) then return true end
+  for _, c in utf8.codes(tok) do
+    if c >= 0x80 then
+      local sep = false
+      for _, r in ipairs(NONWORD) do
+        if c >= r[1] and c <= r[2] then sep = true break end
+      end
+      if not sep then return true end
+    end
+  end
+  return false
+end
+
 local function quote(t) return '"' .. sgsub(t, '"', '""') .. '"*' end
 -- An alternative from the vocabulary: the exact word (stemmed by the index), not a prefix, so
 -- that "sum" does not find "summary" nor "pr" every word that starts with it.
@@ -244,7 +274,7 @@ function M.build_query(q, vocab, opts)
   local toks = {}
   for tok in q:gmatch("[%w_%.%-/:\128-\255]+") do
     tok = sgsub(sgsub(tok, "^[_%.%-/:]+", ""), "[_%.%-/:]+$", "")
-    if tok ~= "" and (sfind(tok, "%w") or sfind(tok, "[\128-\255]")) then toks[#toks + 1] = tok end
+    if tok ~= "" and has_word(tok) then toks[#toks + 1] = tok end
   end
   if vocab and vocab.max_phrase > 1 then
     -- the longest phrase of the vocabulary that starts at each word

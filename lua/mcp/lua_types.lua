@@ -33,6 +33,7 @@ local MAX_KEY_BYTES = 128 -- longer property names are left out
 local DESC_BYTES = 300    -- one description
 local NAME_BYTES = 160    -- one class or alias name
 local STUB_BYTES = 65536  -- one tool's stub; a larger one is replaced by an untyped stub
+local MAX_MERGED = 4000   -- properties and required names copied by allOf merges for one tool
 M.MAX_NODES, M.MAX_DEPTH, M.MAX_ENUM, M.MAX_FIELDS = MAX_NODES, MAX_DEPTH, MAX_ENUM, MAX_FIELDS
 
 local function is_array(v) return type(v) == "table" and getmetatable(v) == "json.array" end
@@ -154,18 +155,29 @@ local Gen = {}
 Gen.__index = Gen
 
 local function new_gen(used)
-  return setmetatable({ used = used or {}, decls = {} }, Gen)
+  return setmetatable({ used = used or {}, decls = {}, merged = 0 }, Gen)
 end
 
--- A name not used yet in this output: base, else base_2, base_3, ...
+-- A name not used yet in this output: base, else base_2, base_3, ... The last suffix taken for
+-- a base is kept as used[base] (a number, still true for "used"), so that the next search
+-- starts there: many tools whose names share their first 64 bytes (name_part) cost one step
+-- each, not one per earlier tool (names are never freed, so no smaller suffix is free).
 function Gen:unique(base)
   if #base > NAME_BYTES then base = base:sub(1, NAME_BYTES) end
-  local name, i = base, 1
-  while self.used[name] do
+  local used = self.used
+  local last = used[base]
+  if not last then
+    used[base] = true
+    return base
+  end
+  local i = math.type(last) == "integer" and last or 1
+  local name
+  repeat
     i = i + 1
     name = base .. "_" .. i
-  end
-  self.used[name] = true
+  until not used[name]
+  used[name] = true
+  used[base] = i
   return name
 end
 
@@ -194,8 +206,20 @@ function Gen:resolve(ref)
   return s, kind .. "/" .. name, name
 end
 
--- The type of schema s; hint names a class or alias made for it.
+-- The type of schema s; hint names a class or alias made for it. A schema object typed before
+-- under the same root gets the same type again, without more work: an allOf that merges a part
+-- other allOfs merged already (a $ref) hands its fields' schemas over once more, and a nested
+-- object of many keys would be collected and sorted once per merge.
 function Gen:type(s, hint, depth)
+  if type(s) ~= "table" then return self:type_of(s, hint, depth) end
+  local t = self.typed[s]
+  if t then return t end
+  t = self:type_of(s, hint, depth)
+  self.typed[s] = t
+  return t
+end
+
+function Gen:type_of(s, hint, depth)
   self.nodes = self.nodes + 1
   if self.nodes > self.max_nodes then
     if not self.cut then
@@ -388,17 +412,47 @@ function Gen:ref(ref)
 end
 
 function Gen:all_of(s, hint, depth)
-  -- objects (or $refs to objects) merge into one class; otherwise the first part's type
-  local props, req, merged = {}, {}, true
+  -- objects (or $refs to objects) merge into one class; otherwise the first part's type. A part
+  -- is merged once however often it is listed, and the properties and required names copied
+  -- count against MAX_MERGED for the tool: $refs let a small schema name one large object many
+  -- times (many parts, or many allOf nodes), which would otherwise copy it each time.
+  local props, req, merged, seen = {}, {}, true, {}
+  local function charge()
+    self.merged = self.merged + 1
+    if self.merged > MAX_MERGED then
+      if not self.merge_cut then
+        self.merge_cut = true
+        self:note(sfmt("allOf merges more than %d properties: the rest typed by their first part", MAX_MERGED))
+      end
+      return false
+    end
+    return true
+  end
+  local function merge(p)
+    if is_object(p.properties) then
+      for k, v in pairs(p.properties) do
+        if not charge() then return false end
+        props[k] = v
+      end
+    end
+    if is_array(p.required) then
+      for _, r in ipairs(p.required) do
+        if not charge() then return false end
+        req[#req + 1] = r
+      end
+    end
+    return true
+  end
   for _, part in ipairs(s.allOf) do
     local p = part
     if is_object(p) and type(p["$ref"]) == "string" then p = self:resolve(p["$ref"]) end
     if not is_object(p) or not (is_object(p.properties) or p.type == "object") then merged = false break end
-    if is_object(p.properties) then for k, v in pairs(p.properties) do props[k] = v end end
-    if is_array(p.required) then for _, r in ipairs(p.required) do req[#req + 1] = r end end
+    if not seen[p] then
+      seen[p] = true
+      if not merge(p) then merged = false break end
+    end
   end
-  if is_object(s.properties) then for k, v in pairs(s.properties) do props[k] = v end end
-  if is_array(s.required) then for _, r in ipairs(s.required) do req[#req + 1] = r end end
+  if merged and not merge(s) then merged = false end
   if not merged then return self:type(s.allOf[1], hint, depth + 1) end
   local arr = setmetatable(req, { __metatable = "json.array" })
   return self:object({ type = "object", properties = props, required = arr,
@@ -408,7 +462,7 @@ end
 -- The type of a root schema (arguments, result) named hint; a "#" $ref inside refers to it.
 function Gen:root_type(schema, hint)
   local name = self:unique(hint)
-  self.root, self.refs, self.root_name, self.root_used = schema, {}, name, false
+  self.root, self.refs, self.root_name, self.root_used, self.typed = schema, {}, name, false, {}
   self.exact, self.claimed = name, false
   local t = self:type(schema, name, 0)
   local claimed = self.claimed

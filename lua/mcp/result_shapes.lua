@@ -9,7 +9,8 @@
 --
 -- Field names come from an upstream server and may be data rather than names (a map keyed by
 -- e-mail addresses, user names, ids): a key is recorded only when it looks like a field name
--- (an identifier-like word of at most 64 bytes without a run of 4 digits) and, when PII detection
+-- (an identifier-like word of at most 64 bytes without a run of 4 digits, nor digits in two
+-- places of one word, as generated ids have) and, when PII detection
 -- is configured, mb.pii_scan finds nothing in it. An object with any other key, or with more than
 -- MAX_FIELDS distinct keys over time, is recorded as a map (table<string, T>) with no key names.
 -- Shapes are kept per tenant (one tenant never sees names from another's results), in memory for
@@ -39,15 +40,22 @@ local function plausible_name(k)
   if type(k) ~= "string" or #k == 0 or #k > 64 then return false end
   if not k:find("^[%a_$][%w_%-]*$") then return false end
   if k:find("%d%d%d%d") then return false end
+  -- digits in two places of one word (between "_" and "-"): a generated id (U024BE7LH, a1b2c3),
+  -- not a name (utf8, sha256, x509Cert keep theirs in one place)
+  for word in k:gmatch("[^_%-]+") do
+    if word:find("%d%D+%d") then return false end
+  end
   return true
 end
 
--- Whether key k may be recorded as a field name.
+-- Whether key k may be recorded as a field name. Only plausible names (at most 64 bytes) are
+-- remembered: a key of any size from an upstream's result must not outlive the result.
 local function good_name(k)
+  if not plausible_name(k) then return false end
   local v = name_ok[k]
   if v ~= nil then return v end
-  v = plausible_name(k)
-  if v and mb.pii_scan then
+  v = true
+  if mb.pii_scan then
     local ok, found = pcall(mb.pii_scan, k)
     v = ok and type(found) == "table" and #found == 0
   end

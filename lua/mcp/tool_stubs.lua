@@ -22,7 +22,7 @@ M.URI = "moonbox://types/servers.lua"
 -- so a read gives the same text again while nothing it comes from changed (the servers' tool
 -- lists, the tenant's result shapes) and it is younger than CACHE_MS (catalog files that take
 -- precedence over an upstream's entry are not tracked). At most CACHE_TENANTS files and
--- CACHE_BYTES in all are kept.
+-- CACHE_BYTES in all are kept, or one file alone when it is larger (max_message_bytes over 64 MiB).
 local CACHE_MS, CACHE_TENANTS, CACHE_BYTES = 10000, 16, 32 * 1048576
 local cache, cached, cached_bytes = {}, 0, 0
 

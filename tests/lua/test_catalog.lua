@@ -91,6 +91,19 @@ end
 check("query no words", text.build_query("?! ... --- ()"), nil)
 check("query empty", text.build_query(""), nil)
 do
+  -- non-ASCII punctuation and symbols are not words either: the tokenizer finds nothing in them,
+  -- so "→" was an AND term no entry has (reported in unknown_words) and "—" alone a search
+  for _, q in ipairs({ "—", "→ … «»", "\u{1F600}", "· × ÷ ¿", "“ ” ‘ ’" }) do
+    check("query no words: " .. q, text.build_query(q), nil)
+  end
+  local all, _, words = text.build_query("json encode → string")
+  check("an arrow between words is no word", all, '"json"* AND "encode"* AND "string"*')
+  check("... nor among the words", words, { "json", "encode", "string" })
+  -- letters and numbers outside ASCII stay words, as do tokens with punctuation inside
+  check("non-ASCII letters are words", text.build_query("café über ½ ²"), '"café"* AND "über"* AND "½"* AND "²"*')
+  check("quoted word keeps its letters", text.build_query("«json»"), '"«json»"*')
+end
+do
   -- FTS5 syntax in the query is only ever inside quotes
   local all, any = text.build_query('foo" OR bar NEAR(x y) * ^col: "')
   check("query syntax neutralized all", all, '"foo"* AND "bar"* AND "near"* AND "col"*')

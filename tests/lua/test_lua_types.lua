@@ -159,9 +159,11 @@ do -- size
     type = "object", properties = { x = { enum = arr(enum) } } } }, 20000)
   check_has("huge enum: its values' type", s, "---@field x? string")
   local props = {}
-  local five = { a = { type = "string", description = string.rep("d", 10000) }, b = { type = "string" },
-    c = { type = "string" }, d = { type = "string" }, e = { type = "string" } }
-  for i = 1, 5000 do props["p" .. i] = { type = "object", properties = five } end
+  local function five() -- a table of its own each time, as decoded JSON has
+    return { a = { type = "string", description = string.rep("d", 10000) }, b = { type = "string" },
+      c = { type = "string" }, d = { type = "string" }, e = { type = "string" } }
+  end
+  for i = 1, 5000 do props["p" .. i] = { type = "object", properties = five() } end
   local p = hostile("5,000 properties", { server = "e", name = "p", inputSchema = { type = "object", properties = props } }, 200000)
   check_has("fields cut said", p, "more fields in the schema")
   check_has("node budget said", p, "larger than " .. T.MAX_NODES .. " nodes")
@@ -191,6 +193,59 @@ do -- size
   check("class names bounded (" .. longest .. ")", longest <= 170, true)
   hostile("schema of wrong types", { server = "e", name = "w", inputSchema = { type = 7, properties = "no",
     required = { "x" }, enum = 3, anyOf = "x", items = false }, outputSchema = { type = arr({ 1, true, "string" }) } })
+end
+
+do -- work that small hostile schemas could multiply (counted, not timed)
+  -- tools whose names share their first 64 bytes get the same class names: each takes the next
+  -- free suffix without trying every earlier one (a file of 10,000 such tools took the loop 17 s)
+  local reads, backing = 0, {}
+  local used = setmetatable({}, { __index = function(_, k) reads = reads + 1 return backing[k] end,
+                                  __newindex = backing })
+  local prefix = string.rep("a", 64)
+  local last
+  for i = 1, 2000 do
+    last = T.stub({ server = "s", name = prefix .. i, inputSchema = { type = "object", properties = {
+      x = { type = "object", properties = { y = { type = "string" } } } } } }, { used = used })
+  end
+  check_has("the 2000th tool's class", last, "---@class s." .. prefix .. ".args_2000\n")
+  check("names looked up per tool bounded (" .. reads .. " for 2000 tools)", reads <= 2000 * 20, true)
+  -- allOf naming one large object by $ref many times, or in many fields: each copy counted
+  local iterations = 0
+  local function big(n, key)
+    local b = {}
+    for i = 1, n do b[key .. i] = { type = "string" } end
+    -- one key is really in the table (for next()); pairs() goes through all of them, counted
+    return setmetatable({ [key .. 1] = b[key .. 1] }, { __index = b, __pairs = function()
+      local k, v
+      return function() k, v = next(b, k) if k ~= nil then iterations = iterations + 1 end return k, v end
+    end })
+  end
+  local parts = {}
+  for i = 1, 500 do parts[i] = { ["$ref"] = "#/$defs/big" } end
+  local s = hostile("allOf of 500 $refs to one object of 1,000 properties", { server = "m", name = "a",
+    inputSchema = { ["$defs"] = { big = { type = "object", properties = big(1000, "p") } },
+      type = "object", properties = { x = { allOf = arr(parts) } } } })
+  check_has("merged once", s, "---@field p1? string")
+  check("properties copied bounded (" .. iterations .. ")", iterations <= 5000, true)
+  iterations = 0
+  local fields = {}
+  for i = 1, 200 do fields["f" .. i] = { allOf = arr({ { ["$ref"] = "#/$defs/big" } }) } end
+  s = hostile("200 allOf fields naming one object of 1,000 unwritable properties", { server = "m", name = "b",
+    inputSchema = { ["$defs"] = { big = { type = "object", properties = big(1000, "p\n") } },
+      type = "object", properties = fields } })
+  check("properties copied bounded (" .. iterations .. ")", iterations <= 8000, true)
+  check_has("the cut said", s, "allOf merges more than")
+  -- a merged part's own fields are typed once, not once per allOf that merges it: an inline
+  -- object of many keys (here all unwritable, so they cost no node) was collected and sorted again
+  iterations = 0
+  fields = {}
+  for i = 1, 200 do fields["f" .. i] = { allOf = arr({ { ["$ref"] = "#/$defs/big" } }) } end
+  s = hostile("200 allOf fields merging one object with a nested object of 1,000 keys", { server = "m", name = "c",
+    inputSchema = { ["$defs"] = { big = { type = "object", properties = {
+      x = { type = "object", properties = big(1000, "p\n") } } } }, type = "object", properties = fields } })
+  check("nested keys collected once (" .. iterations .. ")", iterations <= 2000, true)
+  check_has("the nested class is shared", s, "---@field x? m.c.args.f1.x")
+  check_has("... by every merged field", s, "---@class m.c.args.f10\n---@field x? m.c.args.f1.x")
 end
 
 do -- file(): one ---@meta file, bounded
@@ -276,6 +331,16 @@ do -- keys that look like data make a map without names
     local text = H.json_encode(sch)
     for _, w in ipairs({ "alice", "bob", "12345", "Alice" }) do check(tool .. ": no key " .. w, text:find(w, 1, true), nil) end
   end
+  -- generated ids: letters and digits mixed within one word (Slack's U024BE7LH, nanoid, hex)
+  for _, k in ipairs({ "U024BE7LH", "a1b2c3d4e5f6", "V1StGXR8_Z5jdHi6B", "ord_7f3a9c2e" }) do
+    shapes.observe("t", "s", "gen_" .. k, { [k] = { n = 1 } })
+    local sch = shapes.schema("t", "s", "gen_" .. k)
+    check("generated id " .. k .. ": a map", sch.properties, nil)
+    check("generated id " .. k .. ": not in the shape", H.json_encode(sch):find(k, 1, true), nil)
+  end
+  for _, k in ipairs({ "utf8", "sha256", "base64_data", "x509Cert", "ipv4_address", "s3", "v2", "h264_stream" }) do
+    check("a field name with digits stays a name: " .. k, shapes.good_name(k), true)
+  end
   -- a record whose field set keeps growing becomes a map too
   m.config.inferred_shape_max_nodes = 200
   for i = 1, 80 do shapes.observe("t", "s", "grow", { ["f" .. i] = i }) end
@@ -287,6 +352,20 @@ do -- keys that look like data make a map without names
   shapes.observe("t", "s", "pii", { ssn_4ever = 1 })
   check("a name the detector flags: a map", shapes.schema("t", "s", "pii").properties, nil)
   m.pii_scan = nil
+end
+
+do -- keys that are not names are not remembered: a hostile upstream's 100 KB keys, one per
+  -- result, stayed in the memo of checked names (up to 10,000 of them, any size)
+  shapes.reset()
+  collectgarbage() collectgarbage()
+  local before = collectgarbage("count")
+  for i = 1, 100 do shapes.observe("t", "s", "long" .. i, { [string.rep("k", 100000) .. i] = 1 }) end
+  shapes.reset()
+  collectgarbage() collectgarbage()
+  local grew = collectgarbage("count") - before
+  check(string.format("long keys not kept (%.0f KB more)", grew), grew < 2048, true)
+  shapes.observe("t", "s", "long", { [string.rep("k", 65)] = 1 })
+  check("a key over 64 bytes: a map", shapes.schema("t", "s", "long").properties, nil)
 end
 
 do -- bounds
