@@ -77,7 +77,7 @@ struct wproc {
 	mb_wreader rd;
 	char rbuf[65536];
 	wjob *job;              /* running */
-	wjob *ahead, *ahead_tail; /* sent ahead (linked by next), started in order (W_START) */
+	wjob *ahead, *ahead_tail; /* sent ahead (linked by next), started in order (start_ahead) */
 	int nahead;
 	uv_work_t work;         /* the spawn */
 	int spawn_rc;
@@ -543,8 +543,8 @@ static void job_started(wproc *w, wjob *j)
 }
 
 /* Writes j to w. ahead: w is running another job, and j waits in the channel until that one
- * ends (at most AHEAD_MAX of them); the worker then says W_START (so the clock starts when the
- * code does). */
+ * ends (at most AHEAD_MAX of them); it starts right after that one's W_DONE, and its clock
+ * starts when we read that (start_ahead). */
 static void send_job(wproc *w, wjob *j, int ahead)
 {
 	mb_wpool *pp = w->pp;
@@ -832,9 +832,32 @@ static void on_notify(wproc *w, wjob *j, mb_wmsg *m)
 	w->pp->cb.on_notify(w->pp->cb.ud, j->id, (mb_notify_kind)kind, lv, json, n);
 }
 
+/* w's job has ended (its W_DONE was read): w starts the first job sent ahead to it at once (it
+ * reads that frame right after sending the W_DONE), so that job runs from now - its clock and
+ * timer start - without a word from the worker; one cancelled while it waited is stopped by
+ * id as soon as it starts. */
+static void start_ahead(wproc *w)
+{
+	mb_wpool *pp = w->pp;
+	wjob *n = w->ahead;
+	if (!n || w->job || w->state != P_BUSY)
+		return;
+	w->ahead = n->next;
+	if (!w->ahead)
+		w->ahead_tail = NULL;
+	w->nahead--;
+	n->next = NULL;
+	unqueue(pp, n);
+	job_started(w, n);
+	if (atomic_load(&n->budget.cancel)) { /* cancelled while it waited */
+		atomic_store(&w->sp.shared->cancel_job, n->id);
+		kill(w->sp.pid, MB_SANDBOX_SIGNAL);
+	}
+}
+
 /* A large W_DONE goes to the thread pool (offload_frame): the job is answered from there, and
  * its worker, which has sent all of it, is free now - it may already be starting a job sent
- * ahead (W_START), or take a new one. The job's timer stops: its code has ended. */
+ * ahead (start_ahead), or take a new one. The job's timer stops: its code has ended. */
 static void detach(wproc *w, wjob *j)
 {
 	mb_wpool *pp = w->pp;
@@ -844,8 +867,9 @@ static void detach(wproc *w, wjob *j)
 	if (w->state == P_BUSY && !w->ahead) {
 		w->state = P_IDLE;
 		pp->busy--;
-		dispatch(pp);
 	}
+	start_ahead(w);
+	dispatch(pp);
 }
 
 static void on_frame(wproc *w, mb_wmsg *m)
@@ -869,27 +893,6 @@ static void on_frame(wproc *w, mb_wmsg *m)
 		w->pause = 0;
 		pp->start_failure[0] = 0;
 		w->state = P_IDLE;
-		dispatch(pp);
-		return;
-	}
-	if (m->type == W_START) { /* the first job sent ahead starts */
-		wjob *n = w->ahead;
-		if (!n || w->job) {
-			died(w, "the worker process broke the protocol; it was stopped");
-			return;
-		}
-		w->ahead = n->next;
-		if (!w->ahead)
-			w->ahead_tail = NULL;
-		w->nahead--;
-		n->next = NULL;
-		unqueue(pp, n);
-		atomic_store(&w->sp.shared->stop, MB_STOP_NONE);
-		job_started(w, n);
-		if (atomic_load(&n->budget.cancel)) { /* cancelled while it waited */
-			atomic_store(&w->sp.shared->cancel_job, n->id);
-			kill(w->sp.pid, MB_SANDBOX_SIGNAL);
-		}
 		dispatch(pp);
 		return;
 	}
@@ -922,6 +925,7 @@ static void on_frame(wproc *w, mb_wmsg *m)
 				mb_exec_result_free(&res);
 			} else {
 				finish(j, &res);
+				start_ahead(w);
 				if (rc > 0) /* answered, but the worker is not to be trusted again */
 					end_worker(w, SIGKILL);
 			}
@@ -1087,7 +1091,7 @@ int mb_wpool_cancel(mb_wpool *pp, uint64_t id)
 		atomic_store(&j->proc->sp.shared->cancel_job, j->id);
 		kill(j->proc->sp.pid, MB_SANDBOX_SIGNAL);
 		reply_stopped(j, MB_STOP_CANCELLED);
-	} /* J_SENT: its worker is told when it starts (W_START) */
+	} /* J_SENT: stopped by id when it starts (start_ahead) */
 	return 0;
 }
 

@@ -8,12 +8,13 @@
  * a key, map the page shared with the server, prepare the first state, and confine the process
  * (confine.h: seccomp, Landlock, rlimits; one thread, the filter takes no more). Then W_READY.
  *
- * One execution: W_JOB gives the code, the context JSON, the limits and the workspace quota
- * (and whether it was sent ahead, to announce with W_START). The request's host calls,
+ * One execution: W_JOB gives its id, the code, the context JSON, the limits and the workspace
+ * quota (and whether it was sent ahead: it starts right after the W_DONE of the one before,
+ * which is how the server knows). The request's host calls,
  * notifications, workspace port and PII mint are round trips on the channel; the server answers
  * each with W_REPLY (a job sent ahead may arrive first: it is kept). The execution's budget
  * lives in the page shared with the server (MB_WORKER_SHM_FD): the server sets its cancel flag
- * there and sends MB_SANDBOX_SIGNAL at the deadline or on cancellation, exactly as on a worker
+ * (or, for a job that may have started unseen, the id of the job to cancel) there and sends MB_SANDBOX_SIGNAL at the deadline or on cancellation, exactly as on a worker
  * thread, and reads the stop reason there when it has to kill a worker stuck in C - so a memory
  * limit that tripped first is still answered as memory. At the end W_DONE carries the result's
  * fields; the server checks and shapes them. A protocol error, or the server gone, ends the
@@ -357,16 +358,15 @@ static mb_sandbox *run_job(mb_wmsg *m, mb_sandbox *sb)
 		req.ws_port = &chan_ws;
 
 	mb_budget *b = shared_budget;
-	/* a job that starts at once may be cancelled already (the server set the page); one sent
-	 * ahead starts clean, and the server sets the page after W_START */
+	/* a job that starts at once may be cancelled already (the server set the flag); one sent
+	 * ahead is cancelled by id (the server takes it as started when it reads the W_DONE before
+	 * it, which may be before or after this): the id it names survives the reset */
 	int cancelled = ahead ? 0 : atomic_load(&b->cancel);
+	uint64_t cancel_job = atomic_load(&b->cancel_job);
 	mb_budget_init(b, req.memory_bytes, req.instruction_limit, 0);
 	atomic_store(&b->cancel, cancelled);
-	b->job_id = job_id; /* before W_START: from then on the server may cancel it by id */
-	if (ahead) {
-		mb_wbuf_start(&wb, W_START);
-		send_or_die();
-	}
+	atomic_store(&b->cancel_job, cancel_job);
+	b->job_id = job_id;
 	b->timeout_ms = req.timeout_ms;
 	b->deadline_ns = mb_now_ns() + req.timeout_ms * 1000000ull;
 	req.host_ud = b;

@@ -18,7 +18,6 @@
  *                     W_WS     a workspace operation: op, path, data
  *                     W_MINT   a PII token for (type, value): the key stays in the server
  *                     W_DONE   the result's fields
- *                     W_START  a job that was sent ahead (while another ran) starts now
  *
  * Thread rules: none of its own; a reader or buffer belongs to one thread.
  */
@@ -29,7 +28,7 @@
 #include <stdint.h>
 
 enum {
-	W_INIT = 1, W_READY, W_JOB, W_REPLY, W_NOTIFY, W_CALL, W_WS, W_MINT, W_DONE, W_START,
+	W_INIT = 1, W_READY, W_JOB, W_REPLY, W_NOTIFY, W_CALL, W_WS, W_MINT, W_DONE,
 	W_RECALL, /* server -> worker, only while it waits for a reply: drop the jobs sent ahead */
 	W_PROBE,  /* server -> worker, first and only: confine, report, wait for the end */
 };

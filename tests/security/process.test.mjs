@@ -299,8 +299,8 @@ describe("a worker serves one tenant", { skip: NO_WORKERS }, () => {
 
 describe("results too large to shape on the loop", { skip: NO_WORKERS }, () => {
   // A W_DONE over 256 KiB is checked and shaped on the thread pool; meanwhile its worker starts
-  // the job sent ahead to it and says W_START. That used to be taken for a protocol break: the
-  // worker was killed and every pipelined execution but the last failed.
+  // the job sent ahead to it (and used to say W_START, which was taken for a protocol break: the
+  // worker was killed and every pipelined execution but the last failed).
   test("pipelined on one worker, large and small results all arrive intact", async () => {
     const p = await start(MOONBOX, ["--workers", "1"]);
     const size = (i) => (i % 3 ? 400000 : 10);
