@@ -72,7 +72,11 @@ local function time_arg(args, name)
     .. "such as \"2026-11-26T01:30:00Z\"", name)
 end
 
--- A text filter: a string no longer than journal_max_code_bytes (longer cannot match anything kept).
+-- A text filter: a string no longer than journal_max_code_bytes (longer cannot match anything kept)
+-- nor MAX_SEARCH_BYTES. SQLite's instr() compares the whole text at every position of the code,
+-- on the loop thread: a 32 KiB query against a tenant's 1000 rows of 64 KiB code held the server
+-- for about 12 s; at 256 bytes the worst case is a few times the scan itself.
+local MAX_SEARCH_BYTES = 256
 local function text_arg(args, name)
   local v = args[name]
   if v == nil or v == null then return nil end
@@ -80,6 +84,10 @@ local function text_arg(args, name)
   if #v > cfg.journal_max_code_bytes then
     return nil, string.format("invalid arguments: %s is %d bytes, more than journal_max_code_bytes=%d "
       .. "(the most of an execution's code the journal keeps)", name, #v, cfg.journal_max_code_bytes)
+  end
+  if #v > MAX_SEARCH_BYTES then
+    return nil, string.format("invalid arguments: %s is %d bytes, more than the %d a search text may have; "
+      .. "search for a shorter part of it", name, #v, MAX_SEARCH_BYTES)
   end
   return v ~= "" and v or nil
 end
@@ -177,9 +185,9 @@ function M.init(tools)
       type = "object",
       properties = {
         id = { type = "string", description = "An execution id: return that execution in full" },
-        query = { type = "string", description = "Text the code contains (ASCII case ignored)" },
+        query = { type = "string", maxLength = MAX_SEARCH_BYTES, description = "Text the code contains (ASCII case ignored)" },
         outcome = { type = "string", description = "ok, failed, or an error type (runtime, timeout, ...)" },
-        tool = { type = "string", description = "Text of an upstream tool it called (server.tool)" },
+        tool = { type = "string", maxLength = MAX_SEARCH_BYTES, description = "Text of an upstream tool it called (server.tool)" },
         since = { type = mb.array({ "string", "integer" }), description = "Started at or after (UTC time or epoch ms)" },
         ["until"] = { type = mb.array({ "string", "integer" }), description = "Started before (UTC time or epoch ms)" },
         limit = { type = "integer", minimum = 1, maximum = cfg.journal_max_rows,
