@@ -830,11 +830,14 @@ const rule_def mb_pii_builtin_rules[] = {
 	 "{1,256}))",
 	 NULL},
 	/* ---- EMAIL ---- */
+	/* after the ASCII TLD, a byte that is not ASCII does not unmake the address: it is a closing
+	 * curly quote, a dash or CJK punctuation far more often than the rest of a TLD, and an
+	 * address followed by one was left whole in the text */
 	{"email", MB_PII_EMAIL, TR_EMAIL, 0, 0, check_email,
 	 "(?<![A-Za-z0-9._%+\\x80-\\xff-])"
 	 "[A-Za-z0-9_%+\\x80-\\xff-][A-Za-z0-9._%+\\x80-\\xff-]{0,63}"
 	 "@(?:[A-Za-z0-9\\x80-\\xff](?:[A-Za-z0-9\\x80-\\xff-]{0,61}[A-Za-z0-9\\x80-\\xff])?\\.){1,8}"
-	 "[A-Za-z]{2,24}(?![A-Za-z0-9\\x80-\\xff-]|\\.[A-Za-z0-9])",
+	 "[A-Za-z]{2,24}(?![A-Za-z0-9-]|\\.[A-Za-z0-9])",
 	 NULL},
 	/* ---- IBAN ---- */
 	{"iban", MB_PII_IBAN, TR_IBAN, 0, 0, check_iban,
