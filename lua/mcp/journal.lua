@@ -118,6 +118,9 @@ function M.code_for(tenant, v)
     return nil, string.format("execution %s ran the tool %s, not execute_code: call %s again instead", id,
       clip(tostring(row.tool), 100), clip(tostring(row.tool), 100))
   end
+  if row.code == nil and row.code_bytes == nil then -- a row older than the journal (migration 5)
+    return nil, string.format("execution %s was recorded before the journal kept code: it cannot be rerun", id)
+  end
   if row.code == nil then
     return nil, string.format("execution %s's code was not kept: %d bytes, more than journal_max_code_bytes=%d",
       id, row.code_bytes or 0, cfg.journal_max_code_bytes)
@@ -162,7 +165,8 @@ local function summary(r)
   local code = r.code and utf8_text(r.code):gsub("%s+", " ")
   if code and utf8.len(code) > PREVIEW then code = code:sub(1, utf8.offset(code, PREVIEW + 1) - 1) .. "..." end
   return { id = r.ref, started_at = iso(r.started_at), ms = r.duration_ms, outcome = r.outcome,
-           code = code or string.format("(%d bytes, not kept)", r.code_bytes or 0),
+           code = code or (r.code_bytes and string.format("(%d bytes, not kept)", r.code_bytes)
+             or "(recorded before the journal kept code)"),
            tool = r.tool ~= "execute_code" and r.tool or nil,
            tools_called = r.tools_called and lines(r.tools_called) or nil }
 end

@@ -179,6 +179,14 @@ check("rerun submits the kept code with the new context and limits", { r.specs[1
   r.specs[1].timeout_ms, r.specs[1].rerun_of }, { "return 1 + 1", '{"x":5}', 100, "00000000000000a1" })
 check("rerun of code not kept", err(exec({ rerun_id = "00000000000000a4" }, req("alice"))),
   "execution 00000000000000a4's code was not kept: 9000 bytes, more than journal_max_code_bytes=200")
+-- a row recorded before the journal (migration 5): no code and no size
+db.run([[INSERT INTO executions (tenant, started_at, duration_ms, outcome, instructions, memory_peak, code_hash,
+  tool, ref) VALUES ('carol', 1, 1, 'ok', 1, 1, 'h', 'execute_code', '00000000000000c1')]])
+check("rerun of a row recorded before the journal says so (not '0 bytes, more than ...')",
+  err(exec({ rerun_id = "00000000000000c1" }, req("carol"))),
+  "execution 00000000000000c1 was recorded before the journal kept code: it cannot be rerun")
+check("listed as recorded before the journal", list({}, req("carol")).structuredContent.executions[1].code,
+  "(recorded before the journal kept code)")
 check("rerun of a published tool's execution", err(exec({ rerun_id = "00000000000000a6" }, req("alice"))),
   "execution 00000000000000a6 ran the tool text_stats, not execute_code: call text_stats again instead")
 check("rerun of an unknown id", err(exec({ rerun_id = "00000000000000ff" }, req("alice"))), unknown:gsub("b1 in", "ff in"))
