@@ -53,14 +53,16 @@ local HIDDEN = {
 for cp = 0x200B, 0x200F do HIDDEN[utf8.char(cp)] = sfmt("\\u%04x", cp) end
 for cp = 0x202A, 0x202E do HIDDEN[utf8.char(cp)] = sfmt("\\u%04x", cp) end
 for cp = 0x2066, 0x2069 do HIDDEN[utf8.char(cp)] = sfmt("\\u%04x", cp) end
+for cp = 0x2060, 0x2064 do HIDDEN[utf8.char(cp)] = sfmt("\\u%04x", cp) end -- word joiner, invisible operators
 -- and characters that break a line where a client renders them (line and paragraph separators,
 -- NEL): no text in the question may start a line of its own
 HIDDEN["\226\128\168"], HIDDEN["\226\128\169"], HIDDEN["\194\133"] = "\\u2028", "\\u2029", "\\u0085"
+HIDDEN["\194\173"] = "\\u00ad" -- soft hyphen: invisible unless a line breaks there
 
 local function escape_hidden(s)
   s = s:gsub("\226[\128\129][\139-\175\166-\169]", function(c) return HIDDEN[c] end)
   return (s:gsub("\216\156", HIDDEN["\216\156"]):gsub("\239\187\191", HIDDEN["\239\187\191"])
-    :gsub("\194\133", HIDDEN["\194\133"]))
+    :gsub("\194[\133\173]", HIDDEN))
 end
 
 
