@@ -33,7 +33,6 @@
 
 #include "codec.h"
 #include "log.h"
-#include "tokest.h"
 #include "worker_int.h"
 #include "worker_proc.h"
 
@@ -453,10 +452,6 @@ static void finish(wjob *j, mb_exec_result *res)
 		if (res->io.in_tokens[i] > res->io.in_bytes[i])
 			res->io.in_tokens[i] = res->io.in_bytes[i];
 	}
-	/* nor less than the result it sent: its own estimate of the result is not taken (one that
-	 * said 1 token for 10 KB shrank tokens_out and grew tokens_saved by as much) */
-	if (res->result_json)
-		res->io.result_tokens = mb_tokest(res->result_json, res->result_len);
 	mb_exec_result_shape(res);
 	pp->completed++;
 	if (pp->cb.on_done)
