@@ -789,6 +789,12 @@ int mb_pii_kv_key_class(const char *k, size_t n)
 #define H "[0-9A-Fa-f]{1,4}"
 #define V4 "(?:(?:25[0-5]|2[0-4]\\d|1\\d\\d|[1-9]?\\d)\\.){3}(?:25[0-5]|2[0-4]\\d|1\\d\\d|[1-9]?\\d)"
 
+/* punctuation that is not ASCII and is found right before or after an e-mail address: dashes
+ * and curly quotes (U+2013, U+2014, U+2018-U+201F), guillemets, CJK marks and brackets
+ * (U+3000-U+3003, U+3008-U+300F), fullwidth parentheses, comma, colon, semicolon */
+#define EMAIL_PUNCT "\\xe2\\x80[\\x93\\x94\\x98-\\x9f]|\\xc2[\\xab\\xbb]|\\xe3\\x80[\\x80-\\x83\\x88-\\x8f]" \
+		    "|\\xef\\xbc[\\x88\\x89\\x8c\\x9a\\x9b]"
+
 const rule_def mb_pii_builtin_rules[] = {
 	/* ---- SECRET (first: ties at the same span go to the higher priority type) ---- */
 	{"private_key", MB_PII_SECRET, TR_PREFIX, 0, 0, check_pem,
@@ -830,11 +836,17 @@ const rule_def mb_pii_builtin_rules[] = {
 	 "{1,256}))",
 	 NULL},
 	/* ---- EMAIL ---- */
+	/* after the ASCII TLD, a byte that is not ASCII does not unmake the address: it is a closing
+	 * curly quote, a dash or CJK punctuation far more often than the rest of a TLD, and an
+	 * address followed by one was left whole in the text. Before the local part, such
+	 * punctuation (UTF-8 bytes, which the local part may otherwise hold) is not taken into the
+	 * value: the token would restore with it ("“ann@example.org" sent to an upstream). */
 	{"email", MB_PII_EMAIL, TR_EMAIL, 0, 0, check_email,
-	 "(?<![A-Za-z0-9._%+\\x80-\\xff-])"
+	 "(?:(?<![A-Za-z0-9._%+\\x80-\\xff-])|(?<=\\xe2\\x80[\\x93\\x94\\x98-\\x9f])|(?<=\\xc2[\\xab\\xbb])"
+	 "|(?<=\\xe3\\x80[\\x80-\\x83\\x88-\\x8f])|(?<=\\xef\\xbc[\\x88\\x89\\x8c\\x9a\\x9b]))(?!" EMAIL_PUNCT ")"
 	 "[A-Za-z0-9_%+\\x80-\\xff-][A-Za-z0-9._%+\\x80-\\xff-]{0,63}"
 	 "@(?:[A-Za-z0-9\\x80-\\xff](?:[A-Za-z0-9\\x80-\\xff-]{0,61}[A-Za-z0-9\\x80-\\xff])?\\.){1,8}"
-	 "[A-Za-z]{2,24}(?![A-Za-z0-9\\x80-\\xff-]|\\.[A-Za-z0-9])",
+	 "[A-Za-z]{2,24}(?![A-Za-z0-9-]|\\.[A-Za-z0-9])",
 	 NULL},
 	/* ---- IBAN ---- */
 	{"iban", MB_PII_IBAN, TR_IBAN, 0, 0, check_iban,

@@ -72,7 +72,11 @@ local function time_arg(args, name)
     .. "such as \"2026-11-26T01:30:00Z\"", name)
 end
 
--- A text filter: a string no longer than journal_max_code_bytes (longer cannot match anything kept).
+-- A text filter: a string no longer than journal_max_code_bytes (longer cannot match anything kept)
+-- nor MAX_SEARCH_BYTES. SQLite's instr() compares the whole text at every position of the code,
+-- on the loop thread: a 32 KiB query against a tenant's 1000 rows of 64 KiB code held the server
+-- for about 12 s; at 256 bytes the worst case is a few times the scan itself.
+local MAX_SEARCH_BYTES = 256
 local function text_arg(args, name)
   local v = args[name]
   if v == nil or v == null then return nil end
@@ -80,6 +84,10 @@ local function text_arg(args, name)
   if #v > cfg.journal_max_code_bytes then
     return nil, string.format("invalid arguments: %s is %d bytes, more than journal_max_code_bytes=%d "
       .. "(the most of an execution's code the journal keeps)", name, #v, cfg.journal_max_code_bytes)
+  end
+  if #v > MAX_SEARCH_BYTES then
+    return nil, string.format("invalid arguments: %s is %d bytes, more than the %d a search text may have; "
+      .. "search for a shorter part of it", name, #v, MAX_SEARCH_BYTES)
   end
   return v ~= "" and v or nil
 end
@@ -109,6 +117,9 @@ function M.code_for(tenant, v)
   if row.tool ~= "execute_code" then -- its code is that tool's wrapper, fed by the tool's arguments
     return nil, string.format("execution %s ran the tool %s, not execute_code: call %s again instead", id,
       clip(tostring(row.tool), 100), clip(tostring(row.tool), 100))
+  end
+  if row.code == nil and row.code_bytes == nil then -- a row older than the journal (migration 5)
+    return nil, string.format("execution %s was recorded before the journal kept code: it cannot be rerun", id)
   end
   if row.code == nil then
     return nil, string.format("execution %s's code was not kept: %d bytes, more than journal_max_code_bytes=%d",
@@ -154,7 +165,8 @@ local function summary(r)
   local code = r.code and utf8_text(r.code):gsub("%s+", " ")
   if code and utf8.len(code) > PREVIEW then code = code:sub(1, utf8.offset(code, PREVIEW + 1) - 1) .. "..." end
   return { id = r.ref, started_at = iso(r.started_at), ms = r.duration_ms, outcome = r.outcome,
-           code = code or string.format("(%d bytes, not kept)", r.code_bytes or 0),
+           code = code or (r.code_bytes and string.format("(%d bytes, not kept)", r.code_bytes)
+             or "(recorded before the journal kept code)"),
            tool = r.tool ~= "execute_code" and r.tool or nil,
            tools_called = r.tools_called and lines(r.tools_called) or nil }
 end
@@ -177,9 +189,9 @@ function M.init(tools)
       type = "object",
       properties = {
         id = { type = "string", description = "An execution id: return that execution in full" },
-        query = { type = "string", description = "Text the code contains (ASCII case ignored)" },
+        query = { type = "string", maxLength = MAX_SEARCH_BYTES, description = "Text the code contains (ASCII case ignored)" },
         outcome = { type = "string", description = "ok, failed, or an error type (runtime, timeout, ...)" },
-        tool = { type = "string", description = "Text of an upstream tool it called (server.tool)" },
+        tool = { type = "string", maxLength = MAX_SEARCH_BYTES, description = "Text of an upstream tool it called (server.tool)" },
         since = { type = mb.array({ "string", "integer" }), description = "Started at or after (UTC time or epoch ms)" },
         ["until"] = { type = mb.array({ "string", "integer" }), description = "Started before (UTC time or epoch ms)" },
         limit = { type = "integer", minimum = 1, maximum = cfg.journal_max_rows,

@@ -55,6 +55,9 @@ call; errors name the limit that stopped you.]]
 -- 1 and "1" apart, so no key string is made per request.
 local sessions = {}   -- session id -> { tenant, log_level, initialized, inflight = {id -> entry} }
 local client_requests = {} -- our request id -> the coroutine waiting for the client's answer
+-- our request id -> "session\0tenant" it was sent to: only an answer from there counts (the ids
+-- are a counter; another session or tenant must not answer, e.g. approve another's write)
+local client_request_peer = {}
 local by_exchange = {} -- sessionless (2026-07-28 HTTP) exchange -> inflight entry: a disconnect cancels
 local DEFERRED = {}    -- a handler's answer comes later, from another coroutine
 local release          -- (request, entry): forgets what request registered for entry
@@ -440,6 +443,7 @@ function request_mt:client_request(method, params, capability)
   local id = "mb-" .. next_client_request
   local co = coroutine.running()
   client_requests[id] = co
+  client_request_peer[id] = string.format("%s\0%s", self.session, self.tenant)
   self.entry.client_requests = self.entry.client_requests or {}
   self.entry.client_requests[id] = true
   mb.send({ jsonrpc = "2.0", id = id, method = method, params = params }, self.session, self.exchange, false)
@@ -587,7 +591,7 @@ function request_mt:abandon_client_requests()
   if entry.client_requests then
     for id in pairs(entry.client_requests) do
       local co = client_requests[id]
-      client_requests[id] = nil
+      client_requests[id], client_request_peer[id] = nil, nil
       if co then coroutine.resume(co, { error = { code = -32603, message = "the execution ended" } }) end
     end
   end
@@ -692,9 +696,13 @@ local function dispatch(msg, t0, ctx)
   end
   if method == nil then
     if msg.result ~= nil or msg.error ~= nil then -- a response to one of our requests
-      local waiting = has_id and client_requests[tostring(id)]
+      local key = has_id and tostring(id)
+      local waiting = key and client_requests[key]
+      if waiting and client_request_peer[key] ~= string.format("%s\0%s", ctx.session, ctx.tenant) then
+        waiting = nil -- sent to another session or tenant: not an answer from this one
+      end
       if waiting then
-        client_requests[tostring(id)] = nil
+        client_requests[key], client_request_peer[key] = nil, nil
         local ok, err = coroutine.resume(waiting, msg)
         if not ok then mb.log("error", "client response: " .. tostring(err)) end
       end

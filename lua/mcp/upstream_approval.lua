@@ -4,7 +4,7 @@
 -- The question is an elicitation in form mode: its message names the server, the tool and the
 -- arguments (PII tokenized by the server's policy, re-encoded from the decoded JSON so sandbox
 -- bytes cannot shape the text, cut at upstream_ask_args_bytes; in all three, characters that
--- reorder or hide text are escaped), and its requestedSchema offers one boolean, `remember`: approve
+-- reorder or hide text or break a line are escaped), and its requestedSchema offers one boolean, `remember`: approve
 -- every call to this tool for the rest of this execution. With a 2025 client the question is an
 -- elicitation/create request on the stream of the tools/call that runs the code; with a
 -- 2026-07-28 client it is an input_required round (server.lua's request:client_request and
@@ -53,10 +53,16 @@ local HIDDEN = {
 for cp = 0x200B, 0x200F do HIDDEN[utf8.char(cp)] = sfmt("\\u%04x", cp) end
 for cp = 0x202A, 0x202E do HIDDEN[utf8.char(cp)] = sfmt("\\u%04x", cp) end
 for cp = 0x2066, 0x2069 do HIDDEN[utf8.char(cp)] = sfmt("\\u%04x", cp) end
+for cp = 0x2060, 0x2064 do HIDDEN[utf8.char(cp)] = sfmt("\\u%04x", cp) end -- word joiner, invisible operators
+-- and characters that break a line where a client renders them (line and paragraph separators,
+-- NEL): no text in the question may start a line of its own
+HIDDEN["\226\128\168"], HIDDEN["\226\128\169"], HIDDEN["\194\133"] = "\\u2028", "\\u2029", "\\u0085"
+HIDDEN["\194\173"] = "\\u00ad" -- soft hyphen: invisible unless a line breaks there
 
 local function escape_hidden(s)
   s = s:gsub("\226[\128\129][\139-\175\166-\169]", function(c) return HIDDEN[c] end)
-  return (s:gsub("\216\156", HIDDEN["\216\156"]):gsub("\239\187\191", HIDDEN["\239\187\191"]))
+  return (s:gsub("\216\156", HIDDEN["\216\156"]):gsub("\239\187\191", HIDDEN["\239\187\191"])
+    :gsub("\194[\133\173]", HIDDEN))
 end
 
 

@@ -662,6 +662,40 @@ describe("approvals never cross tenants (HTTP tokens, 2025-11-25 sessions)", () 
       await b.client.close().catch(() => {});
     }
   }));
+
+  it("an answer to alpha's question posted by beta (its own session, the question's id) is not taken", T, withStderr(B, async () => {
+    let release, qid;
+    const held = new Promise((resolve) => { release = resolve; });
+    const a = await tenantClient(TA, () => held);
+    a.client.setRequestHandler(ElicitRequestSchema, (req, extra) => { a.asked.push(req.params); qid = extra.requestId; return held; });
+    const b = await tenantClient(TB, () => ({ action: "decline" }));
+    try {
+      await until(async () => (await a.client.callTool({ name: "get_execution_stats", arguments: {} }))
+        .structuredContent.upstreams?.memory?.state === "ready", 20000, "memory ready");
+      const runA = a.client.callTool({ name: "execute_code", arguments: { timeout_ms: 30000, code: PCALL_CREATE("forged") } },
+        undefined, { timeout: 60000 });
+      await until(() => qid !== undefined, 20000, "alpha is asked");
+      // beta answers alpha's question on its own session (the ids are a counter: guessable)
+      const post = await fetch(srv.url, { method: "POST", body: JSON.stringify({ jsonrpc: "2.0", id: qid,
+        result: { action: "accept", content: { remember: true } } }), headers: { Authorization: `Bearer ${TB}`,
+        "Content-Type": "application/json", Accept: "application/json, text/event-stream",
+        "Mcp-Session-Id": b.client.transport.sessionId, "MCP-Protocol-Version": "2025-11-25" } });
+      assert.ok(post.status < 300, `status ${post.status}`);
+      // and beta's own execution still works (the server answered beta's post)
+      const rb = (await b.client.callTool({ name: "execute_code", arguments: { code: "return 1" } })).structuredContent;
+      assert.equal(rb.result, 1);
+      release({ action: "decline" });
+      const ra = (await runA).structuredContent;
+      assert.deepEqual(ra.result, [false, `memory.create_entities: the person declined the call (${POLICY}); it was not made`],
+        JSON.stringify(ra));
+      const f = path.join(memDir, "memory.jsonl");
+      const names = existsSync(f) ? readFileSync(f, "utf8").split("\n").filter(Boolean).map((l) => JSON.parse(l).name) : [];
+      assert.ok(!names.includes("forged"), `beta's forged answer made alpha's write: ${names}`);
+    } finally {
+      await a.client.close().catch(() => {});
+      await b.client.close().catch(() => {});
+    }
+  }));
 });
 
 describe("approvals, 2026-07-28: a question nobody answers", { skip: false }, () => {

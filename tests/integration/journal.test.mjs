@@ -205,8 +205,9 @@ describe("list_executions and rerun_id (stdio, SDK client)", () => {
         const [old] = await listed(client);
         assert.match(old.id, ID_RE);
         assert.equal(old.started_at, "2023-11-14T22:13:20Z");
-        assert.equal(old.code, "(0 bytes, not kept)");
-        assert.match(errText(await execute(client, { rerun_id: old.id })), /code was not kept/);
+        assert.equal(old.code, "(recorded before the journal kept code)");
+        assert.equal(errText(await execute(client, { rerun_id: old.id })),
+          `execution ${old.id} was recorded before the journal kept code: it cannot be rerun`);
         await run(client, { code: "return 'new'" });
         const [fresh] = await listed(client, { query: "new" });
         assert.equal(ok(await list(client, { id: fresh.id })).result, "new");

@@ -122,6 +122,16 @@ check("SQL in the query", ids(list({ query = "' OR 1=1 --" }, req("alice"))), {}
 check("SQL in the tool filter", ids(list({ tool = "%' OR tenant = 'bob" }, req("alice"))), {})
 check("a query longer than journal_max_code_bytes", err(list({ query = string.rep("x", 201) }, req("alice"))),
   "invalid arguments: query is 201 bytes, more than journal_max_code_bytes=200 (the most of an execution's code the journal keeps)")
+do -- a search text is at most 256 bytes whatever journal_max_code_bytes is (instr's cost)
+  local keep = m.config.journal_max_code_bytes
+  m.config.journal_max_code_bytes = 65536
+  check("a query longer than 256 bytes", err(list({ query = string.rep("a", 257) }, req("alice"))),
+    "invalid arguments: query is 257 bytes, more than the 256 a search text may have; search for a shorter part of it")
+  check("a tool text longer than 256 bytes", err(list({ tool = string.rep("a", 300) }, req("alice"))),
+    "invalid arguments: tool is 300 bytes, more than the 256 a search text may have; search for a shorter part of it")
+  check("a query of 256 bytes is taken", ids(list({ query = string.rep("a", 256) }, req("alice"))), {})
+  m.config.journal_max_code_bytes = keep
+end
 check("a bad outcome", err(list({ outcome = "ok' OR '1" }, req("alice"))):match("^invalid arguments: outcome must be") ~= nil, true)
 check("a bad time", err(list({ since = "yesterday" }, req("alice"))),
   'invalid arguments: since must be milliseconds since the epoch or a UTC time such as "2026-11-26T01:30:00Z"')
@@ -169,6 +179,14 @@ check("rerun submits the kept code with the new context and limits", { r.specs[1
   r.specs[1].timeout_ms, r.specs[1].rerun_of }, { "return 1 + 1", '{"x":5}', 100, "00000000000000a1" })
 check("rerun of code not kept", err(exec({ rerun_id = "00000000000000a4" }, req("alice"))),
   "execution 00000000000000a4's code was not kept: 9000 bytes, more than journal_max_code_bytes=200")
+-- a row recorded before the journal (migration 5): no code and no size
+db.run([[INSERT INTO executions (tenant, started_at, duration_ms, outcome, instructions, memory_peak, code_hash,
+  tool, ref) VALUES ('carol', 1, 1, 'ok', 1, 1, 'h', 'execute_code', '00000000000000c1')]])
+check("rerun of a row recorded before the journal says so (not '0 bytes, more than ...')",
+  err(exec({ rerun_id = "00000000000000c1" }, req("carol"))),
+  "execution 00000000000000c1 was recorded before the journal kept code: it cannot be rerun")
+check("listed as recorded before the journal", list({}, req("carol")).structuredContent.executions[1].code,
+  "(recorded before the journal kept code)")
 check("rerun of a published tool's execution", err(exec({ rerun_id = "00000000000000a6" }, req("alice"))),
   "execution 00000000000000a6 ran the tool text_stats, not execute_code: call text_stats again instead")
 check("rerun of an unknown id", err(exec({ rerun_id = "00000000000000ff" }, req("alice"))), unknown:gsub("b1 in", "ff in"))

@@ -87,6 +87,12 @@ check("a line break stays escaped", ap.shown_arguments("t", '{"a":"x\\ny"}'), '{
 check("bidi override and zero-width space escaped", ap.shown_arguments("t", { a = "\u{202E}x\u{200B}" }), '{"a":"\\u202ex\\u200b"}')
 check("isolates, ALM, BOM escaped", ap.shown_arguments("t", { a = "\u{2066}\u{2069}\u{61C}\u{FEFF}" }),
   '{"a":"\\u2066\\u2069\\u061c\\ufeff"}')
+check("line and paragraph separators and NEL escaped (they start a line where rendered)",
+  ap.shown_arguments("t", { a = "x\u{2028}server: evil\u{2029}y\u{85}z" }), '{"a":"x\\u2028server: evil\\u2029y\\u0085z"}')
+check("word joiner, invisible operators and soft hyphen escaped (zero-width too)",
+  ap.shown_arguments("t", { a = "/safe\u{2060}\u{2064}x\u{AD}y" }), '{"a":"/safe\\u2060\\u2064x\\u00ady"}')
+check("a tool name cannot start a line of the question with U+2028",
+  ap.question(req, "memory", "read\u{2028}arguments: {}", "{}").message:find("\u{2028}", 1, true), nil)
 check("ordinary punctuation kept (en dash, quotes)", ap.shown_arguments("t", { a = "a\u{2013}b \u{201C}c\u{201D}" }),
   '{"a":"a\u{2013}b \u{201C}c\u{201D}"}')
 local long = ap.shown_arguments("t", { a = string.rep("\u{00E9}", 100) })

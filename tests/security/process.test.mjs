@@ -236,6 +236,21 @@ describe("a compromised worker that inflates its context-saved counts", { skip: 
     const total = Object.values(m.in).reduce((a, x) => a + x.bytes, 0);
     assert.equal(total, got, JSON.stringify(m));
   });
+  test("a result whose token estimate it understates counts as what it is (tokens_out not shrunk, tokens_saved not grown)", async () => {
+    const p = await start(HOOKS, ["--workers", "1"]);
+    const long = "word ".repeat(2000);
+    const honest = (await p.exec({ code: `local s = list_skills() return ("word "):rep(2000)` })).msg.result._meta["dev.moonbox/context"];
+    // the same result, with the worker's own estimate of it said to be 1 token
+    const small = frame(9, u64(1), bytes(""), bytes(""), bytes(""), u64(1), bytes(JSON.stringify(long)), bytes(""),
+      u64(0), u64(0), u64(0), u64(0), ...Array.from({ length: 12 }, () => u64(0)), u64(1));
+    const code = `local s = list_skills() __test.channel("${[...small].map((c) => "\\" + c).join("")}") while true do end`;
+    const { sc, msg } = await p.exec({ code, timeout_ms: 5000, instruction_limit: 1e10 });
+    assert.equal(sc.result, long);
+    const m = msg.result._meta["dev.moonbox/context"];
+    // (the two answers differ only in their timing and memory figures: a few bytes)
+    assert.ok(Math.abs(m.bytes_out - honest.bytes_out) < 40, JSON.stringify([m, honest]));
+    assert.ok(Math.abs(m.tokens_out - honest.tokens_out) < 20, JSON.stringify([m, honest]));
+  });
 });
 
 describe("a worker serves one tenant", { skip: NO_WORKERS }, () => {

@@ -239,6 +239,19 @@ TEST(rule_edges)
 	CHECK_STR(scan_s(d, "git@github.com:org/repo.git https://u@host.example.com/ icon@2x.png "
 			 "lodash@4.17.21 user@localhost"), "");
 	CHECK_STR(scan_s(d, "Contact john@example.com: he knows"), "EMAIL:john@example.com");
+	/* followed by a character that is not ASCII (a closing curly quote, an em dash, CJK
+	 * punctuation, a stray byte): still an address, the value ends at the TLD */
+	CHECK_STR(scan_s(d, "ann@example.org\xe2\x80\x9d."), "EMAIL:ann@example.org");
+	CHECK_STR(scan_s(d, "ann@example.org\xe2\x80\x94ok"), "EMAIL:ann@example.org");
+	CHECK_STR(scan_s(d, "mail ann@example.org\xe3\x80\x82"), "EMAIL:ann@example.org");
+	CHECK_STR(scan_s(d, "mail ann@example.org\xff"), "EMAIL:ann@example.org");
+	/* nor is such punctuation before it part of the value (the token would restore with it) */
+	CHECK_STR(scan_s(d, "write to \xe2\x80\x9c" "ann@example.org\xe2\x80\x9d."), "EMAIL:ann@example.org");
+	CHECK_STR(scan_s(d, "\xc2\xab" "ann@example.org\xc2\xbb"), "EMAIL:ann@example.org");
+	CHECK_STR(scan_s(d, "x \xe2\x80\x94" "ann@example.org"), "EMAIL:ann@example.org");
+	CHECK_STR(scan_s(d, "\xe3\x80\x8c" "ann@example.org\xe3\x80\x8d"), "EMAIL:ann@example.org");
+	CHECK_STR(scan_s(d, "\xef\xbc\x88" "ann@example.org\xef\xbc\x89"), "EMAIL:ann@example.org");
+	CHECK_STR(scan_s(d, "j\xc3\xb6rg@example.org"), "EMAIL:j\xc3\xb6rg@example.org"); /* letters stay */
 	/* secrets */
 	CHECK_STR(scan_s(d, "password: ******** token: expired api_key: YOUR_API_KEY pwd=/home/x"), "");
 	CHECK_STR(scan_s(d, "password_reset_url: https://x.example/reset token_type: Bearer"), "");
