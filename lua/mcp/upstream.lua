@@ -318,10 +318,20 @@ function S:relay(msg)
     end
   end
   -- the execution the question belongs to: the one whose call to this server is the latest in
-  -- flight (over stdio nothing links a server's request to our call)
-  local p, pid
+  -- flight (over stdio nothing links a server's request to our call). When calls of more than
+  -- one tenant are in flight, which one asked cannot be known: the question (another tenant's
+  -- data) must not reach the wrong client, nor its answer the wrong call, so it is refused.
+  local p, pid, tenant
   for id, q in pairs(self.pending) do
-    if q.request and (not pid or id > pid) then p, pid = q, id end
+    if q.request then
+      local t = q.request.tenant or "default"
+      if tenant and t ~= tenant then
+        return reply(nil, "moonbox has calls of more than one tenant in flight to this server and "
+          .. "cannot tell whose question this is; ask again when the other calls have ended")
+      end
+      tenant = t
+      if not pid or id > pid then p, pid = q, id end
+    end
   end
   local request = p and p.request
   if not request or not request.entry or request.entry.ended or not request.client_request then

@@ -27,10 +27,12 @@ import { tmpdir } from "node:os";
 import path from "node:path";
 import { setTimeout as sleep } from "node:timers/promises";
 import { CreateMessageRequestSchema, ElicitRequestSchema } from "@modelcontextprotocol/sdk/types.js";
+import { Client as SdkClient } from "@modelcontextprotocol/sdk/client/index.js";
+import { StreamableHTTPClientTransport } from "@modelcontextprotocol/sdk/client/streamableHttp.js";
 
 import {
   MOONBOX, RawPeer, TESTS_DIR, UPSTREAM_JS, connectWithConfig, execute, makeDataDir, nodeServer,
-  requireBinary, tapProgress, toolErrText as errText, upstreamStats, waitUpstream,
+  requireBinary, startHttp, tapProgress, toolErrText as errText, upstreamStats, waitUpstream,
 } from "../lib/moonbox.mjs";
 
 const T = { timeout: 60000 };
@@ -1216,6 +1218,57 @@ describe("gateway: an upstream server asks its client (sampling, elicitation) th
       assert.match(String(msg), /did not declare the sampling capability/);
     } finally {
       await s2.close();
+    }
+  });
+
+  it("with calls of two tenants in flight to one upstream, its question is refused rather than sent to the latest caller's client (HTTP tokens)", T, async () => {
+    // Over stdio nothing links an upstream's question to one of moonbox's calls: moonbox takes
+    // the latest call in flight. With two tenants' calls in flight that may be the other
+    // tenant's, whose client would see the question (another tenant's data) and answer it.
+    const TA = "relay-token-alpha-0123456789ab", TB = "relay-token-beta-0123456789abc";
+    const cfgDir = makeDataDir();
+    const cfgFile = path.join(cfgDir, "relay-config.json");
+    writeFileSync(cfgFile, JSON.stringify({ mcpServers: { asks: fixture("asks") } }));
+    const srv = await startHttp(["--config", cfgFile, "--http-tokens", `${TA}=alpha,${TB}=beta`, "--workers", "2"]);
+    const clients = [];
+    const connect = async (token) => {
+      const c = { asked: [], client: new SdkClient({ name: "relay-tenant", version: "0" }, { capabilities: { sampling: {} } }) };
+      c.client.setRequestHandler(CreateMessageRequestSchema, async (req) => {
+        c.asked.push(req.params);
+        return { role: "assistant", content: { type: "text", text: "answer of " + token.slice(12, 17) }, model: "m" };
+      });
+      await c.client.connect(new StreamableHTTPClientTransport(new URL(srv.url),
+        { requestInit: { headers: { Authorization: `Bearer ${token}` } } }));
+      clients.push(c);
+      return c;
+    };
+    try {
+      const a = await connect(TA), b = await connect(TB);
+      await until(async () => (await a.client.callTool({ name: "get_execution_stats", arguments: {} }))
+        .structuredContent.upstreams?.asks?.state === "ready", 20000, "asks ready");
+      // beta's call asks once alpha's call has reached the upstream too (2 calls in all)
+      const runB = b.client.callTool({ name: "execute_code", arguments: { timeout_ms: 30000,
+        code: `return { pcall(function() return servers.asks.ask({ wait_calls = 2 }) end) }` } }, undefined, { timeout: 60000 });
+      await sleep(50); // (order only: beta's call is sent first; the fixture waits for both either way)
+      const runA = a.client.callTool({ name: "execute_code", arguments: { timeout_ms: 30000,
+        code: `return servers.asks.hold({})` } }, undefined, { timeout: 60000 });
+      const rb = (await runB).structuredContent;
+      assert.equal(rb.success, true, JSON.stringify(rb));
+      assert.match(JSON.stringify(rb.result), /more than one tenant/, JSON.stringify(rb.result));
+      assert.deepEqual(a.asked, [], "alpha's client was asked beta's upstream's question");
+      assert.deepEqual(b.asked, [], "nobody can tell it was beta's: not asked either");
+      const ra = (await runA).structuredContent;
+      assert.equal(ra.success, true, JSON.stringify(ra));
+      // with one tenant's call in flight the question goes to that tenant's client
+      const again = (await b.client.callTool({ name: "execute_code", arguments: {
+        code: `return servers.asks.ask({ wait_calls = 1 })` } })).structuredContent;
+      assert.match(JSON.stringify(again.result), /answer of beta/, JSON.stringify(again));
+      assert.equal(b.asked.length, 1);
+      assert.deepEqual(a.asked, []);
+    } finally {
+      for (const c of clients) await c.client.close().catch(() => {});
+      await srv.stop();
+      rmSync(cfgDir, { recursive: true, force: true });
     }
   });
 
