@@ -99,6 +99,7 @@ static const option options[] = {
 	I(http_max_connections, 1024, 1, 1000000, "open HTTP connections; more are answered 503 and closed"),
 	I(http_max_sessions, 10000, 1, 10000000, "live HTTP sessions; more initialize requests are answered 503"),
 	I(http_replay_bytes, 1048576, 0, 1 << 30, "SSE events kept per HTTP session for a client that resumes a broken stream with Last-Event-ID (0 = no event ids, no resumption)"),
+	I(http_replay_total_bytes, 67108864, 0, (int64_t)1 << 40, "SSE events kept for resumption by all HTTP sessions together; an event that would go beyond it is not kept (after the session's own oldest), so resuming before it is refused"),
 	S(mcp_servers, "", "upstream MCP servers as a JSON object, the \"mcpServers\" block of the config file (docs/gateway.md)"),
 	I(upstream_timeout_ms, 60000, 1, 3600000, "one upstream tool call (a server's timeoutMs overrides it)"),
 	I(upstream_init_timeout_ms, 30000, 100, 3600000, "start and initialize of an upstream server"),

@@ -98,6 +98,7 @@ typedef struct mb_config {
 	int64_t http_max_connections;
 	int64_t http_max_sessions;
 	int64_t http_replay_bytes;      /* 0 = no SSE event ids, no resumption */
+	int64_t http_replay_total_bytes; /* all sessions together */
 
 	/* upstream MCP servers (lua/mcp/upstream.lua, docs/gateway.md) */
 	char mcp_servers[65536];        /* JSON object: the "mcpServers" block of the config file */

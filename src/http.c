@@ -639,6 +639,7 @@ mb_http *mb_http_start(uv_loop_t *loop, const mb_config *cfg, const mb_http_call
 	h->read_timeout = (uint64_t)cfg->http_read_timeout_ms;
 	h->idle_ms = (uint64_t)cfg->http_session_idle_ms;
 	h->replay_max = (size_t)cfg->http_replay_bytes;
+	h->replay_total_max = (size_t)cfg->http_replay_total_bytes;
 	h->replay_keep = h->idle_ms < REPLAY_KEEP_MS ? h->idle_ms : REPLAY_KEEP_MS;
 	uint64_t m = h->read_timeout < h->idle_ms ? h->read_timeout : h->idle_ms;
 	h->tick = m / 8 < 10 ? 10 : m / 8 > 1000 ? 1000 : m / 8;

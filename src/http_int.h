@@ -348,6 +348,7 @@ struct mb_http {
 	htab by_num, by_id, exchanges;
 	htab parked;          /* exchanges whose POST connection closed first: exchange -> rstream */
 	size_t replay_max;    /* http_replay_bytes per session; 0 = no event ids, no resumption */
+	size_t replay_total_max; /* http_replay_total_bytes: all sessions together */
 	uint64_t replay_keep; /* ms a finished stream without a connection stays resumable */
 	uint64_t next_session, next_exchange;
 	uint64_t next_session_sweep, next_heartbeat;
@@ -420,7 +421,8 @@ rstream *mb_http_replay_open(mb_http *h, session *s, uint64_t exchange);
 
 /// Gives the next event of r its sequence number and keeps a copy of data (the oldest events of
 /// the session are dropped while the session is over http_replay_bytes; one larger than that is
-/// not kept at all). last: the stream ends with this event (r->done).
+/// not kept at all, nor one that would take all sessions together over http_replay_total_bytes
+/// once the session's own older events are gone). last: the stream ends with this event.
 /// @returns the event's sequence number
 uint64_t mb_http_replay_add(mb_http *h, rstream *r, const char *data, size_t len, int last);
 

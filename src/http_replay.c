@@ -8,7 +8,9 @@
  * copy), so a GET with Last-Event-ID can be answered with what came after it on that stream.
  *
  * Bounds, per session: at most REPLAY_STREAMS records (opening one more forgets the oldest that
- * has no connection, a finished one before a parked one); kept events at most http_replay_bytes,
+ * has no connection, a finished one before a parked one); kept events at most http_replay_bytes
+ * (and all sessions' together at most http_replay_total_bytes: a session over it loses its own
+ * oldest events first, then keeps no new one until others' streams end),
  * counting sizeof(revent) with each message (beyond it the oldest events of the session are
  * dropped, whatever their stream; a message larger than the whole bound is not kept); a finished
  * stream without a connection is forgotten replay_keep ms after it finished or lost its
@@ -124,8 +126,14 @@ uint64_t mb_http_replay_add(mb_http *h, rstream *r, const char *data, size_t len
 		r->done = 1;
 		r->idle_since = uv_now(h->loop);
 	}
-	revent *e = sizeof *e + len <= h->replay_max ? malloc(sizeof *e + len) : NULL;
-	if (!e) { /* too large (or no memory): a resume from before it is impossible */
+	size_t need = sizeof(revent) + len;
+	/* the server-wide bound: this session's own oldest events go first, then the event itself
+	 * is not kept when the other sessions hold the rest (theirs go as their streams end) */
+	while (rp->ev_first && need <= h->replay_max && h->st.replay_bytes + need > h->replay_total_max)
+		event_drop(h, rp->ev_first);
+	revent *e = need <= h->replay_max && h->st.replay_bytes + need <= h->replay_total_max
+		? malloc(need) : NULL;
+	if (!e) { /* too large, over the server's bound (or no memory): no resume from before it */
 		while (r->head)
 			event_drop(h, r->head);
 		r->dropped_to = seq;

@@ -1704,6 +1704,7 @@ TEST(replay_buffer_bookkeeping)
 	mb_http *h = calloc(1, sizeof *h);
 	h->loop = &l;
 	h->replay_max = 4 * (sizeof(revent) + 10);
+	h->replay_total_max = SIZE_MAX; /* (the server-wide bound: replay_total_bound) */
 	h->replay_keep = 1000;
 	CHECK(htab_init(&h->parked, 8) == 0);
 	session *s = calloc(1, sizeof *s);
@@ -1765,6 +1766,64 @@ TEST(replay_buffer_bookkeeping)
 	h->replay_max = 0;
 	CHECK(mb_http_replay_open(h, s, 1) == NULL);
 	free(s);
+	free(h->parked.b);
+	free(h);
+	CHECK(uv_loop_close(&l) == 0);
+}
+
+/* All sessions' events together stay within http_replay_total_bytes: a session over it loses its
+ * own oldest events first, then keeps no new one while the others hold the rest (a resume from
+ * before that event is refused); once their sessions go, it keeps events again. */
+TEST(replay_total_bound)
+{
+	uv_loop_t l;
+	uv_loop_init(&l);
+	mb_http *h = calloc(1, sizeof *h);
+	h->loop = &l;
+	size_t ev = sizeof(revent) + 10;
+	h->replay_max = 4 * ev;       /* per session */
+	h->replay_total_max = 5 * ev; /* all sessions */
+	h->replay_keep = 1000;
+	CHECK(htab_init(&h->parked, 8) == 0);
+	session *s1 = calloc(1, sizeof *s1), *s2 = calloc(1, sizeof *s2);
+	mb_http_replay_init(s1);
+	mb_http_replay_init(s2);
+	rstream *a = mb_http_replay_open(h, s1, 1), *b = mb_http_replay_open(h, s2, 2);
+	CHECK(a && b);
+	for (int i = 0; i < 4; i++)
+		mb_http_replay_add(h, a, "0123456789", 10, 0);
+	CHECK(s1->rp.bytes == 4 * ev && h->st.replay_bytes == 4 * ev && h->st.replay_dropped == 0);
+	mb_http_replay_add(h, b, "abcdefghij", 10, 0); /* the fifth: fits */
+	CHECK(h->st.replay_bytes == 5 * ev && s2->rp.bytes == ev);
+	/* s2's next: over the total; s2's own oldest goes first, then it fits again */
+	uint64_t seq = mb_http_replay_add(h, b, "abcdefghij", 10, 0);
+	CHECK(seq == 2 && s2->rp.bytes == ev && h->st.replay_bytes == 5 * ev && b->head->seq == 2);
+	CHECK(b->dropped_to == 1 && h->st.replay_dropped == 1);
+	/* s1 is at its own bound and the total is full: its oldest go, one per new event */
+	mb_http_replay_add(h, a, "0123456789", 10, 0);
+	CHECK(s1->rp.bytes == 4 * ev && h->st.replay_bytes == 5 * ev && a->dropped_to == 1);
+	/* a session with nothing kept cannot take from the others: its event is not kept */
+	session *s3 = calloc(1, sizeof *s3);
+	mb_http_replay_init(s3);
+	rstream *c = mb_http_replay_open(h, s3, 3);
+	seq = mb_http_replay_add(h, c, "xyzxyzxyzx", 10, 0);
+	CHECK(seq == 1 && c->head == NULL && c->dropped_to == 1 && s3->rp.bytes == 0);
+	CHECK(h->st.replay_bytes == 5 * ev && s1->rp.bytes == 4 * ev && s2->rp.bytes == ev);
+	char id[MB_HTTP_EVENT_ID_MAX];
+	rstream *r = NULL;
+	mb_http_replay_id(c, 0, id); /* before the event not kept: refused */
+	CHECK(mb_http_replay_find(s3, id, strlen(id), &r, &seq) == -ERANGE);
+	/* when the others' sessions end, it keeps events again */
+	mb_http_replay_free(h, s1);
+	mb_http_replay_free(h, s2);
+	CHECK(h->st.replay_bytes == 0);
+	mb_http_replay_add(h, c, "xyzxyzxyzx", 10, 0);
+	CHECK(s3->rp.bytes == ev && c->head && c->head->seq == 2);
+	mb_http_replay_free(h, s3);
+	CHECK(h->st.replay_bytes == 0);
+	free(s1);
+	free(s2);
+	free(s3);
 	free(h->parked.b);
 	free(h);
 	CHECK(uv_loop_close(&l) == 0);
@@ -2331,6 +2390,7 @@ int main(int argc, char **argv)
 	RUN(clients_that_vanish);
 	RUN(get_streams_delete_and_broadcast);
 	RUN(replay_buffer_bookkeeping);
+	RUN(replay_total_bound);
 	RUN(resume_a_post_stream);
 	RUN(resume_refusals);
 	RUN(resume_the_get_stream);
