@@ -20,6 +20,7 @@
 #include "protocol.h"
 #include "yaml.h"
 #include "arena.h"
+#include "utf8.h"
 #include "codec.h"
 #include "host_fs.h"
 #include "host_seal.h"
@@ -618,44 +619,29 @@ static void push_io(lua_State *L, const mb_exec_result *r)
 	lua_setfield(L, -2, "io_in");
 }
 
-/* The length of s[0..n) cut to at most max bytes, not inside a UTF-8 sequence. */
-static size_t head_len(const char *s, size_t n, size_t max)
-{
-	if (n <= max)
-		return n;
-	size_t k = max;
-	for (int i = 0; i < 3 && k > 0 && ((unsigned char)s[k] & 0xC0) == 0x80; i++)
-		k--;
-	return k;
-}
-
 /* The journal's view of a result (history.h): the first journal_head_bytes of the result's
  * JSON, the output and the error, all already tokenized on the worker; whole sizes when cut. */
+/* t[head] = the first max bytes of s[0..n) (at a character boundary), t[whole] = n when cut. */
+static void push_head(lua_State *L, const char *s, size_t n, size_t max, const char *head,
+		      const char *whole)
+{
+	size_t k = utf8_cut(s, n, max);
+	lua_pushlstring(L, s, k);
+	lua_setfield(L, -2, head);
+	if (k < n && whole) {
+		lua_pushinteger(L, (lua_Integer)n);
+		lua_setfield(L, -2, whole);
+	}
+}
+
 static void push_heads(lua_State *L, const mb_exec_result *r, size_t max)
 {
-	if (r->result_json && r->result_len) {
-		size_t k = head_len(r->result_json, r->result_len, max);
-		lua_pushlstring(L, r->result_json, k);
-		lua_setfield(L, -2, "result_head");
-		if (k < r->result_len) {
-			lua_pushinteger(L, (lua_Integer)r->result_len);
-			lua_setfield(L, -2, "result_bytes");
-		}
-	}
-	if (r->output && r->output_len) {
-		size_t k = head_len(r->output, r->output_len, max);
-		lua_pushlstring(L, r->output, k);
-		lua_setfield(L, -2, "output_head");
-		if (k < r->output_len) {
-			lua_pushinteger(L, (lua_Integer)r->output_len);
-			lua_setfield(L, -2, "output_bytes");
-		}
-	}
-	if (r->error) {
-		size_t n = strlen(r->error);
-		lua_pushlstring(L, r->error, head_len(r->error, n, max));
-		lua_setfield(L, -2, "error_head");
-	}
+	if (r->result_json && r->result_len)
+		push_head(L, r->result_json, r->result_len, max, "result_head", "result_bytes");
+	if (r->output && r->output_len)
+		push_head(L, r->output, r->output_len, max, "output_head", "output_bytes");
+	if (r->error)
+		push_head(L, r->error, strlen(r->error), max, "error_head", NULL);
 }
 
 static void push_result(mb_host *h, lua_State *L, const mb_exec_result *r)

@@ -30,6 +30,7 @@
 #include "lang_hint.h"
 #include "sandbox_int.h"
 #include "arena.h"
+#include "utf8.h"
 
 /* Precompiled prelude bytecode, built once by mb_sandbox_global_init before any worker thread
  * starts and read-only afterwards. */
@@ -309,9 +310,7 @@ static void set_error(mb_exec_result *res, const char *type, const char *msg)
 	char tail[96];
 	int t = snprintf(tail, sizeof tail, "... [error message truncated: %zu bytes, at most %d kept]",
 			 n, MAX_ERROR_BYTES);
-	size_t keep = MAX_ERROR_BYTES - (size_t)t;
-	while (keep && ((unsigned char)msg[keep] & 0xC0) == 0x80)
-		keep--; /* do not cut a UTF-8 sequence */
+	size_t keep = utf8_cut(msg, n, MAX_ERROR_BYTES - (size_t)t);
 	res->error = malloc(keep + (size_t)t + 1);
 	if (!res->error)
 		return;

@@ -1,5 +1,7 @@
 /* utf8.h - strict UTF-8 sequence checks shared by the JSON encoder (json.c) and decoder
- * (json_dec.c): overlong forms, UTF-16 surrogates and code points above U+10FFFF are invalid.
+ * (json_dec.c): overlong forms, UTF-16 surrogates and code points above U+10FFFF are invalid;
+ * and where to cut a text at a byte bound without splitting a character (utf8_cut: the journal's
+ * heads in host.c, a long error message in sandbox.c).
  */
 #ifndef MB_UTF8_H
 #define MB_UTF8_H
@@ -49,6 +51,18 @@ static inline size_t utf8_seq(const unsigned char *s, size_t n, size_t *bad)
 		return need;
 	*bad = i;
 	return 0;
+}
+
+/* s[0..n) cut to at most max bytes without splitting a UTF-8 sequence: the length to keep
+ * (steps back over at most three continuation bytes at the cut). */
+static inline size_t utf8_cut(const char *s, size_t n, size_t max)
+{
+	if (n <= max)
+		return n;
+	size_t k = max;
+	for (int i = 0; i < 3 && k > 0 && ((unsigned char)s[k] & 0xC0) == 0x80; i++)
+		k--;
+	return k;
 }
 
 #endif

@@ -244,6 +244,14 @@ static int end_worker(wproc *w, int sig)
 static void on_frame(wproc *w, mb_wmsg *m);
 static void fail_queue(mb_wpool *pp);
 
+/* Makes w's running code look at its budget now (the deadline, a cancel). Never with pid 0, which
+ * kill(2) takes for the whole process group: a worker already ended has none. */
+static void interrupt(wproc *w)
+{
+	if (w->sp.pid > 0)
+		kill(w->sp.pid, MB_SANDBOX_SIGNAL);
+}
+
 static void alloc_cb(uv_handle_t *h, size_t hint, uv_buf_t *buf)
 {
 	(void)hint;
@@ -497,7 +505,7 @@ static void on_timer(uv_timer_t *t)
 	if (j->timer_stage == 1) {
 		/* the deadline: the worker's hook fires on its next instruction; a call it waits on
 		 * ends */
-		kill(w->sp.pid, MB_SANDBOX_SIGNAL);
+		interrupt(w);
 		reply_stopped(j, MB_STOP_TIMEOUT);
 		j->timer_stage = 2;
 		uv_timer_start(t, on_timer, (uint64_t)j->pp->cfg->timeout_grace_ms, 0);
@@ -851,7 +859,7 @@ static void start_ahead(wproc *w)
 	job_started(w, n);
 	if (atomic_load(&n->budget.cancel)) { /* cancelled while it waited */
 		atomic_store(&w->sp.shared->cancel_job, n->id);
-		kill(w->sp.pid, MB_SANDBOX_SIGNAL);
+		interrupt(w);
 	}
 }
 
@@ -925,9 +933,11 @@ static void on_frame(wproc *w, mb_wmsg *m)
 				mb_exec_result_free(&res);
 			} else {
 				finish(j, &res);
-				start_ahead(w);
-				if (rc > 0) /* answered, but the worker is not to be trusted again */
+				if (rc > 0) /* answered, but the worker is not to be trusted again: the jobs
+					     * sent ahead to it go back to the queue (end_worker) */
 					end_worker(w, SIGKILL);
+				else
+					start_ahead(w);
 			}
 		}
 		break;
@@ -1089,7 +1099,7 @@ int mb_wpool_cancel(mb_wpool *pp, uint64_t id)
 		/* checked at its next instruction; by id, since the worker may have finished this job
 		 * and started the next one sent ahead before we read its W_DONE */
 		atomic_store(&j->proc->sp.shared->cancel_job, j->id);
-		kill(j->proc->sp.pid, MB_SANDBOX_SIGNAL);
+		interrupt(j->proc);
 		reply_stopped(j, MB_STOP_CANCELLED);
 	} /* J_SENT: stopped by id when it starts (start_ahead) */
 	return 0;

@@ -195,6 +195,19 @@ describe("a compromised worker that forges frames", { skip: NO_WORKERS || NO_HOO
       assert.ok((await refilled(p, 2)).processes_started >= 2);
     });
   }
+
+  test("a result that is not JSON with a job sent ahead to the same worker: that job runs on a fresh worker", async () => {
+    const p = await start(HOOKS, ["--workers", "1"]);
+    assert.equal((await p.exec({ code: "return 1" })).sc.result, 1); // the worker is up: jobs go ahead to it
+    const bad = p.send("tools/call", { name: "execute_code",
+      arguments: { code: lua(done('1}, "x": {')), timeout_ms: 5000, instruction_limit: 1e10 } });
+    const next = p.send("tools/call", { name: "execute_code", arguments: { code: "return 9" } });
+    const b = (await p.wait(bad, 20000)).msg.result.structuredContent;
+    assert.equal(b.error_type, "result", JSON.stringify(b));
+    const n = (await p.wait(next, 20000)).msg.result.structuredContent;
+    assert.equal(n.result, 9, JSON.stringify(n));
+    assert.ok((await refilled(p, 2)).processes_started >= 2);
+  });
 });
 
 describe("a compromised worker that inflates its context-saved counts", { skip: NO_WORKERS || NO_HOOKS }, () => {
