@@ -153,16 +153,18 @@ describe("a compromised worker cannot reach outside", { skip: NO_WORKERS || NO_H
   }
 });
 
+// Frames as worker_wire.h lays them out (for the tests of a worker that forges them): u32 length
+// (of type + payload), type, then fields: u64 little-endian, byte strings as a u64 length and the bytes.
+const u64 = (v) => { const b = Buffer.alloc(8); b.writeBigUInt64LE(BigInt(v)); return b; };
+const bytes = (t) => Buffer.concat([u64(Buffer.byteLength(t)), Buffer.from(t)]);
+const frame = (type, ...fields) => {
+  const body = Buffer.concat([Buffer.from([type]), ...fields]);
+  const len = Buffer.alloc(4);
+  len.writeUInt32LE(body.length);
+  return Buffer.concat([len, body]);
+};
+
 describe("a compromised worker that forges frames", { skip: NO_WORKERS || NO_HOOKS }, () => {
-  // frames as worker_wire.h lays them out: u32 length (of type + payload), type, then fields
-  const u64 = (v) => { const b = Buffer.alloc(8); b.writeBigUInt64LE(BigInt(v)); return b; };
-  const bytes = (t) => Buffer.concat([u64(Buffer.byteLength(t)), Buffer.from(t)]);
-  const frame = (type, ...fields) => {
-    const body = Buffer.concat([Buffer.from([type]), ...fields]);
-    const len = Buffer.alloc(4);
-    len.writeUInt32LE(body.length);
-    return Buffer.concat([len, body]);
-  };
   const W_DONE = 9;
   const lua = (buf) => `__test.channel("${[...buf].map((c) => "\\" + c).join("")}") while true do end`;
   // io: bytes and tokens per source (src/tokest.h: upstream, workspace, context_vars, skills,
@@ -211,14 +213,6 @@ describe("a compromised worker that forges frames", { skip: NO_WORKERS || NO_HOO
 });
 
 describe("a compromised worker that inflates its context-saved counts", { skip: NO_WORKERS || NO_HOOKS }, () => {
-  const u64 = (v) => { const b = Buffer.alloc(8); b.writeBigUInt64LE(BigInt(v)); return b; };
-  const bytes = (t) => Buffer.concat([u64(Buffer.byteLength(t)), Buffer.from(t)]);
-  const frame = (type, ...fields) => {
-    const body = Buffer.concat([Buffer.from([type]), ...fields]);
-    const len = Buffer.alloc(4);
-    len.writeUInt32LE(body.length);
-    return Buffer.concat([len, body]);
-  };
   // every source claims 10^12 bytes and as many tokens, the result 10^12 tokens
   const huge = Array.from({ length: 13 }, () => u64(1e12));
   const buf = frame(9, u64(1), bytes(""), bytes(""), bytes(""), u64(1), bytes("42"), bytes(""),
