@@ -10,13 +10,14 @@
 # LUA_PKG selects the Lua 5.4 to link, e.g. `make LUA_PKG=lua54-custom`.
 
 LUA_PKG   ?= lua5.4
-PKGS      := $(LUA_PKG) libuv libpcre2-8 jansson sqlite3 libsodium yaml-0.1 libseccomp
+PKGS      := $(LUA_PKG) libuv libpcre2-8 jansson sqlite3 libsodium yaml-0.1 libseccomp libpq
 # libcurl: headers only; src/curl_load.c opens libcurl.so.4 at the first HTTP upstream request
 CURL_PKG  := libcurl
 DEB_PKGS  := liblua5.4-dev libuv1-dev libpcre2-dev libjansson-dev libsqlite3-dev libsodium-dev libyaml-dev \
-             libseccomp-dev libhttp-parser-dev libcurl4-openssl-dev pkg-config gcc make
+             libseccomp-dev libhttp-parser-dev libcurl4-openssl-dev libpq-dev pkg-config gcc make
 # man-db: systemd-analyze verify runs `man moonbox(1)` for the unit's Documentation= (tests/install)
-TEST_DEB_PKGS := valgrind clang libclang-rt-14-dev lua5.4 sqlite3 wrk openssl dpkg-dev systemd groff-base procps man-db
+TEST_DEB_PKGS := valgrind clang libclang-rt-14-dev lua5.4 sqlite3 wrk openssl dpkg-dev systemd groff-base procps man-db \
+                 postgresql nginx-light
 
 CC        ?= gcc
 BUILD     ?= build

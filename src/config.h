@@ -67,6 +67,12 @@ typedef struct mb_config {
 	char workflows_dir[4096];       /* default DATA_DIR/workflows */
 	char share_dir[4096];           /* examples copied into a new skills_dir/catalog_dir; "none" = off */
 	int64_t store_busy_timeout_ms;
+	char store_url[1024];           /* "" = SQLite in DATA_DIR; postgres://... = PostgreSQL (docs/deploy.md) */
+	int64_t store_pg_connections;   /* connections the loop keeps open to PostgreSQL */
+	int64_t store_timeout_ms;       /* one PostgreSQL statement (statement_timeout) and connect */
+	char replica_id[64];            /* names this replica in HTTP session ids ("" = none) */
+	char workspace_dir[4096];       /* default DATA_DIR/workspaces; shared by replicas */
+	char pii_key_file[4096];        /* default DATA_DIR/pii.key; one file for every replica */
 	int64_t max_skill_bytes;        /* one skill's source */
 	int64_t workspace_max_file_bytes;
 	int64_t workspace_max_bytes;    /* per tenant */

@@ -270,7 +270,10 @@ int mb_server_run_stdio(const mb_config *cfg, void (*before_pool)(void *ud), voi
 			uv_thread_join(&pii_thread);
 		return 1;
 	}
-	snprintf(path, sizeof path, "%s/workspaces", cfg->data_dir);
+	if (cfg->workspace_dir[0])
+		snprintf(path, sizeof path, "%s", cfg->workspace_dir);
+	else
+		snprintf(path, sizeof path, "%s/workspaces", cfg->data_dir);
 	mb_workspace_limits wl = { cfg->workspace_max_file_bytes, cfg->workspace_max_bytes,
 				   cfg->workspace_max_files };
 	s->workspaces = mb_workspaces_new(path, &wl, err, sizeof err);

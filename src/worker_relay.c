@@ -49,7 +49,8 @@ static void worker_config(const mb_config *in, mb_config *out)
 	BLANK(data_dir), BLANK(config_file), BLANK(skills_dir), BLANK(catalog_dir);
 	BLANK(workflows_dir), BLANK(share_dir), BLANK(http_listen), BLANK(http_tokens);
 	BLANK(http_allowed_origins), BLANK(http_allowed_hosts), BLANK(http_cors_origin);
-	BLANK(mcp_servers);
+	BLANK(mcp_servers), BLANK(store_url), BLANK(replica_id), BLANK(workspace_dir);
+	BLANK(pii_key_file);
 #undef BLANK
 }
 
