@@ -138,6 +138,28 @@ static int l_send(lua_State *L)
 	return 0;
 }
 
+static void run_coroutine(mb_host *h, lua_State *co, int nargs);
+
+/* mb.go(fn, ...): runs fn(...) now in a new request coroutine of the host (one the PostgreSQL
+ * store may make wait, store_pg.h); an error is logged like a request's */
+static int l_go(lua_State *L)
+{
+	mb_host *h = host_of(L);
+	luaL_checktype(L, 1, LUA_TFUNCTION);
+	int n = lua_gettop(L);
+	lua_State *co = lua_newthread(L);
+	lua_rawgeti(L, LUA_REGISTRYINDEX, h->ref_threads);
+	lua_pushvalue(L, -2);
+	lua_pushboolean(L, 1);
+	lua_rawset(L, -3);
+	lua_pop(L, 1);
+	for (int i = 1; i <= n; i++)
+		lua_pushvalue(L, i);
+	lua_xmove(L, co, n);
+	run_coroutine(h, co, n - 1);
+	return 0;
+}
+
 /* mb.exchange_pending(): the message being handled is a request; its answer comes later */
 static int l_exchange_pending(lua_State *L)
 {
@@ -846,6 +868,7 @@ mb_host *mb_host_new(const mb_config *cfg, const mb_host_io *io, const mb_host_d
 		{ "wall_ms", l_wall_ms }, { "history_add", l_history_add },
 		{ "history_flush", l_history_flush }, { "pii_token", l_pii_token },
 		{ "exchange_pending", l_exchange_pending }, { "yaml_decode", mb_yaml_decode_lua },
+		{ "go", l_go },
 		{ NULL, NULL },
 	};
 	mb_host_fs_open(L);

@@ -41,6 +41,16 @@ function M.wrap(db)
   function db.notify(channel, payload)
     db.row("SELECT pg_notify(?, ?) AS x", channel, payload)
   end
+  -- Timer and watcher callbacks run in request coroutines, so their statements wait without
+  -- blocking the loop (a blocking statement could also wait for a row lock held by a request
+  -- that cannot go on until the loop does - a stall until statement_timeout).
+  local timer, watch, go = mb.timer, mb.watch, mb.go
+  if timer and go then
+    mb.timer = function(ms, fn) return timer(ms, function(...) go(fn, ...) end) end
+  end
+  if watch and go then
+    mb.watch = function(dir, fn) return watch(dir, function(...) go(fn, ...) end) end
+  end
   return db
 end
 

@@ -92,6 +92,10 @@ TEST(every_function_is_documented_and_every_documented_one_exists)
 			continue; /* a value (mb.null, mb.config) or a prose mention */
 		if (!strcmp(name, "mb.pii_scan") || !strcmp(name, "mb.pii_sanitize"))
 			continue;
+		/* the PostgreSQL store's own (this host is on SQLite; test_store_pg.c has them) */
+		if (!strcmp(name, "mb.db.listen") || !strcmp(name, "mb.db.notify") ||
+		    !strcmp(name, "mb.db.stats") || !strncmp(name, "mb.db._", 7))
+			continue;
 		char code[160];
 		snprintf(code, sizeof code, "return type(%s) == 'function'", name);
 		CHECK(luaL_dostring(L, code) == LUA_OK);
