@@ -180,6 +180,14 @@ static int set_value(mb_config *cfg, const option *o, const char *value, const c
 				"process\n", source, value);
 			return -1;
 		}
+		if (strcmp(o->name, "replica_id") == 0 && n > 0 &&
+		    (n > MB_REPLICA_ID_MAX || strspn(value, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
+						      "0123456789-_") != n)) {
+			fprintf(stderr, "moonbox: %s: replica_id \"%s\" must be 1 to %d letters, digits, - or _ "
+				"(it starts this replica's HTTP session ids, docs/deploy.md)\n", source, value,
+				MB_REPLICA_ID_MAX);
+			return -1;
+		}
 		memcpy((char *)cfg + o->offset, value, n + 1);
 		return 0;
 	}
