@@ -182,6 +182,8 @@ class Nginx {
       live.add(this);
       proc.exitedP = new Promise((resolve) => proc.on("exit", (code, signal) => resolve({ code, signal })));
       proc.exitedP.then(() => { if (this.proc === proc) this.proc = null; });
+      proc.unref(); // never what keeps the test process alive; the exit hook stops it
+      proc.stderr.unref();
       proc.stderr.on("data", (c) => { if (this.stderr.length < 1 << 16) this.stderr += c; });
       const t0 = Date.now();
       while (this.proc === proc && !(await connectable(this.port))) {

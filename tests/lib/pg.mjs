@@ -167,6 +167,10 @@ class PgCluster {
     live.add(this);
     const exited = new Promise((resolve) => proc.on("exit", (code, signal) => resolve({ code, signal })));
     proc.exitedP = exited;
+    // the cluster does not keep the test process alive: when the tests are done it exits, and the
+    // exit hook stops the cluster (moonbox.mjs's per-file cluster under MOONBOX_TEST_STORE=pg)
+    proc.unref();
+    proc.stderr.unref();
     proc.stderr.on("data", (c) => {
       this.log += c.toString("utf8");
       if (this.log.length > 1 << 20) this.log = this.log.slice(-(1 << 19));
