@@ -451,8 +451,10 @@ void mb_config_dump(const mb_config *cfg, void *file)
 		if (o->type == OPT_INT)
 			fprintf(f, "moonbox: config %s = %lld\n", o->name,
 				(long long)*(const int64_t *)((const char *)cfg + o->offset));
-		else if (strcmp(o->name, "http_tokens") == 0 || strcmp(o->name, "mcp_servers") == 0)
-			/* secrets (tokens, upstream headers and env) stay out of logs */
+		else if (strcmp(o->name, "http_tokens") == 0 || strcmp(o->name, "mcp_servers") == 0 ||
+			 strcmp(o->name, "store_url") == 0)
+			/* secrets (tokens, upstream headers and env, a password in store_url) stay out
+			 * of logs */
 			fprintf(f, "moonbox: config %s = %s\n", o->name,
 				((const char *)cfg + o->offset)[0] ? "(set, not shown)" : "");
 		else
