@@ -70,7 +70,7 @@ events { worker_connections 4096; }
 
 http {
   log_format combined_upstream '$remote_addr "$request" $status $body_bytes_sent '
-                               'sid="$http_mcp_session_id" upstream=$upstream_addr rt=$request_time';
+                               'sid="$http_mcp_session_id" upstream=$upstream_addr rt=$request_time t=$msec';
   access_log ${prefix}/access.log combined_upstream;
   client_body_temp_path ${prefix}/tmp/body;
   proxy_temp_path ${prefix}/tmp/proxy;

@@ -10,8 +10,8 @@
 //    gone gets 404 (the client starts a new one), and 2026-07-28 requests go anywhere.
 // 2. "replicas sharing PostgreSQL" needs the store_pg backend (store_url = postgres://...): it is
 //    skipped, saying so, when this binary does not keep its store in PostgreSQL (probed once:
-//    pgStoreUnsupported). Three replicas on one database, one workspace directory and one PII
-//    key file: a skill saved through one runs through the others; a PII token minted on one
+//    pgStoreUnsupported). Three replicas on one database, one skills directory, one workspace
+//    directory and one PII key file: a skill saved through one runs through the others; a PII token minted on one
 //    restores on another for its tenant only; the workspace quota holds across replicas; a
 //    replica killed with SIGKILL under load loses no acknowledged write and the clients' retries
 //    land on the others; PostgreSQL restarted under load fails requests clearly while down and
@@ -80,8 +80,9 @@ async function startReplicas(n, args, opts = {}) {
 /** Access-log lines of nginx from index `from`: {status, sid, upstream}. */
 function accessLines(ng, from = 0) {
   return ng.accessLog().slice(from).map((l) => {
-    const m = l.match(/" (\d{3}) \d+ sid="([^"]*)" upstream=(.+?) rt=/);
-    return m && { status: Number(m[1]), sid: m[2], upstream: m[3], line: l };
+    const m = l.match(/"(\w+) [^"]*" (\d{3}) \d+ sid="([^"]*)" upstream=(.+?) rt=([\d.]+) t=([\d.]+)/);
+    return m && { method: m[1], status: Number(m[2]), sid: m[3], upstream: m[4], line: l,
+      start: Math.round((Number(m[6]) - Number(m[5])) * 1000) };
   }).filter(Boolean);
 }
 
@@ -243,7 +244,7 @@ describe("replicas sharing PostgreSQL", { skip: PG_SKIP }, () => {
     dbUrl = await pg.createDb("moonbox");
     shared = mkdtempSync(path.join(tmpdir(), "moonbox-replicas-"));
     writeFileSync(path.join(shared, "pii.key"), randomBytes(32), { mode: 0o600 });
-    reps = await startReplicas(3, ["--workspace-dir", path.join(shared, "workspaces"),
+    reps = await startReplicas(3, ["--skills-dir", path.join(shared, "skills"), "--workspace-dir", path.join(shared, "workspaces"),
       "--pii-key-file", path.join(shared, "pii.key"), "--workspace-max-bytes", String(WS_MAX),
       "--store-timeout-ms", "3000"], { storeUrl: dbUrl });
     ng = await startNginx({ replicas: reps.map((r) => ({ port: r.port })) });
@@ -295,10 +296,11 @@ describe("replicas sharing PostgreSQL", { skip: PG_SKIP }, () => {
       const r3 = (await b3.client.callTool({ name: "restore_pii", arguments: { text: `to ${token}` } })).structuredContent;
       assert.equal(r3.restored_text, `to ${token}`, `tenant beta must not restore alpha's token: ${JSON.stringify(r3)}`);
       assert.deepEqual(r3.unresolved, [token]);
-      // and from sandbox code on a third replica (tenant alpha)
+      // and from sandbox code on a third replica (tenant alpha; the answer itself is tokenized
+      // again by the policy, so compare in the sandbox)
       const a3 = await connect(reps[2].url, TA);
       try {
-        assert.equal(await runOk(a3, `return detokenize_pii(${JSON.stringify(token)})`), email);
+        assert.equal(await runOk(a3, `return detokenize_pii(${JSON.stringify(token)}) == ${JSON.stringify(email)}`), true);
       } finally {
         await a3.close();
       }
@@ -400,9 +402,12 @@ describe("replicas sharing PostgreSQL", { skip: PG_SKIP }, () => {
     await until(() => l.acked.length >= before + 30, 20000, "30 more writes acknowledged after the kill");
     const { acked, failures } = await l.stop();
     assert.deepEqual(await missing(acked), [], "every acknowledged save_skill is in PostgreSQL");
-    const after = accessLines(ng, from).filter((l2) => l2.status === 200);
+    // POSTs that started after the kill were answered by the others (a request nginx first
+    // tried on the dead replica shows both addresses: "dead, live")
+    const after = accessLines(ng, from).filter((x) => x.method === "POST" && x.status === 200 && x.start > killedAt + 20);
     assert.ok(after.length > 0);
-    assert.ok(after.every((l2) => !l2.upstream.includes(`:${killedPort}`) || l2.upstream.includes(",")),
+    const answeredBy = (x) => x.upstream.split(", ").at(-1);
+    assert.deepEqual(after.filter((x) => answeredBy(x) === `127.0.0.1:${killedPort}`).map((x) => x.line), [],
       "no answer came from the killed replica after the kill");
     assert.ok(acked.some((a) => a.at > killedAt), "acknowledgements after the kill");
     // the failures, if any, are the cut connections and the sessions of the killed replica
@@ -435,11 +440,11 @@ describe("replicas sharing PostgreSQL", { skip: PG_SKIP }, () => {
     await until(() => l.acked.length >= n + 20, 30000, "20 writes acknowledged after PostgreSQL is back");
     const { acked, failures } = await l.stop();
     assert.deepEqual(await missing(acked), [], "every acknowledged save_skill is in PostgreSQL");
-    const during = failures.filter((f) => f.at >= downAt && f.at <= upAt + 1000);
-    for (const f of during) {
-      assert.match(f.text, /store|postgres|connection|HTTP 5\d\d|fetch failed|terminated/i, `a clear failure: ${f.text}`);
-    }
-    assert.ok(!(await pg.psql("SELECT count(*) FROM skills WHERE name = 'while_down'", "moonbox")).startsWith("1"),
-      "the write refused while PostgreSQL was down is not there");
+    // every failure says what failed: the store (or the connection, for a request cut off)
+    const clear = /store|postgres|connection|HTTP 5\d\d|fetch failed|terminated/i;
+    const unclear = failures.filter((f) => !clear.test(f.text))
+      .map((f) => `${f.at - downAt} ms after the stop: ${f.text}`);
+    assert.deepEqual(unclear, [], `failures that do not say the store failed (PostgreSQL down at 0 ms, ` +
+      `up at ${upAt - downAt} ms; ${failures.length} failures in all)`);
   });
 });
