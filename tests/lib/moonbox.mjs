@@ -687,13 +687,25 @@ export async function pgStoreUnsupported(pg) {
   const db = `probe_${process.pid}_${Date.now() % 100000}`;
   const url = await pg.createDb(db);
   const dataDir = makeDataDir();
+  // stdin stays open: the server runs until the schema shows up (or it exits, or 15 s pass)
+  const proc = spawn(MOONBOX, ["--data-dir", dataDir, "--store-url", url], { stdio: ["pipe", "ignore", "pipe"] });
+  let stderr = "";
+  proc.stderr.on("data", (c) => { if (stderr.length < 1 << 16) stderr += c; });
+  const exited = new Promise((resolve) => proc.on("exit", (code) => resolve(code)));
+  let status;
+  exited.then((c) => { status = c; });
   try {
-    const r = spawnSync(MOONBOX, ["--data-dir", dataDir, "--store-url", url], { input: "", encoding: "utf8", timeout: 30000 });
-    const found = await pg.psql("SELECT to_regclass('moonbox_schema') IS NOT NULL", db);
-    if (found === "t") return null;
-    return `this moonbox does not use PostgreSQL for store_url (exit ${r.status}; no moonbox_schema table in the database;` +
-      ` stderr: ${r.stderr.trim().split("\n").slice(-2).join(" / ").slice(0, 300)})`;
+    const t0 = Date.now();
+    for (;;) {
+      if (await pg.psql("SELECT to_regclass('moonbox_schema') IS NOT NULL", db) === "t") return null;
+      if (status !== undefined || Date.now() - t0 > 15000) break;
+      await sleep(100);
+    }
+    return `this moonbox does not use PostgreSQL for store_url (${status !== undefined ? `exit ${status}` : "still running"};` +
+      ` no moonbox_schema table in the database; stderr: ${stderr.trim().split("\n").slice(-2).join(" / ").slice(0, 300)})`;
   } finally {
+    proc.kill("SIGKILL");
+    await exited;
     rmSync(dataDir, { recursive: true, force: true });
     await pg.psql(`DROP DATABASE IF EXISTS "${db}"`).catch(() => {});
   }
