@@ -601,6 +601,20 @@ export async function until(fn, ms = 15000, what = "condition", step = 40) {
   }
 }
 
+// Every HTTP server startHttp started and that still runs is killed when this process exits
+// (a test that failed before its after hook, a cancelled file).
+const httpServers = new Set();
+let httpHooked = false;
+function hookHttpExit() {
+  if (httpHooked) return;
+  httpHooked = true;
+  process.on("exit", () => {
+    for (const p of httpServers) {
+      try { p.kill("SIGKILL"); } catch { /* gone */ }
+    }
+  });
+}
+
 /**
  * Starts `moonbox --http 127.0.0.1:0` with a fresh data directory; resolves once it listens with
  * {url, port, proc, dataDir, stderr(), exited, stop(), kill()}. stop() sends SIGTERM, waits,
@@ -621,7 +635,12 @@ export async function startHttp(args = [], opts = {}) {
     "--http", opts.listen ?? "127.0.0.1:0", ...args],
   { stdio: ["ignore", "ignore", "pipe"], env: { ...process.env, ...(opts.env ?? {}) } });
   let stderr = "";
-  const exited = new Promise((resolve) => proc.on("exit", (code, signal) => resolve({ code, signal })));
+  httpServers.add(proc);
+  hookHttpExit();
+  const exited = new Promise((resolve) => proc.on("exit", (code, signal) => {
+    httpServers.delete(proc);
+    resolve({ code, signal });
+  }));
   const url = await new Promise((resolve, reject) => {
     const timer = setTimeout(() => reject(new Error(`no listening line; stderr:\n${stderr}`)), 10000);
     proc.stderr.on("data", (c) => {
