@@ -75,7 +75,7 @@ static const option options[] = {
 	S(store_url, "", "the store: \"\" = the SQLite file DATA_DIR/moonbox.db; postgres://user@host/db (or any libpq connection string) = PostgreSQL, shared by replicas (docs/deploy.md)"),
 	I(store_pg_connections, 4, 1, 256, "connections to PostgreSQL the server keeps open (statements of concurrent requests run on them in parallel)"),
 	I(store_timeout_ms, 10000, 100, 3600000, "PostgreSQL: longest statement (statement_timeout) and connection attempt"),
-	S(replica_id, "", "this replica's name, put in front of its HTTP session ids so a load balancer can route a session back (letters, digits, - and _; docs/deploy.md)"),
+	S(replica_id, "", "this replica's name, put in front of its HTTP session ids (\"r1.<64 hex>\") so a load balancer can route a session back: 1 to 32 letters, digits, - or _ (docs/deploy.md)"),
 	S(workspace_dir, "", "workspace directory, one subdirectory per tenant (default DATA_DIR/workspaces; replicas share one)"),
 	S(pii_key_file, "", "the PII token key (default DATA_DIR/pii.key; replicas point it at one shared file, created through a temporary file in its directory; docs/pii.md)"),
 	I(max_skill_bytes, 262144, 64, 16777216, "size of one skill's source"),
@@ -178,6 +178,14 @@ static int set_value(mb_config *cfg, const option *o, const char *value, const c
 		    strcmp(value, "process") != 0 && strcmp(value, "auto") != 0) {
 			fprintf(stderr, "moonbox: %s: isolation \"%s\" is not one of auto, thread, "
 				"process\n", source, value);
+			return -1;
+		}
+		if (strcmp(o->name, "replica_id") == 0 && n > 0 &&
+		    (n > MB_REPLICA_ID_MAX || strspn(value, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
+						      "0123456789-_") != n)) {
+			fprintf(stderr, "moonbox: %s: replica_id \"%s\" must be 1 to %d letters, digits, - or _ "
+				"(it starts this replica's HTTP session ids, docs/deploy.md)\n", source, value,
+				MB_REPLICA_ID_MAX);
 			return -1;
 		}
 		memcpy((char *)cfg + o->offset, value, n + 1);

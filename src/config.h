@@ -16,6 +16,7 @@
 /// The release, printed by --version, in the man page and as the Debian package's version.
 #ifndef MB_VERSION
 #define MB_VERSION "0.1.0"
+#define MB_REPLICA_ID_MAX 32 /* replica_id: letters, digits, - and _ (it starts HTTP session ids) */
 #endif
 
 typedef struct mb_config {
@@ -70,7 +71,7 @@ typedef struct mb_config {
 	char store_url[1024];           /* "" = SQLite in DATA_DIR; postgres://... = PostgreSQL (docs/deploy.md) */
 	int64_t store_pg_connections;   /* connections the loop keeps open to PostgreSQL */
 	int64_t store_timeout_ms;       /* one PostgreSQL statement (statement_timeout) and connect */
-	char replica_id[64];            /* names this replica in HTTP session ids ("" = none) */
+	char replica_id[MB_REPLICA_ID_MAX + 1]; /* names this replica in HTTP session ids ("" = none) */
 	char workspace_dir[4096];       /* default DATA_DIR/workspaces; shared by replicas */
 	char pii_key_file[4096];        /* default DATA_DIR/pii.key; one file for every replica */
 	int64_t max_skill_bytes;        /* one skill's source */

@@ -11,7 +11,8 @@
  *     one `event: message` per mb_http_send, closed after the final one). If it returns 0 the
  *     client gets 202 Accepted at once.
  *   - An `initialize` request without Mcp-Session-Id creates a session before on_message; its id
- *     (64 lowercase hex characters from randombytes_buf) goes back in the Mcp-Session-Id header
+ *     (64 lowercase hex characters from randombytes_buf, after "<replica_id>." when that option is
+ *     set) goes back in the Mcp-Session-Id header
  *     of the response. If the host's final answer to it is a JSON-RPC error, the session is
  *     ended again (on_session_end) and no header is sent.
  *   - A POST of the 2026-07-28 revision (an MCP-Protocol-Version that is not a 2025 one, or a

@@ -209,6 +209,9 @@ typedef struct revent revent;
 
 /* ---- the replay buffer (http_replay.c) ------------------------------------------------------- */
 
+/* A session id: "<replica_id>." when replica_id is set (at most MB_REPLICA_ID_MAX characters
+ * of [A-Za-z0-9_-], config.c), then 32 random bytes as 64 hex digits. */
+#define MB_HTTP_SESSION_ID_MAX (MB_REPLICA_ID_MAX + 1 + 64)
 #define MB_HTTP_EVENT_ID_MAX 64    /* "<8 hex>-<stream>-<seq>" and its NUL */
 #define MB_HTTP_SSE_RETRY_MS 1000  /* the retry: field of a priming event */
 
@@ -254,7 +257,7 @@ struct session {
 	hnode by_num, by_id;
 	session *prev, *next;
 	unsigned char raw[32];
-	char hex[65];
+	char id[MB_HTTP_SESSION_ID_MAX + 1]; /* "<replica_id>." (when set) and raw as 64 hex digits */
 	uint64_t num;
 	char tenant[MB_HTTP_TENANT_MAX + 1];
 	uint64_t last_used;
@@ -574,7 +577,7 @@ int mb_http_session_listens(const session *s);
 /// left), or a 400/409 JSON-RPC error.
 void mb_http_resume(conn *c, session *s);
 
-/// The session with this id (64 hex digits), or NULL.
+/// The session with this id ("<replica_id>." when set, then 64 hex digits), or NULL.
 session *mb_http_session_by_id(mb_http *h, const char *hex, size_t len);
 
 /// A new session of tenant, or NULL when out of memory.

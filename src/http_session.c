@@ -1,7 +1,9 @@
 /* http_session.c - the HTTP transport's sessions, exchanges, SSE and resumption.
  *
  * Sessions. An `initialize` POST without Mcp-Session-Id creates one (mb_http_session_new): 32
- * random bytes of id, sent as 64 hex digits, and a number for the host. Sessions are found by
+ * random bytes of id, sent as 64 hex digits after "<replica_id>." when that option is set (so a
+ * load balancer can send the session back to this replica: docs/deploy.md), and a number for
+ * the host. Sessions are found by
  * their id (hash table keyed by its first 8 bytes, full compare with sodium_memcmp) and by
  * number (for mb_http_send). A session ends on DELETE, idle expiry (the sweep in http.c), a
  * failed initialize and shutdown (mb_http_session_end); the end of a failed initialize reaches
@@ -351,6 +353,14 @@ session *mb_http_session_by_id(mb_http *h, const char *hex, size_t len)
 {
 	unsigned char raw[32];
 	size_t n = 0;
+	/* an id minted by another replica (or by this one under another replica_id) is not ours */
+	size_t rl = strlen(h->cfg->replica_id);
+	if (rl) {
+		if (len != rl + 1 + 64 || memcmp(hex, h->cfg->replica_id, rl) != 0 || hex[rl] != '.')
+			return NULL;
+		hex += rl + 1;
+		len -= rl + 1;
+	}
 	if (len != 64 || sodium_hex2bin(raw, sizeof raw, hex, len, NULL, &n, NULL) != 0 || n != 32)
 		return NULL;
 	uint64_t key = load64(raw);
@@ -368,7 +378,12 @@ session *mb_http_session_new(mb_http *h, const char *tenant)
 	if (!s)
 		return NULL;
 	randombytes_buf(s->raw, sizeof s->raw);
-	sodium_bin2hex(s->hex, sizeof s->hex, s->raw, sizeof s->raw);
+	size_t rl = strlen(h->cfg->replica_id);
+	if (rl) {
+		memcpy(s->id, h->cfg->replica_id, rl);
+		s->id[rl++] = '.';
+	}
+	sodium_bin2hex(s->id + rl, sizeof s->id - rl, s->raw, sizeof s->raw);
 	s->num = ++h->next_session;
 	snprintf(s->tenant, sizeof s->tenant, "%s", tenant);
 	s->last_used = uv_now(h->loop);
@@ -434,7 +449,7 @@ static int is_error_response(const char *data, size_t len)
 void mb_http_exchange_send(conn *c, int final, char *data, size_t len)
 {
 	mb_http *h = c->h;
-	char extra[128];
+	char extra[32 + MB_HTTP_SESSION_ID_MAX];
 	extra[0] = 0;
 	if (c->xinit && !c->xsse) {
 		session *s = session_by_num(h, c->xsession);
@@ -443,7 +458,7 @@ void mb_http_exchange_send(conn *c, int final, char *data, size_t len)
 			mb_http_exchange_finish(c);
 			mb_http_session_end(h, s, END_INIT_FAILED);
 		} else if (s) {
-			snprintf(extra, sizeof extra, "Mcp-Session-Id: %s\r\n", s->hex);
+			snprintf(extra, sizeof extra, "Mcp-Session-Id: %s\r\n", s->id);
 		}
 	}
 	if (!c->xsse && final) {

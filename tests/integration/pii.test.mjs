@@ -13,7 +13,7 @@ import { readFileSync, rmSync, statSync, writeFileSync } from "node:fs";
 import path from "node:path";
 
 import {
-  MOONBOX, connectClient, connectWithSkills, execute, makeDataDir, requireBinary, sqlite3Cli,
+  MOONBOX, connectClient, pgDbOf, testPg, connectWithSkills, execute, makeDataDir, requireBinary, sqlite3Cli,
   toolErrText as errText, toolOk as ok, useServer, withDataDir,
 } from "../lib/moonbox.mjs";
 
@@ -125,8 +125,15 @@ function assertAbsent(what, values, label = "response") {
   }
 }
 
-/** Vault rows as objects, ordered by value. */
+/** Vault rows as objects, ordered by value (db: DATA_DIR/moonbox.db; under MOONBOX_TEST_STORE=pg
+ * the PostgreSQL database of that data directory). */
 function vaultRows(db) {
+  const pgdb = pgDbOf(path.dirname(db));
+  if (pgdb) {
+    return JSON.parse(testPg.psqlSync("SELECT coalesce(json_agg(json_build_object('tenant', tenant, 'token', token, " +
+      "'type', type, 'value', convert_from(value, 'UTF8'), 'first_seen', first_seen, 'last_seen', last_seen) " +
+      "ORDER BY value, token), '[]') FROM pii_vault", pgdb));
+  }
   const r = sqlite3Cli(db, "SELECT json_group_array(json_object('tenant', tenant, 'token', token, " +
     "'type', type, 'value', value, 'first_seen', first_seen, 'last_seen', last_seen)) " +
     "FROM (SELECT * FROM pii_vault ORDER BY value, token)", { readonly: true });
@@ -136,6 +143,12 @@ function vaultRows(db) {
 
 /** Rebinds a vault token to another value (server stopped): the way to plant a collision. */
 function plant(db, token, value) {
+  const pgdb = pgDbOf(path.dirname(db));
+  if (pgdb) {
+    assert.equal(testPg.psqlSync(`WITH u AS (UPDATE pii_vault SET value = convert_to('${value}', 'UTF8') ` +
+      `WHERE token = '${token}' RETURNING 1) SELECT count(*) FROM u`, pgdb), "1", `exactly one row bound to ${token}`);
+    return;
+  }
   const r = sqlite3Cli(db, `UPDATE pii_vault SET value = '${value}' WHERE token = '${token}'; SELECT changes();`);
   assert.equal(r.status, 0, `sqlite3: ${r.stderr}`);
   assert.equal(r.stdout.trim(), "1", `exactly one row bound to ${token}`);

