@@ -29,6 +29,7 @@
 #include "host_proc.h"
 #include "host_http_client.h"
 #include "store.h"
+#include "store_pg.h"
 #include "workspace.h"
 #include "json.h"
 #include "log.h"
@@ -48,6 +49,7 @@ struct mb_host {
 	mb_host_deps deps;
 	mb_json_limits jl;
 	int ref_handle_line, ref_handle_oversize, ref_on_notify, ref_on_host_call, ref_waiting;
+	int ref_threads; /* weak-keyed set of the request coroutines made here (store_pg.h) */
 	int ref_entry; /* the table lua/mcp/server.lua returns (docs/host-api.md) */
 	size_t inflight;
 	uint64_t start_ns;
@@ -469,6 +471,20 @@ static void push_protocol(lua_State *L)
 	}
 }
 
+/* A new request coroutine, left on h->L's stack and marked as ours: the PostgreSQL store makes
+ * only these wait for a statement by yielding (a coroutine made by Lua code would yield to its
+ * own resumer). */
+static lua_State *new_co(mb_host *h)
+{
+	lua_State *co = lua_newthread(h->L);
+	lua_rawgeti(h->L, LUA_REGISTRYINDEX, h->ref_threads);
+	lua_pushvalue(h->L, -2);
+	lua_pushboolean(h->L, 1);
+	lua_rawset(h->L, -3);
+	lua_pop(h->L, 1);
+	return co;
+}
+
 /* Starts or resumes a request coroutine and reports a crash of our own Lua as a log line. */
 static void run_coroutine(mb_host *h, lua_State *co, int nargs)
 {
@@ -488,9 +504,31 @@ static void run_coroutine(mb_host *h, lua_State *co, int nargs)
 
 static int push_entry_fn(mb_host *h, const char *name);
 
+static void pg_resume(void *ud, lua_State *co, int nargs)
+{
+	run_coroutine(ud, co, nargs);
+}
+
+static int pg_owns(void *ud, lua_State *co)
+{
+	mb_host *h = ud;
+	lua_State *L = h->L;
+	lua_rawgeti(L, LUA_REGISTRYINDEX, h->ref_threads);
+	lua_pushthread(co);
+	lua_xmove(co, L, 1);
+	int r = lua_rawget(L, -2) == LUA_TBOOLEAN;
+	lua_pop(L, 2);
+	return r;
+}
+
+static lua_State *pg_spawn(void *ud)
+{
+	return new_co(ud);
+}
+
 void mb_host_handle_line(mb_host *h, const char *line, size_t len)
 {
-	lua_State *co = lua_newthread(h->L);
+	lua_State *co = new_co(h);
 	lua_rawgeti(co, LUA_REGISTRYINDEX, h->ref_handle_line);
 	lua_pushlstring(co, line, len);
 	run_coroutine(h, co, 1);
@@ -503,7 +541,7 @@ int mb_host_handle_message(mb_host *h, uint64_t session, uint64_t exchange, cons
 {
 	h->cur_exchange = exchange;
 	h->cur_pending = h->cur_answered = 0;
-	lua_State *co = lua_newthread(h->L);
+	lua_State *co = new_co(h);
 	lua_rawgeti(co, LUA_REGISTRYINDEX, h->ref_handle_line);
 	lua_pushlstring(co, body, len);
 	lua_pushinteger(co, (lua_Integer)session);
@@ -552,7 +590,7 @@ void mb_host_end_session(mb_host *h, uint64_t session)
 
 void mb_host_handle_oversize(mb_host *h, size_t bytes)
 {
-	lua_State *co = lua_newthread(h->L);
+	lua_State *co = new_co(h);
 	lua_rawgeti(co, LUA_REGISTRYINDEX, h->ref_handle_oversize);
 	lua_pushinteger(co, (lua_Integer)bytes);
 	run_coroutine(h, co, 1);
@@ -576,7 +614,7 @@ void mb_host_job_notify(mb_host *h, uint64_t job, mb_notify_kind kind, int level
 void mb_host_job_call(mb_host *h, uint64_t job, uint64_t seq, const char *name, const char *args,
 		      size_t len)
 {
-	lua_State *co = lua_newthread(h->L);
+	lua_State *co = new_co(h);
 	lua_rawgeti(co, LUA_REGISTRYINDEX, h->ref_on_host_call);
 	lua_pushinteger(co, (lua_Integer)job);
 	lua_pushinteger(co, (lua_Integer)seq);
@@ -818,8 +856,19 @@ mb_host *mb_host_new(const mb_config *cfg, const mb_host_io *io, const mb_host_d
 		mb_host_proc_open(L, h->deps.loop);  /* mb.spawn: stdio upstream servers */
 		mb_host_http_open(L, h->deps.loop);  /* mb.http_request: HTTP upstream servers */
 	}
+	lua_newtable(L); /* ref_threads: before any coroutine is made */
+	lua_createtable(L, 0, 1);
+	lua_pushliteral(L, "k");
+	lua_setfield(L, -2, "__mode");
+	lua_setmetatable(L, -2);
+	h->ref_threads = luaL_ref(L, LUA_REGISTRYINDEX);
 	if (h->deps.store) {
 		mb_store_push_lua(L, h->deps.store);
+		lua_setfield(L, -2, "db");
+	} else if (h->deps.pg) {
+		mb_pg_host ph = { pg_resume, pg_owns, pg_spawn, h };
+		mb_pg_set_host(h->deps.pg, &ph);
+		mb_pg_push_lua(L, h->deps.pg);
 		lua_setfield(L, -2, "db");
 	}
 	if (h->deps.workspaces)

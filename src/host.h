@@ -25,10 +25,11 @@ struct mb_workspaces;
  * tenants' workspaces. All owned by the caller and outliving the host. */
 typedef struct mb_host_deps {
 	uv_loop_t *loop;
-	struct mb_store *store;
+	struct mb_store *store;              /* SQLite; or pg below */
 	struct mb_workspaces *workspaces;
 	const struct mb_pii_detector *pii;   /* with pii_key: mb.pii_scan, mb.pii_sanitize, mb.pii_token */
 	const unsigned char *pii_key;
+	struct mb_pg *pg;                    /* PostgreSQL (store_url) instead of store */
 } mb_host_deps;
 
 typedef struct mb_host_io {

@@ -20,6 +20,7 @@
 #include "sandbox.h"
 #include "stdio_transport.h"
 #include "store.h"
+#include "store_pg.h"
 #include "workspace.h"
 
 typedef struct mb_server {
@@ -30,6 +31,7 @@ typedef struct mb_server {
 	mb_pool *pool;
 	mb_store *store;
 	mb_workspaces *workspaces;
+	mb_pg *pg;                  /* the store on PostgreSQL (store_url), instead of store */
 	mb_history *history;
 	mb_pii_detector *pii;
 	unsigned char pii_key[MB_PII_KEY_BYTES];
@@ -264,7 +266,10 @@ int mb_server_run_stdio(const mb_config *cfg, void (*before_pool)(void *ud), voi
 	if (!pii_threaded)
 		build_pii(&pb);
 	snprintf(path, sizeof path, "%s/moonbox.db", cfg->data_dir);
-	if (mb_store_open(&s->store, path, (int)cfg->store_busy_timeout_ms, err, sizeof err) != 0) {
+	if (cfg->store_url[0] ? mb_pg_open(&s->pg, &s->loop, cfg->store_url, (int)cfg->store_pg_connections,
+					   cfg->store_timeout_ms, err, sizeof err)
+			      : mb_store_open(&s->store, path, (int)cfg->store_busy_timeout_ms, err,
+					      sizeof err)) {
 		mb_log(MB_LOG_CRIT, "store: %s", err);
 		if (pii_threaded)
 			uv_thread_join(&pii_thread);
@@ -282,7 +287,7 @@ int mb_server_run_stdio(const mb_config *cfg, void (*before_pool)(void *ud), voi
 		return 1;
 	}
 	mb_host_io hio = { host_send, s };
-	mb_host_deps deps = { &s->loop, s->store, s->workspaces, NULL, NULL };
+	mb_host_deps deps = { &s->loop, s->store, s->workspaces, NULL, NULL, s->pg };
 	s->host = mb_host_new(cfg, &hio, &deps);
 	if (pii_threaded)
 		uv_thread_join(&pii_thread);
@@ -302,8 +307,9 @@ int mb_server_run_stdio(const mb_config *cfg, void (*before_pool)(void *ud), voi
 	mb_history_limits hl = { cfg->history_max_rows, cfg->journal_max_rows,
 				 cfg->journal_max_age_s * 1000, cfg->journal_max_code_bytes,
 				 cfg->max_queue_bytes };
-	s->history = mb_history_open(path, &hl, (int)cfg->store_busy_timeout_ms, err, sizeof err);
-	if (!s->history) {
+	/* TODO(issue 19): the history writer on PostgreSQL */
+	s->history = s->pg ? NULL : mb_history_open(path, &hl, (int)cfg->store_busy_timeout_ms, err, sizeof err);
+	if (!s->history && !s->pg) {
 		mb_log(MB_LOG_CRIT, "store: %s", err);
 		return 1;
 	}
@@ -346,6 +352,8 @@ int mb_server_run_stdio(const mb_config *cfg, void (*before_pool)(void *ud), voi
 	uv_run(&s->loop, UV_RUN_NOWAIT); /* close callbacks of handles closed by lua_close */
 	mb_history_close(s->history);
 	mb_store_close(s->store);
+	mb_pg_close(s->pg);
+	uv_run(&s->loop, UV_RUN_NOWAIT); /* its handles' close callbacks */
 	if (!s->stuck)
 		mb_pii_detector_free(s->pii); /* a stuck worker may still be scanning */
 	mb_workspaces_free(s->workspaces);

@@ -874,4 +874,6 @@ void mb_store_push_lua(lua_State *L, mb_store *s)
 	luaL_setfuncs(L, fns, 1);
 	lua_pushstring(L, s->path);
 	lua_setfield(L, -2, "path");
+	lua_pushliteral(L, "sqlite");
+	lua_setfield(L, -2, "dialect");
 }

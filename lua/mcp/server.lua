@@ -14,7 +14,12 @@
 local mb = mb
 local null = mb.null
 local host_api = {} -- returned at the end: what C calls (docs/host-api.md)
-mb.db.migrate(require("mcp.schema")) -- before anything reads the store
+if mb.db.dialect == "postgres" then -- store_url: PostgreSQL (src/store_pg.c), shared by replicas
+  require("mcp.store_pg").wrap(mb.db)
+  mb.db.migrate(require("mcp.schema_pg"))
+else
+  mb.db.migrate(require("mcp.schema")) -- before anything reads the store
+end
 require("mcp.upstream_config").load(mb.config.mcp_servers) -- a bad mcpServers stops the start here
 local tools = require("mcp.tools")
 local ctext = require("mcp.catalog_text")
