@@ -169,7 +169,8 @@ end
 -- count of its occurrences (the column weights of TS_WEIGHTS) - times the term's inverse document
 -- frequency, bm25's idf, from the number of entries that have it (kept in state.df). Negated, so
 -- that lower is better as bm25's scores are. One statement per level, category filter and number
--- of terms, made of constant pieces; the terms and their idf are parameters.
+-- of terms, made of constant pieces; the terms and their idf are parameters. Summed in float8
+-- (ts_rank answers a float4): no more ties than among bm25's doubles.
 local TS_NORM = 0 -- ts_rank normalization (0: the entry's length does not count)
 local PG_SEARCH = {}
 local pg_search -- (below, with search)
@@ -179,7 +180,8 @@ local function pg_search_sql(level, cat, nterms)
   if sql then return sql end
   local parts = {}
   for i = 1, nterms do
-    parts[i] = "ts_rank(" .. TS_WEIGHTS .. ", t.fts, to_tsquery(" .. TS_CONFIG .. ", ?), " .. TS_NORM .. ") * ?"
+    parts[i] = "ts_rank(" .. TS_WEIGHTS .. ", t.fts, to_tsquery(" .. TS_CONFIG .. ", ?), " .. TS_NORM
+      .. ")::float8 * ?::float8"
   end
   sql = "SELECT " .. LEVEL_COLUMNS[level] .. ", -(" .. table.concat(parts, " + ") .. ") AS score "
     .. "FROM catalog_tools t WHERE t." .. TS_MATCH .. (cat and " AND t.category = ?" or "")
@@ -260,8 +262,13 @@ local function changed()
   state.entries = nil
 end
 
+-- PostgreSQL: the replicas that share the catalog drop their counts when one of them changes it
+-- (a notification at commit; listened to from ensure_started).
+local NOTIFY_CHANNEL = "moonbox_catalog"
+
 local function delete_rows(db, source)
   changed()
+  if PG and db.notify then db.notify(NOTIFY_CHANNEL, "") end
   if not PG then db.run(SQL.delete_source_fts, source) end
   db.run(SQL.delete_source_tools, source)
   db.run(SQL.delete_source_cats, source)
@@ -519,6 +526,21 @@ local function use_dialect()
   SQL = PG and SQL_PG or SQL_SQLITE
 end
 
+-- Runs fn(...) for its results. On PostgreSQL the catalog's writes run on the store's blocking
+-- connection (called from a coroutine the host does not own, they do not yield): a write holds row
+-- locks until it commits, and one that yielded with them could stall, for store_timeout_ms, a
+-- blocking statement of the loop (a timer's reload, an upstream's import) that waits for them.
+-- They are short and rare (start, a file saved, an upstream's tools changed), as on SQLite, whose
+-- store is all blocking. Errors come out unchanged.
+local function blocking(fn, ...)
+  if not PG then return fn(...) end
+  local co = coroutine.create(fn)
+  local r = table.pack(coroutine.resume(co, ...))
+  if not r[1] then error(r[2], 0) end
+  if coroutine.status(co) ~= "dead" then error("catalog: a store call yielded on the blocking path", 0) end
+  return table.unpack(r, 2, r.n)
+end
+
 local function ensure_started()
   use_dialect()
   if state.started then return end
@@ -527,7 +549,11 @@ local function ensure_started()
     state.start_timer:stop()
     state.start_timer = nil
   end
-  local ok, err = pcall(start)
+  if PG and mb.db.listen then
+    local lok, lerr = pcall(mb.db.listen, NOTIFY_CHANNEL, function() changed() end)
+    if not lok then log("warning", "not listening for other replicas' changes: %s", tostring(lerr)) end
+  end
+  local ok, err = pcall(blocking, start)
   if not ok then
     state.error = tostring(err)
     log("error", "%s", state.error)
@@ -561,7 +587,8 @@ function M.import(source, shape, origin)
     record_error(source, origin, msg)
     return nil, msg
   end
-  local ok, indexed, skipped = pcall(with_resolve, store_entries, source, origin, content, cats, entries)
+  local ok, indexed, skipped = pcall(blocking, with_resolve, store_entries, source, origin, content, cats,
+    entries)
   if not ok then return nil, "catalog.import " .. source .. ": " .. tostring(indexed) end
   return true, { tools = indexed, skipped = skipped }
 end
@@ -573,7 +600,7 @@ function M.remove(source)
   end
   ensure_started()
   if not state.ready then return nil, "catalog unavailable: " .. tostring(state.error) end
-  return with_resolve(remove_source, source)
+  return blocking(with_resolve, remove_source, source)
 end
 
 -- Names of the sources imported with catalog.import whose name starts with prefix.

@@ -4,6 +4,9 @@
 // business.json in the category form) plus moonbox's own sandbox API; ranking, detail levels,
 // argument errors, suggestions, determinism, live reload, bad files and precedence between files.
 // Every server gets a fresh temporary data directory and a temporary --catalog-dir.
+// Every test runs twice: on the SQLite store (FTS5) and on PostgreSQL (--store-url, a database of
+// its own per server in a throwaway cluster; the tsvector index, docs/catalog.md "On PostgreSQL").
+// The PostgreSQL half is skipped, saying why, only when PostgreSQL is not installed.
 // Run: cd tests && MOONBOX=../build/moonbox node --test integration/catalog.test.mjs
 
 import { describe, it, before, after } from "node:test";
@@ -14,6 +17,7 @@ import path from "node:path";
 import { setTimeout as sleep } from "node:timers/promises";
 
 import { TESTS_DIR, connectClient } from "../lib/moonbox.mjs";
+import { pgUnavailable, startPg } from "../lib/pg_min.mjs";
 
 const T = { timeout: 30000 };
 const FIXTURES = path.join(TESTS_DIR, "integration/fixtures/catalog");
@@ -26,7 +30,8 @@ const FIXTURES = path.join(TESTS_DIR, "integration/fixtures/catalog");
  * @param {string} [opts.catalogDir] reuse a catalog directory (kept on close)
  * @param {Record<string, string>} [opts.files] extra files to write into the catalog dir first
  */
-async function start(opts = {}) {
+async function startOn(engine, opts = {}) {
+  const storeArgs = engine === "postgres" ? ["--store-url", await pgDatabase(opts.dataDir)] : [];
   const ownCatalog = !opts.catalogDir;
   const catalogDir = opts.catalogDir ?? mkdtempSync(path.join(tmpdir(), "moonbox-cat-dir-"));
   if (ownCatalog && opts.fixtures !== false) cpSync(FIXTURES, catalogDir, { recursive: true });
@@ -36,8 +41,9 @@ async function start(opts = {}) {
   const removeCatalog = () => { if (ownCatalog) rmSync(catalogDir, { recursive: true, force: true }); };
   let s;
   try {
-    s = await connectClient({ dataDir: opts.dataDir, args: ["--catalog-dir", catalogDir, ...(opts.args ?? [])],
-      name: "moonbox-catalog-test" });
+    s = await connectClient({ dataDir: opts.dataDir,
+      args: ["--catalog-dir", catalogDir, ...storeArgs, ...(opts.args ?? [])], name: "moonbox-catalog-test" });
+    if (engine === "postgres" && !opts.dataDir) databases.set(s.dataDir, storeArgs[1]);
   } catch (e) {
     removeCatalog();
     throw e;
@@ -51,6 +57,18 @@ async function start(opts = {}) {
     },
   };
 }
+
+// PostgreSQL: one cluster for the file, one database per server; a server started again on the
+// same data directory gets the same database (the restart test).
+let pg;
+const databases = new Map(); // data dir -> store_url
+let ndb = 0;
+async function pgDatabase(dataDir) {
+  if (dataDir && databases.has(dataDir)) return databases.get(dataDir);
+  pg ??= await startPg();
+  return pg.createDb(`catalog_${++ndb}`);
+}
+after(async () => { await pg?.stop(); });
 
 function call(client, name, args) {
   return client.callTool({ name, arguments: args });
@@ -88,7 +106,11 @@ async function until(fn, ms = 2000, step = 25) {
 
 const fixture = (name) => JSON.parse(readFileSync(path.join(FIXTURES, name), "utf8"));
 
-describe("tool catalog", () => {
+for (const engine of ["sqlite", "postgres"]) {
+const skip = engine === "postgres" ? pgUnavailable() ?? false : false;
+const start = (opts) => startOn(engine, opts);
+
+describe(`tool catalog (${engine})`, { skip }, () => {
   let s;
   let client;
 
@@ -506,7 +528,7 @@ describe("tool catalog", () => {
   });
 });
 
-describe("catalog files: live reload, bad files, precedence", () => {
+describe(`catalog files: live reload, bad files, precedence (${engine})`, { skip }, () => {
   it("a new, changed and deleted file is picked up within 2 s", T, async () => {
     const s = await start({ fixtures: false });
     try {
@@ -653,3 +675,4 @@ describe("catalog files: live reload, bad files, precedence", () => {
     }
   });
 });
+}

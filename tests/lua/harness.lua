@@ -593,7 +593,7 @@ function H.pg_db()
   local function close()
     if closed then return end
     closed = true
-    os.execute(stop_cmd() .. " > /dev/null 2>&1")
+    os.execute("{ " .. stop_cmd() .. "; } > /dev/null 2>&1")
   end
   if not ok then
     local f = io.open(dir .. "/server.log") or io.open(log)
