@@ -1,4 +1,6 @@
--- mcp/catalog.lua - the tool catalog: progressive discovery over SQLite FTS5.
+-- mcp/catalog.lua - the tool catalog: progressive discovery over full-text search (SQLite FTS5,
+-- or a weighted tsvector on PostgreSQL: mb.db.dialect picks the SQL, docs/catalog.md "On
+-- PostgreSQL"; everything else is the same Lua on both).
 --
 -- An agent facing thousands of tools asks for the few it needs (search_tools), reads one
 -- definition with a Lua call example (get_tool_definition), or looks at the categories
@@ -20,7 +22,7 @@
 -- sources (by name); the other entry is counted as skipped and comes back when the winner goes.
 -- Search (catalog_text.build_query): the entries that have every word of the query (each word a
 -- quoted prefix term), or, when none has them all, the entries with any of them; ranked by bm25
--- with column weights (name first); among the best matches, entries whose name is made of the
+-- with column weights (name first; on PostgreSQL ts_rank per term times bm25's idf); among the best matches, entries whose name is made of the
 -- query's words first; ties broken by name and category. Answers are JSON text built in a fixed
 -- key order, so the same catalog and query give the same bytes.
 
