@@ -77,7 +77,7 @@ static const option options[] = {
 	I(store_timeout_ms, 10000, 100, 3600000, "PostgreSQL: longest statement (statement_timeout) and connection attempt"),
 	S(replica_id, "", "this replica's name, put in front of its HTTP session ids so a load balancer can route a session back (letters, digits, - and _; docs/deploy.md)"),
 	S(workspace_dir, "", "workspace directory, one subdirectory per tenant (default DATA_DIR/workspaces; replicas share one)"),
-	S(pii_key_file, "", "the PII token key (default DATA_DIR/pii.key; replicas share one, docs/deploy.md)"),
+	S(pii_key_file, "", "the PII token key (default DATA_DIR/pii.key; replicas point it at one shared file, created through a temporary file in its directory; docs/pii.md)"),
 	I(max_skill_bytes, 262144, 64, 16777216, "size of one skill's source"),
 	I(workspace_max_file_bytes, 10485760, 1, (int64_t)1 << 40, "largest workspace file"),
 	I(workspace_max_bytes, 104857600, 1, (int64_t)1 << 50, "total workspace bytes per tenant"),
@@ -443,8 +443,10 @@ void mb_config_dump(const mb_config *cfg, void *file)
 		if (o->type == OPT_INT)
 			fprintf(f, "moonbox: config %s = %lld\n", o->name,
 				(long long)*(const int64_t *)((const char *)cfg + o->offset));
-		else if (strcmp(o->name, "http_tokens") == 0 || strcmp(o->name, "mcp_servers") == 0)
-			/* secrets (tokens, upstream headers and env) stay out of logs */
+		else if (strcmp(o->name, "http_tokens") == 0 || strcmp(o->name, "mcp_servers") == 0 ||
+			 strcmp(o->name, "store_url") == 0)
+			/* secrets (tokens, upstream headers and env, a password in store_url) stay out
+			 * of logs */
 			fprintf(f, "moonbox: config %s = %s\n", o->name,
 				((const char *)cfg + o->offset)[0] ? "(set, not shown)" : "");
 		else

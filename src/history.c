@@ -7,9 +7,22 @@
  * all; once a minute (with rows or without) it drops rows older than max_age_ms. A flush records the sequence number it waits for and
  * sleeps on `done_cv` until the writer has committed that far. Failures are logged and counted;
  * they never stop the server.
+ *
+ * PostgreSQL (store_url): the same shape on a blocking libpq connection of the writer's own. The
+ * rows go in INSERTs of up to PG_CHUNK rows each (one statement, or BEGIN .. COMMIT around
+ * several), then the trims run in a transaction of their own that first takes an advisory lock,
+ * so replicas sharing the table trim one at a time instead of deadlocking on each other's
+ * DELETEs, and a failed trim never costs an inserted row. A failure that can pass (the
+ * connection broke, PostgreSQL restarting, a serialization failure, a timeout: SQLSTATE classes
+ * 08, 40, 53, 57, 58) puts the rows back at the head of the queue (dropping the oldest beyond the
+ * queue's bounds), marks the writer down and logs once; the next round (a second later)
+ * reconnects and writes them. Another failure (a row PostgreSQL refuses) drops the batch, as on
+ * SQLite. TEXT on PostgreSQL holds neither NUL bytes nor invalid UTF-8: those bytes of the
+ * journal's texts are written as U+FFFD (docs/journal.md).
  */
 #include "history.h"
 
+#include <libpq-fe.h>
 #include <sodium.h>
 #include <stdatomic.h>
 #include <sqlite3.h>
@@ -19,9 +32,14 @@
 #include <uv.h>
 
 #include "log.h"
+#include "utf8.h"
 
 #define MAX_QUEUED 100000
 #define AGE_TRIM_MS 60000 /* old rows are looked for once a minute (a scan: no index on time) */
+#define PG_CHUNK 500      /* rows per INSERT on PostgreSQL: 19 parameters each, at most 65535 */
+#define PG_TRIM_LOCK 0x6d62686973740001LL /* advisory lock key of the trims ("mbhist" 1) */
+
+enum { WR_OK = 0, WR_DROP = -1, WR_RETRY = -2 }; /* what a failed write does with its rows */
 
 typedef struct {
 	const char *s; /* NULL: absent (SQL NULL) */
@@ -43,6 +61,14 @@ typedef struct {
 struct mb_history {
 	sqlite3 *db;
 	sqlite3_stmt *ins, *trim, *trim_tenant, *trim_age;
+	/* PostgreSQL (conninfo != NULL): the writer's connection, NULL or broken while down */
+	char *conninfo;
+	PGconn *pg;
+	int timeout_ms;
+	int outage;          /* the writer thread's: a failure was logged, none since */
+	int down;            /* under mu: rows wait for PostgreSQL, mb_history_flush does not */
+	uint64_t outage_failed;
+	char pg_err[512];
 	int64_t max_rows;
 	mb_history_limits lim;
 	int64_t last_age_trim;
@@ -143,7 +169,7 @@ static int trim_tenants(mb_history *h, row *rows, size_t first, size_t n)
 	return 0;
 }
 
-static int write_rows(mb_history *h, row *rows, size_t n)
+static int sqlite_write_rows(mb_history *h, row *rows, size_t n)
 {
 	if (sqlite3_exec(h->db, "BEGIN IMMEDIATE", NULL, NULL, NULL) != SQLITE_OK)
 		goto fail;
@@ -189,7 +215,286 @@ static int write_rows(mb_history *h, row *rows, size_t n)
 fail:
 	mb_log(MB_LOG_ERROR, "history: %s", sqlite3_errmsg(h->db));
 	sqlite3_exec(h->db, "ROLLBACK", NULL, NULL, NULL);
-	return -1;
+	return WR_DROP;
+}
+
+/* ---- PostgreSQL ------------------------------------------------------------------------ */
+
+/* Keeps the message of a failed call in pg_err: "<primary message> (SQLSTATE xxxxx)". */
+static void pg_seterr(mb_history *h, const PGresult *r)
+{
+	const char *msg = r ? PQresultErrorField(r, PG_DIAG_MESSAGE_PRIMARY) : NULL;
+	const char *state = r ? PQresultErrorField(r, PG_DIAG_SQLSTATE) : NULL;
+	if (!msg)
+		msg = h->pg ? PQerrorMessage(h->pg) : "out of memory";
+	int k = snprintf(h->pg_err, sizeof h->pg_err, "%s", msg);
+	while (k > 0 && (size_t)k < sizeof h->pg_err && (h->pg_err[k - 1] == '\n' || h->pg_err[k - 1] == ' '))
+		h->pg_err[--k] = 0;
+	if (state && (size_t)k < sizeof h->pg_err)
+		snprintf(h->pg_err + k, sizeof h->pg_err - (size_t)k, " (SQLSTATE %s)", state);
+}
+
+/* WR_OK when r has status want; else the message is kept and the failure classified: WR_RETRY
+ * when it can pass (connection, restart, conflicts, resources, timeouts), WR_DROP when the rows
+ * themselves are refused. Clears r. */
+static int pg_check(mb_history *h, PGresult *r, ExecStatusType want)
+{
+	if (r && PQresultStatus(r) == want) {
+		PQclear(r);
+		return WR_OK;
+	}
+	pg_seterr(h, r);
+	const char *state = r ? PQresultErrorField(r, PG_DIAG_SQLSTATE) : NULL;
+	int retry = !r || PQstatus(h->pg) != CONNECTION_OK || !state || strncmp(state, "08", 2) == 0 ||
+		    strncmp(state, "40", 2) == 0 || strncmp(state, "53", 2) == 0 ||
+		    strncmp(state, "57", 2) == 0 || strncmp(state, "58", 2) == 0;
+	PQclear(r);
+	return retry ? WR_RETRY : WR_DROP;
+}
+
+static int pg_command(mb_history *h, const char *sql, int nparams, const char *const *values)
+{
+	return pg_check(h, PQexecParams(h->pg, sql, nparams, NULL, values, NULL, NULL, 0),
+			PGRES_COMMAND_OK);
+}
+
+/* A connection that works, made anew when there is none or it broke. */
+static int pg_connect(mb_history *h)
+{
+	if (h->pg && PQstatus(h->pg) == CONNECTION_OK)
+		return WR_OK;
+	PQfinish(h->pg);
+	char timeout[24], set[64];
+	int secs = (h->timeout_ms + 999) / 1000;
+	snprintf(timeout, sizeof timeout, "%d", secs < 2 ? 2 : secs);
+	/* keywords before dbname are defaults: the connection string (expanded) may override them */
+	const char *const keys[] = { "connect_timeout", "application_name", "dbname", NULL };
+	const char *const vals[] = { timeout, "moonbox-history", h->conninfo, NULL };
+	h->pg = PQconnectdbParams(keys, vals, 1);
+	if (!h->pg || PQstatus(h->pg) != CONNECTION_OK) {
+		pg_seterr(h, NULL);
+		return WR_RETRY;
+	}
+	snprintf(set, sizeof set, "SET statement_timeout = %d", h->timeout_ms);
+	return pg_command(h, set, 0, NULL);
+}
+
+/* t as a PostgreSQL text value: NUL-terminated valid UTF-8. The copy is used as it is when it
+ * already is (copy_texts ends every field with a NUL); otherwise a copy with U+FFFD for every
+ * NUL byte and invalid sequence goes to *owned. NULL for an absent value (or out of memory). */
+static const char *pg_text(const text *t, char **owned)
+{
+	*owned = NULL;
+	if (!t->s)
+		return NULL;
+	const unsigned char *s = (const unsigned char *)t->s;
+	size_t i = 0, bad = 0;
+	while (i < t->n) {
+		if (s[i] >= 0x01 && s[i] < 0x80) {
+			i++;
+			continue;
+		}
+		size_t k = s[i] ? utf8_seq(s + i, t->n - i, &bad) : 0;
+		if (!k)
+			break;
+		i += k;
+	}
+	if (i == t->n)
+		return t->s;
+	char *out = malloc(t->n * 3 + 1), *o = out;
+	if (!out)
+		return NULL;
+	for (i = 0; i < t->n;) {
+		size_t k = s[i] >= 0x01 && s[i] < 0x80 ? 1 : s[i] ? utf8_seq(s + i, t->n - i, &bad) : 0;
+		if (k) {
+			memcpy(o, s + i, k);
+			o += k;
+			i += k;
+			continue;
+		}
+		memcpy(o, "\xEF\xBF\xBD", 3);
+		o += 3;
+		i += s[i] && bad ? bad : 1;
+	}
+	*o = 0;
+	*owned = out;
+	return out;
+}
+
+#define PG_COLS 19
+
+/* Inserts rows[first..n) in statements of up to PG_CHUNK rows, in one transaction. */
+static int pg_insert(mb_history *h, row *rows, size_t first, size_t n)
+{
+	static const char head[] = "INSERT INTO executions (tenant, started_at, duration_ms, outcome,"
+		" instructions, memory_peak, code_hash, tool, ref, code, code_bytes, context_bytes,"
+		" result_head, result_bytes, output_head, output_bytes, error, tools_called, rerun_of)"
+		" VALUES ";
+	size_t chunks = (n - first + PG_CHUNK - 1) / PG_CHUNK;
+	size_t sqlcap = sizeof head + (size_t)PG_CHUNK * PG_COLS * 8;
+	char *sql = malloc(sqlcap);
+	const char **vals = malloc(sizeof *vals * PG_CHUNK * PG_COLS);
+	char **owned = calloc((size_t)PG_CHUNK * PG_COLS, sizeof *owned);
+	char (*nums)[24] = malloc(sizeof *nums * PG_CHUNK * 8);
+	int rc = WR_OK;
+	if (!sql || !vals || !owned || !nums) {
+		snprintf(h->pg_err, sizeof h->pg_err, "out of memory");
+		rc = WR_DROP;
+		goto out;
+	}
+	if (chunks > 1 && (rc = pg_command(h, "BEGIN", 0, NULL)) != WR_OK)
+		goto out;
+	for (size_t c = first; c < n && rc == WR_OK; c += PG_CHUNK) {
+		size_t m = n - c < PG_CHUNK ? n - c : PG_CHUNK, len = sizeof head - 1, nv = 0, nn = 0;
+		memcpy(sql, head, len);
+		for (size_t i = 0; i < m; i++) {
+			row *r = &rows[c + i];
+			len += (size_t)snprintf(sql + len, sqlcap - len, "%s(", i ? "," : "");
+			for (int j = 1; j <= PG_COLS; j++)
+				len += (size_t)snprintf(sql + len, sqlcap - len, "$%zu%s",
+							i * PG_COLS + (size_t)j, j < PG_COLS ? "," : ")");
+#define NUM(fmt, v) (snprintf(nums[nn], sizeof nums[nn], fmt, v), (const char *)nums[nn++])
+#define TXT(t) pg_text(&(t), &owned[nv])
+			vals[nv] = TXT(r->tenant), nv++;
+			vals[nv++] = NUM("%lld", (long long)r->started_ms);
+			vals[nv++] = NUM("%.17g", r->duration_ms);
+			vals[nv] = TXT(r->outcome), nv++;
+			vals[nv++] = NUM("%lld", (long long)r->instructions);
+			vals[nv++] = NUM("%lld", (long long)r->memory_peak);
+			vals[nv] = TXT(r->code_hash), nv++;
+			vals[nv] = TXT(r->tool), nv++;
+			vals[nv++] = r->ref;
+			vals[nv] = TXT(r->code), nv++;
+			vals[nv++] = NUM("%lld", (long long)r->code_len);
+			vals[nv++] = NUM("%lld", (long long)r->context_bytes);
+			vals[nv] = TXT(r->result_head), nv++;
+			vals[nv++] = NUM("%lld", (long long)r->result_bytes);
+			vals[nv] = TXT(r->output_head), nv++;
+			vals[nv++] = NUM("%lld", (long long)r->output_bytes);
+			vals[nv] = TXT(r->error), nv++;
+			vals[nv] = TXT(r->tools), nv++;
+			vals[nv] = TXT(r->rerun_of), nv++;
+#undef NUM
+#undef TXT
+		}
+		rc = pg_command(h, sql, (int)nv, vals);
+		for (size_t i = 0; i < nv; i++) {
+			free(owned[i]);
+			owned[i] = NULL;
+		}
+	}
+	if (chunks > 1) {
+		if (rc == WR_OK)
+			rc = pg_command(h, "COMMIT", 0, NULL);
+		else if (PQstatus(h->pg) == CONNECTION_OK)
+			PQclear(PQexec(h->pg, "ROLLBACK"));
+	}
+out:
+	free(sql);
+	free(vals);
+	free(owned);
+	free(nums);
+	return rc;
+}
+
+/* The trims of one round, in a transaction of their own under the trim lock: the newest
+ * tenant_max_rows of each tenant in rows[first..n), the newest max_rows in all, and (when due)
+ * nothing older than max_age_ms. */
+static int pg_trim(mb_history *h, row *rows, size_t first, size_t n, int age_due, int64_t now)
+{
+	char a[24], b[24];
+	const char *v[2] = { a, b };
+	int rc = pg_command(h, "BEGIN", 0, NULL);
+	if (rc == WR_OK) {
+		snprintf(a, sizeof a, "%lld", (long long)PG_TRIM_LOCK);
+		rc = pg_check(h, PQexecParams(h->pg, "SELECT pg_advisory_xact_lock($1::bigint)", 1, NULL,
+					      v, NULL, NULL, 0), PGRES_TUPLES_OK);
+	}
+	for (size_t i = first; i < n && rc == WR_OK; i++) {
+		const text *t = &rows[i].tenant;
+		size_t j = first;
+		for (; j < i; j++)
+			if (rows[j].tenant.n == t->n && memcmp(rows[j].tenant.s, t->s, t->n) == 0)
+				break;
+		if (j < i)
+			continue;
+		char *owned;
+		const char *tv[2] = { pg_text(t, &owned), b };
+		snprintf(b, sizeof b, "%lld", (long long)h->lim.tenant_max_rows);
+		rc = pg_command(h, "DELETE FROM executions WHERE tenant = $1 AND id <= (SELECT id FROM"
+				" executions WHERE tenant = $1 ORDER BY id DESC LIMIT 1 OFFSET $2)", 2, tv);
+		free(owned);
+	}
+	if (rc == WR_OK && n > first) {
+		snprintf(a, sizeof a, "%lld", (long long)h->max_rows);
+		rc = pg_command(h, "DELETE FROM executions WHERE id <= (SELECT id FROM executions"
+				" ORDER BY id DESC LIMIT 1 OFFSET $1)", 1, v);
+	}
+	if (rc == WR_OK && age_due) {
+		h->last_age_trim = now;
+		if (h->lim.max_age_ms > 0) {
+			snprintf(a, sizeof a, "%lld", (long long)(now - h->lim.max_age_ms));
+			rc = pg_command(h, "DELETE FROM executions WHERE started_at < $1", 1, v);
+		}
+	}
+	if (rc == WR_OK)
+		rc = pg_command(h, "COMMIT", 0, NULL);
+	else if (h->pg && PQstatus(h->pg) == CONNECTION_OK)
+		PQclear(PQexec(h->pg, "ROLLBACK"));
+	return rc;
+}
+
+/* One round on PostgreSQL: connect if needed, insert, trim. A failed trim does not undo the
+ * insert: its rows are in (WR_OK is returned for them) and the failure is counted. */
+static int pg_write_rows(mb_history *h, row *rows, size_t n, int *trim_failed)
+{
+	*trim_failed = 0;
+	int rc = pg_connect(h);
+	if (rc != WR_OK)
+		return rc;
+	size_t first = n > (size_t)h->max_rows ? n - (size_t)h->max_rows : 0;
+	if (n > first && (rc = pg_insert(h, rows, first, n)) != WR_OK)
+		return rc;
+	int64_t now = wall_ms();
+	int expired = 0;
+	for (size_t i = first; i < n && h->lim.max_age_ms > 0 && !expired; i++)
+		expired = rows[i].started_ms < now - h->lim.max_age_ms;
+	int age_due = expired || now - h->last_age_trim >= AGE_TRIM_MS;
+	if (n > first || (age_due && h->lim.max_age_ms > 0))
+		*trim_failed = pg_trim(h, rows, first, n, age_due, now) != WR_OK;
+	return WR_OK;
+}
+
+/* Puts rows that could not be written back in front of the queue, dropping the oldest of
+ * them when the queue would pass its bounds. Called with mu held. */
+static void requeue(mb_history *h, row *rows, size_t n)
+{
+	size_t bytes = 0, from = 0;
+	for (size_t i = 0; i < n; i++)
+		bytes += rows[i].bytes;
+	while (from < n && (n - from + h->n > MAX_QUEUED ||
+			    (int64_t)(bytes + h->queued_bytes) > h->lim.max_queued_bytes)) {
+		bytes -= rows[from].bytes;
+		row_free(&rows[from++]);
+		h->dropped++;
+	}
+	size_t total = n - from + h->n;
+	row *all = total ? malloc(total * sizeof *all) : NULL;
+	if (!all) {
+		for (size_t i = from; i < n; i++)
+			row_free(&rows[i]);
+		h->dropped += n - from;
+		free(rows);
+		return;
+	}
+	memcpy(all, rows + from, (n - from) * sizeof *all);
+	if (h->n)
+		memcpy(all + (n - from), h->rows, h->n * sizeof *all);
+	free(h->rows);
+	free(rows);
+	h->rows = all;
+	h->n = h->cap = total;
+	h->queued_bytes += bytes;
 }
 
 static void writer(void *arg)
@@ -213,16 +518,52 @@ static void writer(void *arg)
 		h->queued_bytes = 0;
 		int stop = h->stop;
 		uv_mutex_unlock(&h->mu);
-		int rc = n ? write_rows(h, rows, n) : 0;
-		if (!n && h->lim.max_age_ms > 0 && wall_ms() - h->last_age_trim >= AGE_TRIM_MS)
-			rc = trim_age(h, wall_ms()); /* a tenant that stopped still loses its old rows */
-		if (rc != 0) {
-			if (!n)
+		int rc = WR_OK, trim_failed = 0, attempted = 0;
+		if (h->conninfo) {
+			int age_due = h->lim.max_age_ms > 0 && wall_ms() - h->last_age_trim >= AGE_TRIM_MS;
+			attempted = n || age_due;
+			if (attempted)
+				rc = pg_write_rows(h, rows, n, &trim_failed);
+		} else {
+			rc = n ? sqlite_write_rows(h, rows, n) : WR_OK;
+			if (!n && h->lim.max_age_ms > 0 && wall_ms() - h->last_age_trim >= AGE_TRIM_MS &&
+			    trim_age(h, wall_ms()) != 0) {
+				/* a tenant that stopped still loses its old rows */
 				mb_log(MB_LOG_ERROR, "history: %s", sqlite3_errmsg(h->db));
-			uv_mutex_lock(&h->mu);
-			h->failed++;
-			uv_mutex_unlock(&h->mu);
+				rc = WR_DROP;
+			}
 		}
+		if (attempted) { /* PostgreSQL: logged once per outage, not once a second */
+			if (rc != WR_OK || trim_failed) {
+				if (!h->outage)
+					mb_log(MB_LOG_ERROR, "history: PostgreSQL: %s%s", h->pg_err,
+					       rc == WR_RETRY ? "; rows stay queued and are written when it "
+					       "answers again" : rc == WR_DROP ? "; rows dropped" : " (trimming)");
+				else
+					mb_log(MB_LOG_DEBUG, "history: PostgreSQL: %s", h->pg_err);
+				h->outage = 1;
+				h->outage_failed++;
+			} else if (h->outage) {
+				mb_log(MB_LOG_INFO, "history: PostgreSQL answers again (%llu failed attempts); "
+				       "%zu queued rows written", (unsigned long long)h->outage_failed, n);
+				h->outage = 0;
+				h->outage_failed = 0;
+			}
+		}
+		uv_mutex_lock(&h->mu);
+		if (rc != WR_OK || trim_failed)
+			h->failed++;
+		if (attempted || !h->conninfo)
+			h->down = rc == WR_RETRY;
+		if (rc == WR_RETRY && n && !stop) {
+			requeue(h, rows, n);
+			rows = NULL;
+			n = 0;
+		} else if (rc == WR_RETRY && n) {
+			h->dropped += n;
+			mb_log(MB_LOG_ERROR, "history: %zu rows not written at shutdown: %s", n, h->pg_err);
+		}
+		uv_mutex_unlock(&h->mu);
 		for (size_t i = 0; i < n; i++)
 			row_free(&rows[i]);
 		free(rows);
@@ -235,8 +576,25 @@ static void writer(void *arg)
 	uv_mutex_unlock(&h->mu);
 }
 
-mb_history *mb_history_open(const char *db_path, const mb_history_limits *lim, int busy_ms,
-			    char *err, size_t errlen)
+static int pg_open(mb_history *h, const mb_history_store *st, char *err, size_t errlen)
+{
+	h->conninfo = strdup(st->pg_conninfo);
+	if (!h->conninfo) {
+		snprintf(err, errlen, "history: out of memory");
+		return -1;
+	}
+	if (pg_connect(h) != WR_OK ||
+	    pg_check(h, PQexec(h->pg, "SELECT id, tenant, started_at, ref, rerun_of FROM executions LIMIT 0"),
+		     PGRES_TUPLES_OK) != WR_OK) {
+		snprintf(err, errlen, "history: PostgreSQL: %s", h->pg_err);
+		return -1;
+	}
+	h->last_age_trim = 0;
+	return 0;
+}
+
+mb_history *mb_history_open(const mb_history_store *st, const mb_history_limits *lim, char *err,
+			    size_t errlen)
 {
 	mb_history *h = calloc(1, sizeof *h);
 	if (!h || sodium_init() < 0) {
@@ -244,32 +602,39 @@ mb_history *mb_history_open(const char *db_path, const mb_history_limits *lim, i
 		free(h);
 		return NULL;
 	}
+	const char *db_path = st->db_path ? st->db_path : "";
 	h->lim = *lim;
 	h->max_rows = lim->max_rows;
+	h->timeout_ms = st->timeout_ms > 0 ? st->timeout_ms : 10000;
 	crypto_shorthash_keygen(h->ref_key);
 	atomic_init(&h->ref_seq, 0);
 	if (h->lim.tenant_max_rows < 1)
 		h->lim.tenant_max_rows = 1;
-	if (sqlite3_open_v2(db_path, &h->db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_NOMUTEX, NULL) != SQLITE_OK)
-		goto fail;
-	sqlite3_busy_timeout(h->db, busy_ms);
-	if (sqlite3_exec(h->db, "PRAGMA synchronous=FULL", NULL, NULL, NULL) != SQLITE_OK ||
-	    sqlite3_prepare_v2(h->db,
-			       "INSERT INTO executions (tenant, started_at, duration_ms, outcome, instructions,"
-			       " memory_peak, code_hash, tool, ref, code, code_bytes, context_bytes,"
-			       " result_head, result_bytes, output_head, output_bytes, error, tools_called,"
-			       " rerun_of) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-			       -1, &h->ins, NULL) != SQLITE_OK ||
-	    sqlite3_prepare_v2(h->db,
-			       "DELETE FROM executions WHERE id <= (SELECT max(id) FROM executions) - ?",
-			       -1, &h->trim, NULL) != SQLITE_OK ||
-	    sqlite3_prepare_v2(h->db,
-			       "DELETE FROM executions WHERE tenant = ?1 AND id <= (SELECT id FROM executions"
-			       " WHERE tenant = ?1 ORDER BY id DESC LIMIT 1 OFFSET ?2)",
-			       -1, &h->trim_tenant, NULL) != SQLITE_OK ||
-	    sqlite3_prepare_v2(h->db, "DELETE FROM executions WHERE started_at < ?", -1, &h->trim_age,
-			       NULL) != SQLITE_OK)
-		goto fail;
+	if (st->pg_conninfo && st->pg_conninfo[0]) {
+		if (pg_open(h, st, err, errlen) != 0)
+			goto fail_quiet;
+	} else {
+		if (sqlite3_open_v2(db_path, &h->db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_NOMUTEX, NULL) != SQLITE_OK)
+			goto fail;
+		sqlite3_busy_timeout(h->db, st->timeout_ms);
+		if (sqlite3_exec(h->db, "PRAGMA synchronous=FULL", NULL, NULL, NULL) != SQLITE_OK ||
+		    sqlite3_prepare_v2(h->db,
+				       "INSERT INTO executions (tenant, started_at, duration_ms, outcome, instructions,"
+				       " memory_peak, code_hash, tool, ref, code, code_bytes, context_bytes,"
+				       " result_head, result_bytes, output_head, output_bytes, error, tools_called,"
+				       " rerun_of) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+				       -1, &h->ins, NULL) != SQLITE_OK ||
+		    sqlite3_prepare_v2(h->db,
+				       "DELETE FROM executions WHERE id <= (SELECT max(id) FROM executions) - ?",
+				       -1, &h->trim, NULL) != SQLITE_OK ||
+		    sqlite3_prepare_v2(h->db,
+				       "DELETE FROM executions WHERE tenant = ?1 AND id <= (SELECT id FROM executions"
+				       " WHERE tenant = ?1 ORDER BY id DESC LIMIT 1 OFFSET ?2)",
+				       -1, &h->trim_tenant, NULL) != SQLITE_OK ||
+		    sqlite3_prepare_v2(h->db, "DELETE FROM executions WHERE started_at < ?", -1, &h->trim_age,
+				       NULL) != SQLITE_OK)
+			goto fail;
+	}
 	if (uv_mutex_init(&h->mu) || uv_cond_init(&h->cv) || uv_cond_init(&h->done_cv)) {
 		snprintf(err, errlen, "%s: history: cannot create a mutex", db_path);
 		goto fail_quiet;
@@ -287,6 +652,8 @@ fail_quiet:
 	sqlite3_finalize(h->trim_tenant);
 	sqlite3_finalize(h->trim_age);
 	sqlite3_close(h->db);
+	PQfinish(h->pg);
+	free(h->conninfo);
 	free(h);
 	return NULL;
 }
@@ -360,7 +727,11 @@ void mb_history_flush(mb_history *h)
 {
 	uv_mutex_lock(&h->mu);
 	uint64_t want = h->queued_seq;
-	while (h->committed_seq < want) {
+	if (h->down) { /* rows wait for PostgreSQL; ask for an attempt now but do not wait */
+		h->wake = 1;
+		uv_cond_signal(&h->cv);
+	}
+	while (h->committed_seq < want && !h->down) {
 		h->wake = 1;
 		uv_cond_signal(&h->cv);
 		uv_cond_wait(&h->done_cv, &h->mu);
@@ -390,6 +761,8 @@ void mb_history_close(mb_history *h)
 	sqlite3_finalize(h->trim_tenant);
 	sqlite3_finalize(h->trim_age);
 	sqlite3_close(h->db);
+	PQfinish(h->pg);
+	free(h->conninfo);
 	uv_mutex_destroy(&h->mu);
 	uv_cond_destroy(&h->cv);
 	uv_cond_destroy(&h->done_cv);

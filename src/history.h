@@ -10,7 +10,9 @@
  * minute nothing older than max_age_ms. So the loop thread copies a row per
  * execution instead of running an INSERT (docs/benchmarks.md, "Session 2", has what that saved)
  * and never waits for an fsync. The cost: rows of the last second are lost if the process is
- * killed.
+ * killed. With the store on PostgreSQL (store_url) the writer has its own blocking libpq
+ * connection instead, inserts many rows per statement, trims in a second transaction under an
+ * advisory lock (replicas trim one at a time), and keeps rows queued while PostgreSQL is down.
  *
  * Threads: mb_history_add and mb_history_flush may be called from any thread; open and close
  * from the loop thread.
@@ -58,14 +60,24 @@ typedef struct mb_history_limits {
 	int64_t max_queued_bytes;/* bytes waiting for the writer; rows beyond are dropped */
 } mb_history_limits;
 
-/// Opens a second connection to the store's database (which must already exist with the
-/// executions table) and starts the writer thread.
-/// @param db_path   the database file
-/// @param lim       retention and sizes (copied)
-/// @param busy_ms   how long a commit waits for the other connection's lock
+/* Where the rows go: the SQLite file of the store, or PostgreSQL (store_url). */
+typedef struct mb_history_store {
+	const char *db_path;     /* SQLite: the database file; used when pg_conninfo is NULL or "" */
+	const char *pg_conninfo; /* PostgreSQL: a libpq connection string or postgres:// URL */
+	int timeout_ms;          /* SQLite: how long a commit waits for the other connection's lock;
+	                          * PostgreSQL: connect_timeout (rounded up to seconds, at least 2)
+	                          * and statement_timeout of the writer's connection */
+} mb_history_store;
+
+/// Opens a connection of its own to the store (which must already exist with the executions
+/// table) and starts the writer thread. On PostgreSQL the connection is a blocking libpq one
+/// (the writer is not the loop thread); when it breaks, queued rows stay queued (within the
+/// same bounds) and are written once the writer has connected again (it retries every second).
+/// @param st   where to write (copied)
+/// @param lim  retention and sizes (copied)
 /// @returns the history, or NULL with err set
-mb_history *mb_history_open(const char *db_path, const mb_history_limits *lim, int busy_ms,
-			    char *err, size_t errlen);
+mb_history *mb_history_open(const mb_history_store *st, const mb_history_limits *lim, char *err,
+			    size_t errlen);
 
 /// Queues a row (strings are copied). Never blocks on SQLite. Rows beyond 100,000 waiting, or
 /// beyond max_queued_bytes of strings, are dropped (and counted) rather than letting memory grow.
@@ -74,7 +86,8 @@ mb_history *mb_history_open(const char *db_path, const mb_history_limits *lim, i
 /// ref (may be NULL) receives it, or "" when the row was not queued (history off, queue full).
 void mb_history_add(mb_history *h, const mb_history_row *row, char ref[17]);
 
-/// Waits until every row queued before the call is committed.
+/// Waits until every row queued before the call is committed (or the writer tried and failed).
+/// While PostgreSQL is unreachable it does not wait: the rows stay queued for later.
 void mb_history_flush(mb_history *h);
 
 /// Rows dropped because the queue was full, and commits that failed.

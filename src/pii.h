@@ -249,6 +249,16 @@ int mb_pii_token_next(const char *text, size_t len, size_t *pos, size_t *tlen);
 int mb_pii_secret_load(const char *data_dir, unsigned char key[MB_PII_KEY_BYTES], char *err,
 		       size_t errlen);
 
+/// mb_pii_secret_load for a key file anywhere (the pii_key_file option): the temporary file is
+/// made in that file's directory, which must exist; the same checks apply.
+/// @param path   the key file (a relative path is relative to the working directory)
+/// @param key    receives the key
+/// @param err    receives the reason
+/// @param errlen size of err
+/// @returns 0 or MB_PII_ERR
+int mb_pii_secret_load_file(const char *path, unsigned char key[MB_PII_KEY_BYTES], char *err,
+			    size_t errlen);
+
 /* ---- Lua ---------------------------------------------------------------------------------- */
 
 struct lua_State;

@@ -78,7 +78,8 @@ int mb_pii_from_config(const mb_config *cfg, mb_pii_detector **out, unsigned cha
 		snprintf(err, errlen, "%s%s", cfg->pii_custom_patterns[0] ? "pii_custom_patterns: " : "", derr);
 		return -1;
 	}
-	if (key && mb_pii_secret_load(cfg->data_dir, key, err, errlen) != 0) {
+	if (key && (cfg->pii_key_file[0] ? mb_pii_secret_load_file(cfg->pii_key_file, key, err, errlen)
+				      : mb_pii_secret_load(cfg->data_dir, key, err, errlen)) != 0) {
 		mb_pii_detector_free(*out);
 		*out = NULL;
 		return -1;

@@ -19,9 +19,10 @@
  * binds the default token to another value. Without a callback the call lengthens a token that
  * it has itself given to another value in the same call (12, then 16 hex digits).
  *
- * mb_pii_secret_load manages DATA_DIR/pii.key: 32 random bytes, created through a temporary file
- * that is linked into place (atomic; a crash never leaves a short key, two starts agree on one
- * key), refused when its size, type, owner or mode is wrong.
+ * mb_pii_secret_load_file manages the key file (pii_key_file, default DATA_DIR/pii.key): 32
+ * random bytes, created through a temporary file in the key file's directory that is linked into
+ * place (atomic; a crash never leaves a short key, processes starting together - replicas on one
+ * shared file included - agree on one key), refused when its size, type, owner or mode is wrong.
  */
 #include "pii.h"
 
@@ -141,18 +142,20 @@ static int write_all(int fd, const unsigned char *p, size_t n)
 	return 0;
 }
 
-/* Creates the key through DATA_DIR/.pii.key.<pid>.tmp linked to path. Returns 0 (created),
- * 1 (someone else created it first: read theirs) or MB_PII_ERR. */
-static int create_key(const char *data_dir, const char *path, unsigned char key[MB_PII_KEY_BYTES],
-		      char *err, size_t errlen)
+/* Creates the key through a temporary file in the key file's own directory (dir), linked to
+ * path. The temporary name carries the pid and random bytes: replicas on several hosts may share
+ * the directory (NFS), where pids alone would collide. link() either makes path or fails with
+ * EEXIST, so of several processes creating the key at once exactly one wins and the others read
+ * its key. Returns 0 (created), 1 (someone else created it first: read theirs) or MB_PII_ERR. */
+static int create_key(const char *dir, const char *base, const char *path,
+		      unsigned char key[MB_PII_KEY_BYTES], char *err, size_t errlen)
 {
-	char tmp[4200];
-	if ((size_t)snprintf(tmp, sizeof tmp, "%s/.pii.key.%ld.tmp", data_dir, (long)getpid()) >=
-	    sizeof tmp) {
-		mb_seterr(err, errlen, "pii: data directory path is too long (%zu bytes)", strlen(data_dir));
+	char tmp[4300];
+	if ((size_t)snprintf(tmp, sizeof tmp, "%s/.%s.%ld.%08x.tmp", dir, base, (long)getpid(),
+			     (unsigned)randombytes_random()) >= sizeof tmp) {
+		mb_seterr(err, errlen, "pii: key file path is too long (%zu bytes)", strlen(path));
 		return MB_PII_ERR;
 	}
-	unlink(tmp);  /* a leftover of a crashed process with the same pid */
 	int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
 	if (fd < 0) {
 		mb_seterr(err, errlen, "pii: cannot create key file %s: %s", path, strerror(errno));
@@ -182,7 +185,7 @@ static int create_key(const char *data_dir, const char *path, unsigned char key[
 		mb_seterr(err, errlen, "pii: cannot create key file %s: %s", path, strerror(e));
 		return MB_PII_ERR;
 	}
-	int dfd = open(data_dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	int dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 	if (dfd >= 0) {
 		(void)fsync(dfd);
 		close(dfd);
@@ -192,21 +195,37 @@ static int create_key(const char *data_dir, const char *path, unsigned char key[
 	return 0;
 }
 
-int mb_pii_secret_load(const char *data_dir, unsigned char key[MB_PII_KEY_BYTES], char *err,
-		       size_t errlen)
+int mb_pii_secret_load_file(const char *path, unsigned char key[MB_PII_KEY_BYTES], char *err,
+			    size_t errlen)
 {
-	if (!data_dir || !*data_dir) {
-		mb_seterr(err, errlen, "pii: no data directory for the key file");
+	if (!path || !*path) {
+		mb_seterr(err, errlen, "pii: no key file");
 		return MB_PII_ERR;
 	}
 	if (sodium_init() < 0) {
 		mb_seterr(err, errlen, "pii: libsodium initialisation failed");
 		return MB_PII_ERR;
 	}
-	char path[4200];
-	if ((size_t)snprintf(path, sizeof path, "%s/pii.key", data_dir) >= sizeof path) {
-		mb_seterr(err, errlen, "pii: data directory path is too long (%zu bytes)", strlen(data_dir));
+	/* the directory that gets the temporary file, and the name it is made from */
+	char dir[4200];
+	const char *slash = strrchr(path, '/');
+	const char *base = slash ? slash + 1 : path;
+	size_t dlen = slash ? (size_t)(slash - path) : 1;
+	if (dlen >= sizeof dir || strlen(path) >= sizeof dir) {
+		mb_seterr(err, errlen, "pii: key file path is too long (%zu bytes)", strlen(path));
 		return MB_PII_ERR;
+	}
+	if (!*base) {
+		mb_seterr(err, errlen, "pii: key file %s names a directory, not a file", path);
+		return MB_PII_ERR;
+	}
+	if (!slash)
+		memcpy(dir, ".", 2);
+	else if (dlen == 0)
+		memcpy(dir, "/", 2);
+	else {
+		memcpy(dir, path, dlen);
+		dir[dlen] = 0;
 	}
 	for (int attempt = 0; attempt < 3; attempt++) {
 		int fd = open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK);
@@ -224,12 +243,27 @@ int mb_pii_secret_load(const char *data_dir, unsigned char key[MB_PII_KEY_BYTES]
 			mb_seterr(err, errlen, "pii: cannot open key file %s: %s", path, strerror(errno));
 			return MB_PII_ERR;
 		}
-		int rc = create_key(data_dir, path, key, err, errlen);
+		int rc = create_key(dir, base, path, key, err, errlen);
 		if (rc <= 0)
 			return rc;
 	}
 	mb_seterr(err, errlen, "pii: key file %s keeps appearing and disappearing", path);
 	return MB_PII_ERR;
+}
+
+int mb_pii_secret_load(const char *data_dir, unsigned char key[MB_PII_KEY_BYTES], char *err,
+		       size_t errlen)
+{
+	if (!data_dir || !*data_dir) {
+		mb_seterr(err, errlen, "pii: no data directory for the key file");
+		return MB_PII_ERR;
+	}
+	char path[4200];
+	if ((size_t)snprintf(path, sizeof path, "%s/pii.key", data_dir) >= sizeof path) {
+		mb_seterr(err, errlen, "pii: data directory path is too long (%zu bytes)", strlen(data_dir));
+		return MB_PII_ERR;
+	}
+	return mb_pii_secret_load_file(path, key, err, errlen);
 }
 
 /* ---- sanitize ---------------------------------------------------------------------------------- */

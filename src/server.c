@@ -307,9 +307,10 @@ int mb_server_run_stdio(const mb_config *cfg, void (*before_pool)(void *ud), voi
 	mb_history_limits hl = { cfg->history_max_rows, cfg->journal_max_rows,
 				 cfg->journal_max_age_s * 1000, cfg->journal_max_code_bytes,
 				 cfg->max_queue_bytes };
-	/* TODO(issue 19): the history writer on PostgreSQL */
-	s->history = s->pg ? NULL : mb_history_open(path, &hl, (int)cfg->store_busy_timeout_ms, err, sizeof err);
-	if (!s->history && !s->pg) {
+	mb_history_store hs = { path, cfg->store_url,
+				(int)(cfg->store_url[0] ? cfg->store_timeout_ms : cfg->store_busy_timeout_ms) };
+	s->history = mb_history_open(&hs, &hl, err, sizeof err);
+	if (!s->history) {
 		mb_log(MB_LOG_CRIT, "store: %s", err);
 		return 1;
 	}

@@ -41,6 +41,8 @@ typedef struct pg_req {
 	struct pg_req *next;    /* in the wait queue */
 	mb_pg *s;
 	lua_State *L;
+	int ref;                /* registry reference to L while it waits: nothing else may hold
+	                         * the coroutine (the host keeps only a weak set of them) */
 	int kind;
 	int queued;
 	int done, failed;
@@ -573,6 +575,10 @@ static void resume_req(pg_req *r)
 	r->done = 1;
 	r->conn = NULL;
 	mb_pg *s = r->s;
+	if (r->ref != LUA_NOREF && !s->closing) {
+		luaL_unref(r->L, LUA_REGISTRYINDEX, r->ref);
+		r->ref = LUA_NOREF;
+	}
 	if (s->host.resume && !s->closing)
 		s->host.resume(s->host.ud, r->L, 0);
 }
@@ -873,6 +879,7 @@ static pg_req *new_req(lua_State *L, mb_pg *s, int kind, const char *fixed_sql)
 	memset(r, 0, sizeof *r);
 	r->s = s;
 	r->L = L;
+	r->ref = LUA_NOREF;
 	r->kind = kind;
 	luaL_setmetatable(L, "mb.pg_req");
 	if (fixed_sql) {
@@ -1114,6 +1121,8 @@ static int submit(lua_State *L, mb_pg *s, pg_req *r)
 	}
 	if (r->done) /* failed at once by dispatch */
 		return deliver(L, r);
+	lua_pushthread(L);
+	r->ref = luaL_ref(L, LUA_REGISTRYINDEX);
 	return lua_yieldk(L, 0, (lua_KContext)r, k_stmt);
 }
 

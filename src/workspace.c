@@ -21,6 +21,15 @@
  *     the rename and the accounting of what it actually replaced happen together under the
  *     mutex, and the reservation is released on every path. Usage is counted by a scan when the
  *     workspace is first opened; the scan also removes stale temporary files left by a crash.
+ *   - quotas across processes (replicas sharing workspace_dir): the committed usage lives in a
+ *     usage file per tenant, ROOT/.mb-quota/<tenant>, outside every tenant's directory (so no
+ *     workspace path can name it; a tenant name never starts with '.'). Its flock is taken,
+ *     inside the workspace mutex, around the reservation (which re-reads the usage) and around
+ *     the commit (which re-reads it and checks the quota again: another process may have
+ *     committed in between; reservations stay per process, so a process that dies leaves none
+ *     behind). A change is bracketed by "pending" and "clean" records; a holder that dies in
+ *     between (the kernel drops its lock) leaves "pending", and the next holder recounts by a
+ *     scan. docs/workspace.md, "Replicas", has the reasons and the costs.
  */
 #include "workspace.h"
 
@@ -36,6 +45,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/random.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
@@ -48,6 +58,9 @@
 #define MAX_TENANT 64
 #define SHOW_BYTES 96   /* a path in a message is cut after this many bytes */
 #define SHOW_CAP (SHOW_BYTES * 4 + 8)
+#define USAGE_DIR ".mb-quota"   /* in the root, beside the tenants' directories */
+#define USAGE_FMT "mb-usage 1 %020lld %020lld %c\n" /* files, bytes, 'c'lean or 'p'ending */
+#define USAGE_LEN 55
 
 struct mb_workspace {
 	mb_workspace *next;
@@ -56,13 +69,15 @@ struct mb_workspace {
 	int fd;                       /* O_PATH | O_DIRECTORY of the workspace root */
 	dev_t dev;                    /* its device: the fallback walk refuses others */
 	pthread_mutex_t lock;         /* guards the counters, the rename and unlink steps */
-	int64_t files, bytes;         /* committed usage */
+	int ufd;                      /* the usage file: its flock excludes other processes */
+	int64_t files, bytes;         /* committed usage (as last read under the usage lock) */
 	int64_t res_files, res_bytes; /* reserved by writes in flight */
 };
 
 struct mb_workspaces {
 	pthread_mutex_t lock;         /* guards list */
 	int fd;                       /* O_PATH | O_DIRECTORY of the root of all workspaces */
+	int qfd;                      /* O_PATH | O_DIRECTORY of ROOT/.mb-quota */
 	mb_workspace_limits lim;
 	int use_openat2;              /* fixed before the first get */
 	uint64_t salt;                /* random part of temporary names */
@@ -504,6 +519,95 @@ static int scan_entry(void *ud, int dfd, const char *rel, const char *name, cons
 	return 0;
 }
 
+/* ---- usage shared between processes -------------------------------------------------------- */
+
+static int usage_open(mb_workspace *ws)
+{
+	int fd = openat(ws->reg->qfd, ws->tenant, O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0600);
+	if (fd < 0)
+		return -errno;
+	struct stat st;
+	if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+		close(fd);
+		return -EINVAL;
+	}
+	return fd;
+}
+
+static int usage_store(mb_workspace *ws, char state)
+{
+	char rec[USAGE_LEN + 1];
+	snprintf(rec, sizeof rec, USAGE_FMT, (long long)ws->files, (long long)ws->bytes, state);
+	ssize_t w = pwrite(ws->ufd, rec, USAGE_LEN, 0);
+	return w == USAGE_LEN ? 0 : w < 0 ? -errno : -EIO;
+}
+
+static void usage_unlock(mb_workspace *ws)
+{
+	flock(ws->ufd, LOCK_UN);
+}
+
+/* Counts the workspace by a scan (which also removes stale temporary files) and records it. */
+static int usage_rescan(mb_workspace *ws)
+{
+	scan_state s = { 0, 0, time(NULL) };
+	int rc = walk(ws, "", INT64_MAX, scan_entry, &s);
+	if (rc != 0)
+		return rc;
+	ws->files = s.files;
+	ws->bytes = s.bytes;
+	return usage_store(ws, 'c');
+}
+
+/* Takes the usage lock (ws->lock is held: one thread of this process at a time) and loads the
+ * committed usage: from the file when its record is clean, else (a holder died between
+ * "pending" and "clean", or the file is new, short or damaged) by a scan; with rescan, always by
+ * a scan. On failure the lock is not held. */
+static int usage_lock(mb_workspace *ws, int rescan)
+{
+	for (int tries = 0;; tries++) {
+		while (flock(ws->ufd, LOCK_EX) != 0)
+			if (errno != EINTR)
+				return -errno;
+		struct stat st;
+		if (fstat(ws->ufd, &st) != 0) {
+			int rc = -errno;
+			usage_unlock(ws);
+			return rc;
+		}
+		if (st.st_nlink > 0 || tries == 3)
+			break;
+		/* removed by hand: lock the file the others open now, not the orphan */
+		int fd = usage_open(ws);
+		if (fd < 0) {
+			usage_unlock(ws);
+			return fd;
+		}
+		close(ws->ufd); /* drops the lock */
+		ws->ufd = fd;
+	}
+	char rec[USAGE_LEN + 1];
+	long long files, bytes;
+	char state = 0;
+	ssize_t n = pread(ws->ufd, rec, USAGE_LEN, 0);
+	if (!rescan && n == USAGE_LEN) {
+		rec[USAGE_LEN] = 0;
+		if (sscanf(rec, "mb-usage 1 %lld %lld %c", &files, &bytes, &state) != 3 || files < 0 ||
+		    bytes < 0)
+			state = 0;
+	}
+	int rc = 0;
+	if (state == 'c') {
+		ws->files = files;
+		ws->bytes = bytes;
+	} else {
+		rc = usage_rescan(ws);
+	}
+	if (rc != 0)
+		usage_unlock(ws);
+	return rc;
+}
+
 /* ---- registry ------------------------------------------------------------------------------ */
 
 static int mkdir_p(const char *path, char *err, size_t errlen)
@@ -553,6 +657,20 @@ mb_workspaces *mb_workspaces_new(const char *root, const mb_workspace_limits *li
 		return NULL;
 	}
 	r->lim = *lim;
+	r->qfd = -1;
+	if (mkdirat(r->fd, USAGE_DIR, 0700) != 0 && errno != EEXIST) {
+		fail(err, errlen, -errno, "workspaces: cannot create %s/" USAGE_DIR ": %s", root,
+		     strerror(errno));
+		mb_workspaces_free(r);
+		return NULL;
+	}
+	r->qfd = openat(r->fd, USAGE_DIR, O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+	if (r->qfd < 0) {
+		fail(err, errlen, -errno, "workspaces: cannot open %s/" USAGE_DIR " (it must be a "
+		     "directory): %s", root, strerror(errno));
+		mb_workspaces_free(r);
+		return NULL;
+	}
 	atomic_init(&r->seq, 0);
 	if (getrandom(&r->salt, sizeof r->salt, GRND_NONBLOCK) != (ssize_t)sizeof r->salt)
 		r->salt = (uint64_t)time(NULL) ^ ((uint64_t)getpid() << 32);
@@ -635,19 +753,22 @@ mb_workspace *mb_workspaces_get(mb_workspaces *r, const char *tenant, char *err,
 	ws->fd = fd;
 	ws->dev = st.st_dev;
 	memcpy(ws->tenant, tenant, strlen(tenant) + 1);
-	scan_state s = { 0, 0, time(NULL) };
-	int rc = walk(ws, "", INT64_MAX, scan_entry, &s);
-	if (rc != 0) {
+	/* counted by a scan under the usage lock: exact, since every process commits under it */
+	int rc = ws->ufd = usage_open(ws);
+	if (rc >= 0)
+		rc = usage_lock(ws, 1);
+	if (rc < 0) {
 		fail(err, errlen, rc, "workspace of tenant %s: counting its files failed: %s", tenant,
 		     strerror(-rc));
+		if (ws->ufd >= 0)
+			close(ws->ufd);
 		pthread_mutex_destroy(&ws->lock);
 		close(fd);
 		free(ws);
 		ws = NULL;
 		goto out;
 	}
-	ws->files = s.files;
-	ws->bytes = s.bytes;
+	usage_unlock(ws);
 	ws->next = r->list;
 	r->list = ws;
 out:
@@ -663,12 +784,15 @@ void mb_workspaces_free(mb_workspaces *r)
 	while (ws) {
 		mb_workspace *next = ws->next;
 		close(ws->fd);
+		close(ws->ufd);
 		pthread_mutex_destroy(&ws->lock);
 		free(ws);
 		ws = next;
 	}
 	pthread_mutex_destroy(&r->lock);
 	close(r->fd);
+	if (r->qfd >= 0)
+		close(r->qfd);
 	free(r);
 }
 
@@ -836,7 +960,12 @@ int mb_workspace_write(mb_workspace *ws, const char *path, size_t path_len, cons
 	int64_t n = (int64_t)len;
 	int new_file = 0, reserved = 0;
 	pthread_mutex_lock(&ws->lock);
-	rc = target_state(dfd, name, "write", p.shown, &exists, &old, err, errlen);
+	rc = usage_lock(ws, 0);
+	int locked = rc == 0;
+	if (rc)
+		fail(err, errlen, rc, "write %s: reading the workspace usage: %s", p.shown, strerror(-rc));
+	else
+		rc = target_state(dfd, name, "write", p.shown, &exists, &old, err, errlen);
 	if (rc == 0) {
 		int64_t in_use = ws->bytes + ws->res_bytes;
 		if (in_use - old + n > lim->max_total_bytes) {
@@ -859,6 +988,8 @@ int mb_workspace_write(mb_workspace *ws, const char *path, size_t path_len, cons
 			reserved = 1;
 		}
 	}
+	if (locked)
+		usage_unlock(ws);
 	pthread_mutex_unlock(&ws->lock);
 	if (rc) {
 		if (dfd >= 0)
@@ -903,12 +1034,39 @@ int mb_workspace_write(mb_workspace *ws, const char *path, size_t path_len, cons
 	/* Commit: rename over the target and account for what it really replaced, atomically with
 	 * respect to other writers and deletes of this workspace. */
 	pthread_mutex_lock(&ws->lock);
-	rc = target_state(dfd, name, "write", p.shown, &exists, &old, err, errlen);
+	rc = usage_lock(ws, 0);
+	locked = rc == 0;
+	if (rc)
+		fail(err, errlen, rc, "write %s: reading the workspace usage: %s", p.shown, strerror(-rc));
+	else
+		rc = target_state(dfd, name, "write", p.shown, &exists, &old, err, errlen);
+	/* again: another process may have committed since the reservation */
+	if (rc == 0 && ws->bytes - old + n > lim->max_total_bytes) {
+		if (exists)
+			rc = fail(err, errlen, -EDQUOT, "write %s: workspace_max_bytes=%jd would be "
+				  "exceeded (in use %jd, writing %jd, replacing %jd)", p.shown,
+				  (intmax_t)lim->max_total_bytes, (intmax_t)ws->bytes, (intmax_t)n,
+				  (intmax_t)old);
+		else
+			rc = fail(err, errlen, -EDQUOT, "write %s: workspace_max_bytes=%jd would be "
+				  "exceeded (in use %jd, writing %jd)", p.shown,
+				  (intmax_t)lim->max_total_bytes, (intmax_t)ws->bytes, (intmax_t)n);
+	}
+	else if (rc == 0 && !exists && ws->files + 1 > lim->max_files)
+		rc = fail(err, errlen, -EDQUOT, "write %s: workspace_max_files=%jd reached", p.shown,
+			  (intmax_t)lim->max_files);
+	if (rc == 0 && (rc = usage_store(ws, 'p')) != 0)
+		fail(err, errlen, rc, "write %s: recording the workspace usage: %s", p.shown,
+		     strerror(-rc));
 	if (rc == 0 && renameat(dfd, tmp, dfd, name) != 0)
 		rc = fail(err, errlen, -errno, "write %s: %s", p.shown, strerror(errno));
 	if (rc == 0) {
 		ws->bytes += n - old;
 		ws->files += !exists;
+	}
+	if (locked) {
+		usage_store(ws, 'c'); /* when it fails, "pending" stays: the next holder rescans */
+		usage_unlock(ws);
 	}
 	ws->res_bytes -= n;
 	ws->res_files -= new_file;
@@ -951,17 +1109,29 @@ int mb_workspace_delete(mb_workspace *ws, const char *path, size_t path_len, cha
 	int exists;
 	int64_t size;
 	pthread_mutex_lock(&ws->lock);
-	rc = target_state(dfd, name, "delete", p.shown, &exists, &size, err, errlen);
+	rc = usage_lock(ws, 0);
+	int locked = rc == 0;
+	if (rc)
+		fail(err, errlen, rc, "delete %s: reading the workspace usage: %s", p.shown, strerror(-rc));
+	else
+		rc = target_state(dfd, name, "delete", p.shown, &exists, &size, err, errlen);
 	if (rc == -EISDIR)
 		rc = fail(err, errlen, -EISDIR, "delete %s: is a directory (only files are deleted)",
 			  p.shown);
 	else if (rc == 0 && !exists)
 		rc = path_error(-ENOENT, "delete", p.shown, err, errlen);
+	else if (rc == 0 && (rc = usage_store(ws, 'p')) != 0)
+		fail(err, errlen, rc, "delete %s: recording the workspace usage: %s", p.shown,
+		     strerror(-rc));
 	else if (rc == 0 && unlinkat(dfd, name, 0) != 0)
 		rc = fail(err, errlen, -errno, "delete %s: %s", p.shown, strerror(errno));
 	if (rc == 0) {
 		ws->bytes -= size;
 		ws->files -= 1;
+	}
+	if (locked) {
+		usage_store(ws, 'c');
+		usage_unlock(ws);
 	}
 	pthread_mutex_unlock(&ws->lock);
 	if (rc == 0)
@@ -1001,6 +1171,8 @@ int mb_workspace_stat(mb_workspace *ws, const char *path, size_t path_len,
 void mb_workspace_usage(mb_workspace *ws, int64_t *files, int64_t *bytes)
 {
 	pthread_mutex_lock(&ws->lock);
+	if (usage_lock(ws, 0) == 0) /* else: the counts as last read */
+		usage_unlock(ws);
 	if (files)
 		*files = ws->files;
 	if (bytes)

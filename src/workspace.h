@@ -7,7 +7,9 @@
  * where openat2 does not exist, one component at a time with O_NOFOLLOW), so neither "..", nor
  * an absolute path, nor a symbolic link planted anywhere in the tree can lead outside. String
  * checks run first only to give clear errors. Writes are atomic (temporary file, fsync, rename,
- * directory fsync) and bounded by three quotas per tenant (file size, total bytes, file count).
+ * directory fsync) and bounded by three quotas per tenant (file size, total bytes, file count),
+ * which hold across processes sharing the directory (replicas): the committed usage is kept in
+ * ROOT/.mb-quota/<tenant> under its flock, outside every tenant's directory.
  * docs/workspace.md describes the rules for agents and Lua authors.
  *
  * Ownership: a registry (mb_workspaces) owns its workspaces; a workspace handle stays valid

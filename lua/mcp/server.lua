@@ -916,8 +916,26 @@ function host_api.on_shutdown()
 end
 
 -- Prometheus text the host adds to /metrics (upstream servers).
+-- PostgreSQL store: statements, those run blocking, queued, failed; reconnects; connections
+local function store_metrics()
+  if not mb.db.stats then return "" end
+  local st, out = mb.db.stats(), {}
+  local function m(name, kind, help, v)
+    out[#out + 1] = string.format("# HELP moonbox_store_%s %s\n# TYPE moonbox_store_%s %s\nmoonbox_store_%s %d\n",
+      name, help, name, kind, name, v)
+  end
+  m("statements_total", "counter", "statements run on PostgreSQL without blocking the loop", st.statements)
+  m("blocking_statements_total", "counter", "statements run blocking (code that cannot yield: start-up, timers)", st.blocking)
+  m("queued_statements_total", "counter", "statements that waited for a free connection", st.waited)
+  m("failed_statements_total", "counter", "statements that raised an error (SQL, connection lost, PostgreSQL unreachable)", st.failed)
+  m("reconnects_total", "counter", "PostgreSQL connections reopened after a break", st.reconnects)
+  m("connections", "gauge", "PostgreSQL connections open", st.connections)
+  m("connections_down", "gauge", "PostgreSQL connections broken and being reopened", st.down)
+  return table.concat(out)
+end
+
 function host_api.metrics_text()
-  return tools.savings.metrics_text() .. tools.upstream.metrics_text()
+  return tools.savings.metrics_text() .. tools.upstream.metrics_text() .. store_metrics()
 end
 
 function host_api.handle_oversize(bytes)

@@ -25,9 +25,25 @@ local M = {}
 local tenants = {}        -- tenant -> { tenant, dir, skills = {name -> entry}, problems = {} }
 local published_sig = nil -- signature of the published tool set, for list_changed
 
+-- On PostgreSQL the store is shared by replicas, so the files must be too: every tenant's skills
+-- are under the one skills_dir the replicas share (docs/deploy.md), not under the replica's own
+-- data_dir (a replica would otherwise find another's skills missing and mark them deleted).
+local SHARED = db.dialect == "postgres"
 local function tenant_dir(tenant)
   if tenant == "default" then return cfg.skills_dir end
+  if SHARED then return cfg.skills_dir .. "/.tenants/" .. tenant end
   return cfg.data_dir .. "/tenants/" .. tenant .. "/skills"
+end
+
+-- Replicas: a change indexed here is announced (after its commit) so the others refresh their
+-- entry from the store at once, instead of waiting for their own watcher (which a shared
+-- network directory may not deliver). ORIGIN skips our own announcements.
+local CHANNEL = "moonbox_skills"
+local ORIGIN = string.format("%x%x", math.random(0, 0x7fffffff), math.random(0, 0x7fffffff))
+local function announce(t, name)
+  if not db.notify then return end
+  local ok, err = pcall(db.notify, CHANNEL, mb.json_encode({ origin = ORIGIN, tenant = t.tenant, name = name }))
+  if not ok then mb.log("warning", "skills: could not tell the other replicas: " .. tostring(err)) end
 end
 
 local function decode(s) return mb.json_decode(s) end
@@ -139,6 +155,7 @@ local function index_skill(t, name, source, force)
     if row and row.status ~= "deleted" then
       db.run("UPDATE skills SET status = 'deleted', updated_at = ? WHERE tenant = ? AND name = ?",
         now, t.tenant, name)
+      announce(t, name)
     end
     t.skills[name] = nil
     t.problems[name] = nil
@@ -198,6 +215,7 @@ local function index_skill(t, name, source, force)
   if not ok then
     mb.log("warning", string.format("skill %s (%s) does not compile: %s", name, src.path, cerr))
   end
+  announce(t, name)
   return load_entry(t, name), version
 end
 
@@ -688,7 +706,28 @@ function M.published(tenant)
   return out
 end
 
+-- Another replica changed a skill: refresh the entry from the store (payload nil: the connection
+-- was reopened and announcements may have been missed - rescan every tenant loaded here).
+local function on_announce(_, payload)
+  if payload == nil then
+    for _, t in pairs(tenants) do schedule_scan(t) end
+    return
+  end
+  local okd, m = pcall(mb.json_decode, payload)
+  if not okd or type(m) ~= "table" or m.origin == ORIGIN or type(m.tenant) ~= "string"
+    or type(m.name) ~= "string" or not fmt.valid_name(m.name) then return end
+  local t = tenants[m.tenant]
+  if not t then return end -- loaded from the store when first used here
+  mb.log("debug", "skills: " .. m.name .. " changed through another replica")
+  local ok, err = pcall(function()
+    if not load_entry(t, m.name) then t.skills[m.name] = nil end
+    check_published()
+  end)
+  if not ok then mb.log("warning", "skills: refreshing " .. m.name .. ": " .. tostring(err)) end
+end
+
 function M.start()
+  if db.listen then db.listen(CHANNEL, on_announce) end
   get_tenant("default")
 end
 

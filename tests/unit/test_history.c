@@ -32,7 +32,8 @@ static mb_history_limits lim(int64_t max_rows)
 static mb_history *open_h(int64_t max_rows, int busy_ms, char *err, size_t errlen)
 {
 	mb_history_limits l = lim(max_rows);
-	return mb_history_open(path, &l, busy_ms, err, errlen);
+	mb_history_store st = { path, NULL, busy_ms };
+	return mb_history_open(&st, &l, err, errlen);
 }
 
 static void fresh_db(void)
@@ -232,7 +233,7 @@ TEST(retention_per_tenant_spares_the_others)
 	fresh_db();
 	char err[256];
 	mb_history_limits l = { 1000, 5, 0, 64, (int64_t)1 << 30 };
-	mb_history *h = mb_history_open(path, &l, 1000, err, sizeof err);
+	mb_history *h = mb_history_open(&(mb_history_store){ path, NULL, 1000 }, &l, err, sizeof err);
 	CHECK(h != NULL);
 	if (!h)
 		return;
@@ -256,7 +257,7 @@ TEST(retention_by_age)
 	fresh_db();
 	char err[256];
 	mb_history_limits l = { 1000, 1000, 60000, 64, (int64_t)1 << 30 };
-	mb_history *h = mb_history_open(path, &l, 1000, err, sizeof err);
+	mb_history *h = mb_history_open(&(mb_history_store){ path, NULL, 1000 }, &l, err, sizeof err);
 	CHECK(h != NULL);
 	if (!h)
 		return;
@@ -276,7 +277,7 @@ TEST(queued_bytes_bound_drops_rows)
 	fresh_db();
 	char err[256];
 	mb_history_limits l = { 1000, 1000, 0, 64, 100 };
-	mb_history *h = mb_history_open(path, &l, 1000, err, sizeof err);
+	mb_history *h = mb_history_open(&(mb_history_store){ path, NULL, 1000 }, &l, err, sizeof err);
 	CHECK(h != NULL);
 	if (!h)
 		return;

@@ -1121,6 +1121,83 @@ TEST(secret_file_concurrent_first_use)
 	rm_tmpdir();
 }
 
+/* pii_key_file: the key lives where it says, the temporary file goes to that directory (not to
+ * a data directory), and replicas starting together on one shared file end with one key: N
+ * processes released at once by a pipe all create (link) or read it. */
+TEST(secret_key_file_shared)
+{
+	make_tmpdir();
+	char shared[300], path[400], cmd[900];
+	snprintf(shared, sizeof shared, "%s/shared", tmpdir);
+	CHECK(mkdir(shared, 0700) == 0);
+	snprintf(path, sizeof path, "%s/team.key", shared);
+	for (int round = 0; round < 20; round++) {
+		unlink(path);
+		int go[2], res[2];
+		CHECK(pipe(go) == 0 && pipe(res) == 0);
+		enum { N = 8 };
+		for (int i = 0; i < N; i++) {
+			pid_t p = fork();
+			if (p == 0) {
+				close(go[1]);
+				char c;
+				if (read(go[0], &c, 1) != 0) /* EOF: everybody starts now */
+					_exit(3);
+				unsigned char k[32];
+				char e[256];
+				if (mb_pii_secret_load_file(path, k, e, sizeof e) != 0)
+					memset(k, 0, sizeof k);
+				if (write(res[1], k, 32) != 32)
+					_exit(2);
+				_exit(0);
+			}
+		}
+		close(go[0]);
+		close(res[1]);
+		close(go[1]); /* release them */
+		unsigned char first[32], k[32], zero[32] = { 0 };
+		int got = 0, same = 1;
+		while (read(res[0], k, 32) == 32) {
+			if (!got)
+				memcpy(first, k, 32);
+			else if (memcmp(first, k, 32) != 0)
+				same = 0;
+			got++;
+		}
+		close(res[0]);
+		while (wait(NULL) > 0)
+			;
+		CHECK(got == N && same && memcmp(first, zero, 32) != 0);
+		unsigned char mine[32];
+		CHECK(mb_pii_secret_load_file(path, mine, err, sizeof err) == 0 &&
+		      memcmp(mine, first, 32) == 0);
+		if (!(got == N && same))
+			break;
+	}
+	struct stat st;
+	CHECK(stat(path, &st) == 0 && (st.st_mode & 0777) == 0600 && st.st_size == 32);
+	/* no temporary file left in the key's directory, nothing made next to it */
+	snprintf(cmd, sizeof cmd, "test \"$(ls -A '%s')\" = team.key && test \"$(ls -A '%s')\" = shared",
+		 shared, tmpdir);
+	CHECK(system(cmd) == 0);
+	/* the same checks as the default file */
+	CHECK(chmod(path, 0644) == 0);
+	unsigned char k2[32];
+	CHECK(mb_pii_secret_load_file(path, k2, err, sizeof err) == MB_PII_ERR);
+	CHECK(strstr(err, "has mode 0644") != NULL && strstr(err, path) != NULL);
+	CHECK(chmod(path, 0600) == 0);
+	/* a missing directory is not created */
+	char missing[500];
+	snprintf(missing, sizeof missing, "%s/nope/team.key", tmpdir);
+	CHECK(mb_pii_secret_load_file(missing, k2, err, sizeof err) == MB_PII_ERR);
+	CHECK(strstr(err, "cannot create key file") != NULL);
+	CHECK(mb_pii_secret_load_file("", k2, err, sizeof err) == MB_PII_ERR);
+	CHECK_STR(err, "pii: no key file");
+	snprintf(missing, sizeof missing, "%s/", shared);
+	CHECK(mb_pii_secret_load_file(missing, k2, err, sizeof err) == MB_PII_ERR);
+	rm_tmpdir();
+}
+
 /* ---- Lua -------------------------------------------------------------------------------------- */
 
 static lua_State *lua_with_pii(const mb_pii_detector *d, const unsigned char *key)
@@ -1267,6 +1344,7 @@ int main(void)
 	RUN(threads_share_a_detector);
 	RUN(secret_file);
 	RUN(secret_file_concurrent_first_use);
+	RUN(secret_key_file_shared);
 	RUN(lua_functions);
 	return UNIT_END();
 }

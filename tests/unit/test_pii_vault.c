@@ -34,7 +34,7 @@ static void start(void)
 		exit(1);
 	}
 	mb_host_io io = { unit_host_discard, NULL };
-	mb_host_deps deps = { uv_default_loop(), store, wss, det, key };
+	mb_host_deps deps = { uv_default_loop(), store, wss, det, key, NULL };
 	host = mb_host_new(&cfg, &io, &deps);
 	if (!host)
 		exit(1);

@@ -16,7 +16,9 @@
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -766,6 +768,161 @@ TEST(concurrent_writers)
 	mb_workspaces_free(r);
 }
 
+/* ---- replicas: processes sharing one workspace directory ----------------------------------- */
+
+/* Two registries on one root stand for two processes (each has its own descriptor of the usage
+ * file, so their flocks exclude each other as two processes' would): one's writes count
+ * against the other's quota, deletes free it for the other. */
+TEST(replicas_share_the_quota)
+{
+	mb_workspaces *a = reg_new("replicas", 4000, 5000, 3, 0);
+	mb_workspaces *b = reg_new("replicas", 4000, 5000, 3, 0);
+	mb_workspace *wa = get(a, "t"), *wb = get(b, "t");
+	int64_t files, bytes;
+	CHECK(wrn(wa, "x", 3000, 'a') == 0);
+	mb_workspace_usage(wb, &files, &bytes);
+	CHECK(files == 1 && bytes == 3000);
+	EXPECT(wrn(wb, "y", 3000, 'b'), -EDQUOT,
+	       "write y: workspace_max_bytes=5000 would be exceeded (in use 3000, writing 3000)");
+	CHECK(wrn(wb, "y", 2000, 'b') == 0);
+	EXPECT(wrn(wa, "z", 1, 'a'), -EDQUOT,
+	       "write z: workspace_max_bytes=5000 would be exceeded (in use 5000, writing 1)");
+	CHECK(del(wb, "x") == 0); /* b deletes a's file: a sees the room */
+	CHECK(wrn(wa, "z", 1, 'a') == 0 && wrn(wa, "w", 1, 'a') == 0);
+	EXPECT(wrn(wb, "v", 1, 'b'), -EDQUOT, "write v: workspace_max_files=3 reached");
+	mb_workspace_usage(wa, &files, &bytes);
+	CHECK(files == 3 && bytes == 2002);
+	mb_workspace_usage(wb, &files, &bytes);
+	CHECK(files == 3 && bytes == 2002);
+	/* the usage file is outside the tenant's directory: no workspace path reaches it */
+	char p[600], q[700];
+	pathf(p, sizeof p, "replicas", NULL, ".mb-quota");
+	struct stat st;
+	CHECK(stat(p, &st) == 0 && S_ISDIR(st.st_mode) && (st.st_mode & 0777) == 0700);
+	snprintf(q, sizeof q, "%s/t", p);
+	CHECK(stat(q, &st) == 0 && S_ISREG(st.st_mode) && (st.st_mode & 0777) == 0600);
+	CHECK(rd(wa, "../.mb-quota/t", 14) == -EINVAL);
+	CHECK(wr(wa, "../.mb-quota/t", "x") == -EINVAL);
+	CHECK(mb_workspaces_get(a, ".mb-quota", err, sizeof err) == NULL);
+	mb_workspace_entry *e;
+	size_t n;
+	CHECK(mb_workspace_list(wa, NULL, 0, &e, &n, err, sizeof err) == 0 && n == 3);
+	mb_workspace_entries_free(e, n);
+	mb_workspaces_free(a);
+	mb_workspaces_free(b);
+}
+
+/* Processes racing: P processes, each with its own registry on one root, write, replace and
+ * delete at random in one tenant whose quotas are far below what they try. Each checks after
+ * every operation that the usage it reads is within the quotas; at the end a fresh scan of the
+ * directory (what is really on disk) is within them too. Without the shared usage each process
+ * would count only its own files and together they would pass the quota several times over. */
+#define RP_MAX 20000
+#define RP_FILES 30
+TEST(processes_race_for_the_quota)
+{
+	mb_workspaces *r0 = reg_new("procs", 1000, RP_MAX, RP_FILES, 0);
+	mb_workspaces_free(r0); /* the root exists before they start */
+	enum { P = 4 };
+	int res[2];
+	CHECK(pipe(res) == 0);
+	for (int id = 0; id < P; id++) {
+		if (fork() != 0)
+			continue;
+		int counts[3] = { 0, 0, 0 }; /* ok, refused, over */
+		mb_workspaces *r = reg_new("procs", 1000, RP_MAX, RP_FILES, 0);
+		char e[400], path[64], buf[1000];
+		memset(buf, 'a' + id, sizeof buf);
+		mb_workspace *ws = r ? mb_workspaces_get(r, "t", e, sizeof e) : NULL;
+		unsigned seed = (unsigned)id * 7919u + 11;
+		for (int i = 0; ws && i < 300; i++) {
+			int k = (int)(rand_r(&seed) % 60);
+			snprintf(path, sizeof path, k < 10 ? "shared%d" : "p%d/f%d", k < 10 ? k : id, k);
+			int rc;
+			if (rand_r(&seed) % 6 == 0) {
+				rc = mb_workspace_delete(ws, path, strlen(path), e, sizeof e);
+				if (rc == -ENOENT)
+					rc = 0;
+			} else {
+				rc = mb_workspace_write(ws, path, strlen(path), buf, 1 + rand_r(&seed) % 1000,
+							e, sizeof e);
+			}
+			counts[rc == 0 ? 0 : rc == -EDQUOT ? 1 : 2]++;
+			int64_t files, bytes;
+			mb_workspace_usage(ws, &files, &bytes);
+			if (bytes > RP_MAX || files > RP_FILES)
+				counts[2]++;
+		}
+		if (!ws)
+			counts[2] = 1000;
+		mb_workspaces_free(r);
+		_exit(write(res[1], counts, sizeof counts) == sizeof counts ? 0 : 1);
+	}
+	close(res[1]);
+	int c[3], ok = 0, refused = 0, bad = 0, got = 0;
+	while (read(res[0], c, sizeof c) == sizeof c) {
+		ok += c[0];
+		refused += c[1];
+		bad += c[2];
+		got++;
+	}
+	close(res[0]);
+	while (wait(NULL) > 0)
+		;
+	CHECK(got == P && bad == 0 && ok > 0 && refused > 0);
+	/* what is on disk, counted afresh (a new registry scans) */
+	mb_workspaces *r = reg_new("procs", 1000, RP_MAX, RP_FILES, 0);
+	int64_t files, bytes;
+	mb_workspace_usage(get(r, "t"), &files, &bytes);
+	CHECK(files > 0 && files <= RP_FILES && bytes > 0 && bytes <= RP_MAX);
+	char p[600];
+	pathf(p, sizeof p, "procs", "t", NULL);
+	CHECK(tmp_files_under(p) == 0);
+	mb_workspaces_free(r);
+}
+
+/* A process killed while it holds the usage lock between "pending" and "clean": the kernel
+ * drops its lock, and the next holder finds "pending" and recounts instead of trusting the
+ * record (here a wrong one). A usage file deleted by hand is made again and recounted. */
+TEST(crash_mid_change_is_recounted)
+{
+	mb_workspaces *r = reg_new("crash", 4000, 5000, 10, 0);
+	mb_workspace *ws = get(r, "t");
+	CHECK(wrn(ws, "a", 1000, 'a') == 0);
+	char qp[600];
+	pathf(qp, sizeof qp, "crash", NULL, ".mb-quota/t");
+	pid_t pid = fork();
+	if (pid == 0) {
+		int fd = open(qp, O_RDWR);
+		if (fd < 0 || flock(fd, LOCK_EX) != 0)
+			_exit(1);
+		const char *rec = "mb-usage 1 00000000000000000009 00000000000000004999 p\n";
+		if (pwrite(fd, rec, strlen(rec), 0) != (ssize_t)strlen(rec))
+			_exit(1);
+		raise(SIGKILL); /* dies holding the lock, mid-change */
+		_exit(2);
+	}
+	int st;
+	CHECK(waitpid(pid, &st, 0) == pid && WIFSIGNALED(st) && WTERMSIG(st) == SIGKILL);
+	int64_t files, bytes;
+	mb_workspace_usage(ws, &files, &bytes);
+	CHECK(files == 1 && bytes == 1000);     /* recounted, not 9 files and 4999 bytes */
+	CHECK(wrn(ws, "b", 3000, 'b') == 0);    /* the quota is not leaked */
+	/* a clean record is trusted (this is what a rescan would not say: proof it is read) */
+	int fd = open(qp, O_RDWR);
+	const char *rec = "mb-usage 1 00000000000000000002 00000000000000004500 c\n";
+	CHECK(fd >= 0 && pwrite(fd, rec, strlen(rec), 0) == (ssize_t)strlen(rec));
+	close(fd);
+	EXPECT(wrn(ws, "c", 600, 'c'), -EDQUOT,
+	       "write c: workspace_max_bytes=5000 would be exceeded (in use 4500, writing 600)");
+	/* deleted by hand: recreated, recounted */
+	CHECK(unlink(qp) == 0);
+	mb_workspace_usage(ws, &files, &bytes);
+	CHECK(files == 2 && bytes == 4000);
+	CHECK(exists(qp));
+	mb_workspaces_free(r);
+}
+
 /* ---- the sandbox functions ---------------------------------------------------------------- */
 
 static mb_exec_result res;
@@ -977,6 +1134,9 @@ int main(void)
 	RUN(listing);
 	RUN(quotas);
 	RUN(concurrent_writers);
+	RUN(replicas_share_the_quota);
+	RUN(processes_race_for_the_quota);
+	RUN(crash_mid_change_is_recounted);
 	RUN(sandbox_functions);
 	RUN(sandbox_errors);
 	RUN(sandbox_memory);
