@@ -29,9 +29,10 @@ const FIXTURES = path.join(TESTS_DIR, "integration/fixtures/catalog");
  * @param {string} [opts.dataDir] reuse a data directory (kept on close)
  * @param {string} [opts.catalogDir] reuse a catalog directory (kept on close)
  * @param {Record<string, string>} [opts.files] extra files to write into the catalog dir first
+ * @param {string} [opts.storeUrl] PostgreSQL: this database (another server's) instead of a new one
  */
 async function startOn(engine, opts = {}) {
-  const storeArgs = engine === "postgres" ? ["--store-url", await pgDatabase(opts.dataDir)] : [];
+  const storeArgs = engine === "postgres" ? ["--store-url", opts.storeUrl ?? await pgDatabase(opts.dataDir)] : [];
   const ownCatalog = !opts.catalogDir;
   const catalogDir = opts.catalogDir ?? mkdtempSync(path.join(tmpdir(), "moonbox-cat-dir-"));
   if (ownCatalog && opts.fixtures !== false) cpSync(FIXTURES, catalogDir, { recursive: true });
@@ -650,6 +651,28 @@ describe(`catalog files: live reload, bad files, precedence (${engine})`, { skip
       assert.notEqual((await define(s.client, { tool_name: "json.encode" })).description, "fake");
     } finally {
       await s.close();
+    }
+  });
+
+  it("PostgreSQL: a file imported through one replica is found through another, vocabulary included", { ...T,
+    skip: engine !== "postgres" || skip }, async () => {
+    const a = await start({ fixtures: false });
+    let b;
+    try {
+      b = await start({ fixtures: false, storeUrl: databases.get(a.dataDir) });
+      // b counts the entries that have "issue" (an alternative of "defect"): none yet
+      assert.equal((await search(b.client, { query: "defect", detail_level: "name" })).tools
+        .some((t) => t.name === "file_issue"), false);
+      writeFileSync(path.join(a.catalogDir, "tracker.json"), JSON.stringify({ server: "tracker",
+        tools: [{ name: "file_issue", description: "File an issue in the tracker." }] }));
+      // a imports it; b's counts are dropped by the notification, so "defect" finds it through "issue"
+      const found = await until(async () => (await search(b.client, { query: "defect", detail_level: "name" }))
+        .tools.some((t) => t.name === "file_issue"), 3000);
+      assert.ok(found, "found through the other replica");
+      assert.equal(qualified((await search(b.client, { query: "file_issue" })).tools[0]), "tracker/file_issue");
+    } finally {
+      await b?.close();
+      await a.close();
     }
   });
 
