@@ -46,7 +46,7 @@ function stopSync(c) {
   const t0 = Date.now();
   while (alive(c.pid) && Date.now() - t0 < 3000) Atomics.wait(wait, 0, 0, 20);
   try { process.kill(c.pid, "SIGKILL"); } catch { /* gone */ }
-  rmSync(c.dir, { recursive: true, force: true });
+  rmSync(c.dir, { recursive: true, force: true, maxRetries: 5 });
 }
 let hooked = false;
 function hook() {

@@ -573,8 +573,9 @@ function H.pg_db()
   local as = root and "runuser -u postgres -- " or ""
   local data, sqlfile = dir .. "/data", dir .. "/stmt.sql"
   local function stop_cmd()
-    return string.format("if [ -f %s/postmaster.pid ]; then %s%s -D %s -m immediate stop; fi; rm -rf %s",
-      sh_quote(data), as, sh_quote(bindir .. "/pg_ctl"), sh_quote(data), sh_quote(dir))
+    return string.format("if [ -f %s/postmaster.pid ]; then %s%s -D %s -m immediate -w stop; fi; "
+      .. "rm -rf %s || { sleep 1; rm -rf %s; }",
+      sh_quote(data), as, sh_quote(bindir .. "/pg_ctl"), sh_quote(data), sh_quote(dir), sh_quote(dir))
   end
   if root then os.execute("chown postgres " .. sh_quote(dir)) end
   local log = dir .. "/initdb.log"
