@@ -1,4 +1,6 @@
--- mcp/catalog.lua - the tool catalog: progressive discovery over SQLite FTS5.
+-- mcp/catalog.lua - the tool catalog: progressive discovery over full-text search (SQLite FTS5,
+-- or a weighted tsvector on PostgreSQL: mb.db.dialect picks the SQL, docs/catalog.md "On
+-- PostgreSQL"; everything else is the same Lua on both).
 --
 -- An agent facing thousands of tools asks for the few it needs (search_tools), reads one
 -- definition with a Lua call example (get_tool_definition), or looks at the categories
@@ -20,7 +22,7 @@
 -- sources (by name); the other entry is counted as skipped and comes back when the winner goes.
 -- Search (catalog_text.build_query): the entries that have every word of the query (each word a
 -- quoted prefix term), or, when none has them all, the entries with any of them; ranked by bm25
--- with column weights (name first); among the best matches, entries whose name is made of the
+-- with column weights (name first; on PostgreSQL ts_rank per term times bm25's idf); among the best matches, entries whose name is made of the
 -- query's words first; ties broken by name and category. Answers are JSON text built in a fixed
 -- key order, so the same catalog and query give the same bytes.
 
@@ -83,11 +85,12 @@ local SQL = {
   delete_source_tools = "DELETE FROM catalog_tools WHERE source = ?",
   delete_source_cats = "DELETE FROM catalog_categories WHERE source = ?",
   delete_source = "DELETE FROM catalog_sources WHERE source = ?",
-  insert_cat = "INSERT OR REPLACE INTO catalog_categories (category, source, description) "
-    .. "VALUES (?, ?, ?)",
+  insert_cat = "INSERT INTO catalog_categories (category, source, description) VALUES (?, ?, ?) "
+    .. "ON CONFLICT (category, source) DO UPDATE SET description = excluded.description",
   source_ok = "INSERT INTO catalog_sources (source, origin, content, status, error, tools, "
     .. "skipped, updated_at) VALUES (?, ?, ?, 'ok', NULL, ?, ?, ?) ON CONFLICT (source) DO UPDATE "
-    .. "SET origin = coalesce(excluded.origin, origin), content = excluded.content, "
+    .. "SET origin = coalesce(excluded.origin, catalog_sources.origin), "
+    .. "content = excluded.content, "
     .. "status = 'ok', error = NULL, "
     .. "tools = excluded.tools, skipped = excluded.skipped, updated_at = excluded.updated_at",
   source_error = "INSERT INTO catalog_sources (source, origin, content, status, error, tools, "
@@ -98,7 +101,8 @@ local SQL = {
   displaced = "UPDATE catalog_sources SET skipped = skipped + 1, tools = tools - 1 WHERE source = ?",
   count_tools = "SELECT count(*) AS n FROM catalog_tools",
   count_categories = "SELECT count(DISTINCT category) AS n FROM catalog_tools",
-  count_sources = "SELECT count(*) AS n, sum(status = 'error') AS errors FROM catalog_sources",
+  count_sources = "SELECT count(*) AS n, sum(CASE WHEN status = 'error' THEN 1 ELSE 0 END) AS errors "
+    .. "FROM catalog_sources",
   by_name = "SELECT category, definition FROM catalog_tools WHERE name = ? ORDER BY category",
   by_name_cat = "SELECT category, definition FROM catalog_tools WHERE name = ? AND category = ?",
   categories = "SELECT category, count(*) AS n FROM catalog_tools GROUP BY category",
@@ -112,6 +116,30 @@ local SQL = {
     .. "t.id = catalog_fts.rowid WHERE catalog_fts MATCH ? ORDER BY bm25(catalog_fts, " .. WEIGHTS
     .. "), t.name, t.category LIMIT 10",
 }
+local SQL_SQLITE = SQL
+
+-- PostgreSQL (mb.db.dialect "postgres"): catalog_tools.fts, a tsvector, is the index (schema_pg.lua).
+-- It is written with the row, from the five texts FTS5 gets, each weighted as bm25's column
+-- weights: name A (10), category B (3), description and use_cases C (2), params D (1); TS_WEIGHTS
+-- gives ts_rank those figures (scaled by 0.1, in the order D, C, B, A). Queries are tsquery texts
+-- (catalog_text.TSQUERY) handed to to_tsquery as parameters. Statements without an entry here are
+-- SQLite's, which run on both; the FTS5 rows (insert_fts, delete_fts, delete_source_fts) have
+-- nothing to do.
+local TS_CONFIG = "'moonbox_catalog'::regconfig"
+local TS_WEIGHTS = "'{0.1, 0.2, 0.3, 1.0}'"
+local TS_MATCH = "fts @@ to_tsquery(" .. TS_CONFIG .. ", ?)"
+local function tsv(weight) return "setweight(to_tsvector(" .. TS_CONFIG .. ", ?), '" .. weight .. "')" end
+local SQL_PG = setmetatable({
+  insert_tool = "INSERT INTO catalog_tools (category, name, source, summary, definition, fts) "
+    .. "VALUES (?, ?, ?, ?, ?, " .. tsv("A") .. " || " .. tsv("B") .. " || " .. tsv("C") .. " || "
+    .. tsv("D") .. " || " .. tsv("C") .. ") RETURNING id",
+  has_match = "SELECT id FROM catalog_tools WHERE " .. TS_MATCH .. " LIMIT 1",
+  term_count = "SELECT count(*) AS n FROM catalog_tools WHERE " .. TS_MATCH,
+}, { __index = SQL })
+local PG = false -- the store is PostgreSQL (set by use_dialect)
+-- A text of the index on PostgreSQL is at most this long (to_tsvector refuses a tsvector over
+-- 1 MB; a catalog entry's texts are far shorter, but an upstream's schema is not ours to bound).
+local TS_COLUMN_BYTES = 200000
 
 -- Search statements by detail level, category filter and query.
 local LEVEL_COLUMNS = {
@@ -136,6 +164,32 @@ for level, cols in pairs(LEVEL_COLUMNS) do
     all_cat = "SELECT " .. cols .. " FROM catalog_tools t WHERE t.category = ? "
       .. "ORDER BY t.category, t.name LIMIT ?",
   }
+end
+
+-- Search on PostgreSQL: bm25 is FTS5's; here each term of the query (a tsquery operand, once per
+-- time it is written, as bm25 counts it) adds ts_rank of that term alone - a weighted, saturating
+-- count of its occurrences (the column weights of TS_WEIGHTS) - times the term's inverse document
+-- frequency, bm25's idf, from the number of entries that have it (kept in state.df). Negated, so
+-- that lower is better as bm25's scores are. One statement per level, category filter and number
+-- of terms, made of constant pieces; the terms and their idf are parameters. Summed in float8
+-- (ts_rank answers a float4): no more ties than among bm25's doubles.
+local TS_NORM = 0 -- ts_rank normalization (0: the entry's length does not count)
+local PG_SEARCH = {}
+local pg_search -- (below, with search)
+local function pg_search_sql(level, cat, nterms)
+  local key = level .. (cat and "/cat/" or "/") .. nterms
+  local sql = PG_SEARCH[key]
+  if sql then return sql end
+  local parts = {}
+  for i = 1, nterms do
+    parts[i] = "ts_rank(" .. TS_WEIGHTS .. ", t.fts, to_tsquery(" .. TS_CONFIG .. ", ?), " .. TS_NORM
+      .. ")::float8 * ?::float8"
+  end
+  sql = "SELECT " .. LEVEL_COLUMNS[level] .. ", -(" .. table.concat(parts, " + ") .. ") AS score "
+    .. "FROM catalog_tools t WHERE t." .. TS_MATCH .. (cat and " AND t.category = ?" or "")
+    .. " ORDER BY score, t.name, t.category LIMIT ?"
+  PG_SEARCH[key] = sql
+  return sql
 end
 
 ---------------------------------------------------------------------------------------------
@@ -210,9 +264,14 @@ local function changed()
   state.entries = nil
 end
 
+-- PostgreSQL: the replicas that share the catalog drop their counts when one of them changes it
+-- (a notification at commit; listened to from ensure_started).
+local NOTIFY_CHANNEL = "moonbox_catalog"
+
 local function delete_rows(db, source)
   changed()
-  db.run(SQL.delete_source_fts, source)
+  if PG and db.notify then db.notify(NOTIFY_CHANNEL, "") end
+  if not PG then db.run(SQL.delete_source_fts, source) end
   db.run(SQL.delete_source_tools, source)
   db.run(SQL.delete_source_cats, source)
 end
@@ -232,7 +291,7 @@ local function store_entries(source, origin, content, categories, entries, quiet
       local take = true
       if row then
         if outranks(source, row.source) then
-          db.run(SQL.delete_fts, row.id)
+          if not PG then db.run(SQL.delete_fts, row.id) end
           db.run(SQL.delete_tool, row.id)
           db.run(SQL.displaced, row.source)
         else
@@ -246,10 +305,16 @@ local function store_entries(source, origin, content, categories, entries, quiet
       end
       if take then
         local def = definition_json(e)
-        local _, id = db.run(SQL.insert_tool, e.category, e.name, source,
-          text.one_line(e.description ~= "" and e.description or e.title or ""), def)
-        local n, c, d, p, u = text.index_fields(e)
-        db.run(SQL.insert_fts, id, n, c, d, p, u)
+        local summary = text.one_line(e.description ~= "" and e.description or e.title or "")
+        if PG then
+          local cols = table.pack(text.index_fields(e))
+          for i = 1, 5 do cols[i] = text.ts_words(text.utf8_cut(cols[i], TS_COLUMN_BYTES)) end
+          db.run(SQL.insert_tool, e.category, e.name, source, summary, def, table.unpack(cols, 1, 5))
+        else
+          local _, id = db.run(SQL.insert_tool, e.category, e.name, source, summary, def)
+          local n, c, d, p, u = text.index_fields(e)
+          db.run(SQL.insert_fts, id, n, c, d, p, u)
+        end
         indexed = indexed + 1
       end
     end
@@ -456,14 +521,41 @@ end
 
 -- The start-up import runs START_DELAY_MS after the host starts (so that `initialize` is not
 -- kept waiting for it), or at the first use of the catalog, whichever comes first.
+-- The SQL and query syntax of the store's engine (mb.db.dialect), looked at on every use: a test
+-- may hand the module another store.
+local function use_dialect()
+  PG = type(mb.db) == "table" and mb.db.dialect == "postgres"
+  SQL = PG and SQL_PG or SQL_SQLITE
+end
+
+-- Runs fn(...) for its results. On PostgreSQL the catalog's writes run on the store's blocking
+-- connection (called from a coroutine the host does not own, they do not yield): a write holds row
+-- locks until it commits, and one that yielded with them could stall, for store_timeout_ms, a
+-- blocking statement of the loop (a timer's reload, an upstream's import) that waits for them.
+-- They are short and rare (start, a file saved, an upstream's tools changed), as on SQLite, whose
+-- store is all blocking. Errors come out unchanged.
+local function blocking(fn, ...)
+  if not PG then return fn(...) end
+  local co = coroutine.create(fn)
+  local r = table.pack(coroutine.resume(co, ...))
+  if not r[1] then error(r[2], 0) end
+  if coroutine.status(co) ~= "dead" then error("catalog: a store call yielded on the blocking path", 0) end
+  return table.unpack(r, 2, r.n)
+end
+
 local function ensure_started()
+  use_dialect()
   if state.started then return end
   state.started = true
   if state.start_timer then
     state.start_timer:stop()
     state.start_timer = nil
   end
-  local ok, err = pcall(start)
+  if PG and mb.db.listen then
+    local lok, lerr = pcall(mb.db.listen, NOTIFY_CHANNEL, function() changed() end)
+    if not lok then log("warning", "not listening for other replicas' changes: %s", tostring(lerr)) end
+  end
+  local ok, err = pcall(blocking, start)
   if not ok then
     state.error = tostring(err)
     log("error", "%s", state.error)
@@ -497,7 +589,8 @@ function M.import(source, shape, origin)
     record_error(source, origin, msg)
     return nil, msg
   end
-  local ok, indexed, skipped = pcall(with_resolve, store_entries, source, origin, content, cats, entries)
+  local ok, indexed, skipped = pcall(blocking, with_resolve, store_entries, source, origin, content, cats,
+    entries)
   if not ok then return nil, "catalog.import " .. source .. ": " .. tostring(indexed) end
   return true, { tools = indexed, skipped = skipped }
 end
@@ -509,7 +602,7 @@ function M.remove(source)
   end
   ensure_started()
   if not state.ready then return nil, "catalog unavailable: " .. tostring(state.error) end
-  return with_resolve(remove_source, source)
+  return blocking(with_resolve, remove_source, source)
 end
 
 -- Names of the sources imported with catalog.import whose name starts with prefix.
@@ -525,6 +618,7 @@ end
 
 -- Counts for get_execution_stats.
 function M.counts()
+  use_dialect()
   local db = mb.db
   local s = db.row(SQL.count_sources)
   return {
@@ -615,9 +709,10 @@ local function suggestions(name, n)
       for _, r in ipairs(mb.db.query(SQL.names_from, f, nxt)) do add(r) end
     end
   end
-  local _, q = text.build_query(name)
+  local _, q = text.build_query(name, nil, PG and { syntax = text.TSQUERY } or nil)
   if q then
-    for i, r in ipairs(mb.db.query(SQL.fts_names, q)) do add(r, i) end
+    local rows = PG and pg_search("name", q, nil, 10) or mb.db.query(SQL.fts_names, q)
+    for i, r in ipairs(rows) do add(r, i) end
   end
   -- close spellings first (nearest first), then the full-text matches in their order
   local out = {}
@@ -689,6 +784,7 @@ local function term_found(term)
 end
 
 local QUERY_OPTS = { classify = classify_term, found = term_found }
+local QUERY_OPTS_PG = { classify = classify_term, found = term_found, syntax = text.TSQUERY }
 
 -- Within the best bm25 matches: an entry whose name is the query first; then entries whose name
 -- is made of the query's words (catalog_text.name_covered); then those whose name is made of the
@@ -710,6 +806,37 @@ local function rerank(rows, q, words, alt_words, match)
     if a.name ~= b.name then return a.name < b.name end
     return a.category < b.category
   end)
+end
+
+-- bm25's inverse document frequency of a term (FTS5's: never below 1e-6).
+local function idf(term)
+  local n = state.df[term]
+  if n == nil then
+    n = mb.db.row(SQL.term_count, term).n
+    state.df[term] = n
+  end
+  if not state.entries then state.entries = mb.db.row(SQL.count_tools).n end
+  local x = math.log((state.entries - n + 0.5) / (n + 0.5))
+  return x > 0 and x or 1e-6
+end
+
+-- The best `limit` entries that match a tsquery text (PostgreSQL), scored as pg_search_sql says.
+pg_search = function(level, expr, cat, limit)
+  local terms, order = {}, {}
+  for _, o in ipairs(text.ts_operands(expr)) do
+    local t = "'" .. o[1] .. "'" .. (o[2] and ":*" or "")
+    if not terms[t] then terms[t] = 0; order[#order + 1] = t end
+    terms[t] = terms[t] + 1
+  end
+  local params = {}
+  for _, t in ipairs(order) do
+    params[#params + 1] = t
+    params[#params + 1] = terms[t] * idf(t)
+  end
+  params[#params + 1] = expr
+  if cat then params[#params + 1] = cat end
+  params[#params + 1] = limit
+  return mb.db.query(pg_search_sql(level, cat, #order), table.unpack(params))
 end
 
 local function search(tools, args)
@@ -752,16 +879,19 @@ local function search(tools, args)
 
   local all_words, any_word, words, groups, alt_words
   if q:find("%S") then
-    all_words, any_word, words, groups, alt_words = text.build_query(q, VOCABULARY, QUERY_OPTS)
+    all_words, any_word, words, groups, alt_words = text.build_query(q, VOCABULARY,
+      PG and QUERY_OPTS_PG or QUERY_OPTS)
     if not all_words then
       return tools.tool_error(string.format("query %q has no words to search for (letters or "
         .. "digits); use \"\" to list every entry", q))
     end
   end
   local sql = SEARCH[level]
+  local syn = PG and text.TSQUERY or text.FTS5
   local rows, match, unknown
   local window = limit + RERANK_WINDOW
   local function run(expr)
+    if PG then return pg_search(level, expr, cat, window) end
     if cat then return mb.db.query(sql.fts_cat, expr, cat, window) end
     -- Scoring alone first, then only the best rows are read (bm25 is most of the cost and reading
     -- every match's row would double it). When the last two of window + 1 scores are equal, which
@@ -783,7 +913,7 @@ local function search(tools, args)
         if mb.db.row(SQL.has_match, g.expr) then kept[#kept + 1] = g.expr
         else missing[#missing + 1] = g.word end
       end
-      if #missing > 0 and #kept > 0 then rows = run(table.concat(kept, " AND ")) end
+      if #missing > 0 and #kept > 0 then rows = run(table.concat(kept, syn.AND)) end
     end
     if #rows == 0 and #kept >= 3 and #kept <= 6 then
       -- entries that have all the words but one (cheap: each part is an intersection)
@@ -791,9 +921,9 @@ local function search(tools, args)
       for i = 1, #kept do
         local part = {}
         for j = 1, #kept do if j ~= i then part[#part + 1] = kept[j] end end
-        alts[i] = "(" .. table.concat(part, " AND ") .. ")"
+        alts[i] = "(" .. table.concat(part, syn.AND) .. ")"
       end
-      rows, match = run(table.concat(alts, " OR ")), "most"
+      rows, match = run(table.concat(alts, syn.OR)), "most"
     end
     if #rows > 0 and #missing > 0 then unknown = missing end
     if #rows == 0 and any_word ~= all_words then rows, match = run(any_word), "any" end

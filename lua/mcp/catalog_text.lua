@@ -182,6 +182,42 @@ local function quote(t) return '"' .. sgsub(t, '"', '""') .. '"*' end
 -- that "sum" does not find "summary" nor "pr" every word that starts with it.
 local function exact(t) return '"' .. sgsub(t, '"', '""') .. '"' end
 
+-- The syntax of the query expressions build_query writes: FTS5 MATCH (SQLite, the default) or
+-- PostgreSQL tsquery text (for to_tsquery). prefix(word) is a prefix term, exact(word) a whole
+-- word, AND and OR the operators; parentheses are the same in both.
+M.FTS5 = { prefix = quote, exact = exact, AND = " AND ", OR = " OR " }
+
+-- Text as the PostgreSQL index sees it: the runs of letters and digits (and bytes >= 0x80) of s,
+-- one space between them. FTS5's unicode61 tokenizer splits at every other character; PostgreSQL's
+-- parser would keep "file.read" as a host name, "a/b" as a path and "foo-bar" whole as well as in
+-- parts, so the catalog hands it words alone, in the index (index_fields' texts) and in queries.
+function M.ts_words(s)
+  return (sgsub(sgsub(s, "[^%w\128-\255]+", " "), "^ *(.-) *$", "%1"))
+end
+
+-- A tsquery operand: the word's runs quoted ('get file contents' is a phrase in to_tsquery, as
+-- "get_file_contents" is in FTS5). ts_words leaves none of tsquery's syntax (quotes, backslash,
+-- & | ! ( ) : * < >) in it, so what the user typed is never read as tsquery operators; "" (a
+-- word of symbols alone, which build_query does not make) becomes a word no entry has.
+local function ts_operand(t)
+  local w = M.ts_words(t)
+  if w == "" then w = "moonbox0empty0word" end
+  return "'" .. w .. "'"
+end
+M.TSQUERY = {
+  prefix = function(t) return ts_operand(t) .. ":*" end,
+  exact = ts_operand,
+  AND = " & ", OR = " | ",
+}
+
+-- The operands of a tsquery text made with M.TSQUERY, in order, repeats included: {text, prefix}
+-- ("get file", true for 'get file':*).
+function M.ts_operands(expr)
+  local out = {}
+  for w, star in expr:gmatch("'([^']*)'(:?%*?)") do out[#out + 1] = { w, star == ":*" } end
+  return out
+end
+
 ---------------------------------------------------------------------------------------------
 -- the search vocabulary (lua/catalog/vocabulary.lua): synonyms added to query words
 
@@ -271,6 +307,8 @@ end
 -- ({expr, word, alts} per query word: the parts of all_words, so that a word no entry has can be
 -- left out) and alt_words (every alternative added); or nil when the query has no words.
 function M.build_query(q, vocab, opts)
+  local syn = opts and opts.syntax or M.FTS5
+  local quote, exact = syn.prefix, syn.exact
   local toks = {}
   for tok in q:gmatch("[%w_%.%-/:\128-\255]+") do
     tok = sgsub(sgsub(tok, "^[_%.%-/:]+", ""), "[_%.%-/:]+$", "")
@@ -333,11 +371,11 @@ function M.build_query(q, vocab, opts)
           for _, a in ipairs(list) do
             if #alts >= M.MAX_ALTERNATIVES or nalt >= M.MAX_ALT_TERMS then break end
             local take = a ~= whole
-            local kind = take and opts and opts.classify(exact(a))
+            local kind = take and opts and opts.classify and opts.classify(exact(a))
             if kind == "absent" then
               take = false
             elseif kind == "common" then
-              if found == nil then found = opts.found(quote(whole)) and true or false end
+              if found == nil then found = opts.found and opts.found(quote(whole)) and true or false end
               take = not found
             end
             if take then
@@ -353,20 +391,20 @@ function M.build_query(q, vocab, opts)
           -- the user's word weighs more than its alternatives (see USER_WORD_WEIGHT)
           for _ = 2, M.USER_WORD_WEIGHT do terms[#terms + 1] = terms[1] end
         end
-        all[#all + 1] = #terms == 1 and terms[1] or "(" .. concat(terms, " OR ") .. ")"
+        all[#all + 1] = #terms == 1 and terms[1] or "(" .. concat(terms, syn.OR) .. ")"
       else
         local p = {}
         for i, w in ipairs(parts) do
           p[i] = quote(w)
           if add_any(w) then words[#words + 1] = w end
         end
-        all[#all + 1] = "(" .. quote(whole) .. " OR (" .. concat(p, " AND ") .. "))"
+        all[#all + 1] = "(" .. quote(whole) .. syn.OR .. "(" .. concat(p, syn.AND) .. "))"
       end
       groups[#groups + 1] = { expr = all[#all], word = whole, alts = alts }
     end
   end
   if #any == 0 then return nil end
-  return concat(all, " AND "), concat(any, " OR "), words, groups, alt_words
+  return concat(all, syn.AND), concat(any, syn.OR), words, groups, alt_words
 end
 
 -- True when every word of a tool's name (stop words aside) is among the query's words, a query

@@ -4,6 +4,9 @@
 // business.json in the category form) plus moonbox's own sandbox API; ranking, detail levels,
 // argument errors, suggestions, determinism, live reload, bad files and precedence between files.
 // Every server gets a fresh temporary data directory and a temporary --catalog-dir.
+// Every test runs twice: on the SQLite store (FTS5) and on PostgreSQL (--store-url, a database of
+// its own per server in a throwaway cluster; the tsvector index, docs/catalog.md "On PostgreSQL").
+// The PostgreSQL half is skipped, saying why, only when PostgreSQL is not installed.
 // Run: cd tests && MOONBOX=../build/moonbox node --test integration/catalog.test.mjs
 
 import { describe, it, before, after } from "node:test";
@@ -14,6 +17,7 @@ import path from "node:path";
 import { setTimeout as sleep } from "node:timers/promises";
 
 import { TESTS_DIR, connectClient } from "../lib/moonbox.mjs";
+import { pgUnavailable, startPg } from "../lib/pg_min.mjs";
 
 const T = { timeout: 30000 };
 const FIXTURES = path.join(TESTS_DIR, "integration/fixtures/catalog");
@@ -25,8 +29,10 @@ const FIXTURES = path.join(TESTS_DIR, "integration/fixtures/catalog");
  * @param {string} [opts.dataDir] reuse a data directory (kept on close)
  * @param {string} [opts.catalogDir] reuse a catalog directory (kept on close)
  * @param {Record<string, string>} [opts.files] extra files to write into the catalog dir first
+ * @param {string} [opts.storeUrl] PostgreSQL: this database (another server's) instead of a new one
  */
-async function start(opts = {}) {
+async function startOn(engine, opts = {}) {
+  const storeArgs = engine === "postgres" ? ["--store-url", opts.storeUrl ?? await pgDatabase(opts.dataDir)] : [];
   const ownCatalog = !opts.catalogDir;
   const catalogDir = opts.catalogDir ?? mkdtempSync(path.join(tmpdir(), "moonbox-cat-dir-"));
   if (ownCatalog && opts.fixtures !== false) cpSync(FIXTURES, catalogDir, { recursive: true });
@@ -36,8 +42,9 @@ async function start(opts = {}) {
   const removeCatalog = () => { if (ownCatalog) rmSync(catalogDir, { recursive: true, force: true }); };
   let s;
   try {
-    s = await connectClient({ dataDir: opts.dataDir, args: ["--catalog-dir", catalogDir, ...(opts.args ?? [])],
-      name: "moonbox-catalog-test" });
+    s = await connectClient({ dataDir: opts.dataDir,
+      args: ["--catalog-dir", catalogDir, ...storeArgs, ...(opts.args ?? [])], name: "moonbox-catalog-test" });
+    if (engine === "postgres" && !opts.dataDir) databases.set(s.dataDir, storeArgs[1]);
   } catch (e) {
     removeCatalog();
     throw e;
@@ -51,6 +58,18 @@ async function start(opts = {}) {
     },
   };
 }
+
+// PostgreSQL: one cluster for the file, one database per server; a server started again on the
+// same data directory gets the same database (the restart test).
+let pg;
+const databases = new Map(); // data dir -> store_url
+let ndb = 0;
+async function pgDatabase(dataDir) {
+  if (dataDir && databases.has(dataDir)) return databases.get(dataDir);
+  pg ??= await startPg();
+  return pg.createDb(`catalog_${++ndb}`);
+}
+after(async () => { await pg?.stop(); });
 
 function call(client, name, args) {
   return client.callTool({ name, arguments: args });
@@ -88,7 +107,11 @@ async function until(fn, ms = 2000, step = 25) {
 
 const fixture = (name) => JSON.parse(readFileSync(path.join(FIXTURES, name), "utf8"));
 
-describe("tool catalog", () => {
+for (const engine of ["sqlite", "postgres"]) {
+const skip = engine === "postgres" ? pgUnavailable() ?? false : false;
+const start = (opts) => startOn(engine, opts);
+
+describe(`tool catalog (${engine})`, { skip }, () => {
   let s;
   let client;
 
@@ -506,7 +529,7 @@ describe("tool catalog", () => {
   });
 });
 
-describe("catalog files: live reload, bad files, precedence", () => {
+describe(`catalog files: live reload, bad files, precedence (${engine})`, { skip }, () => {
   it("a new, changed and deleted file is picked up within 2 s", T, async () => {
     const s = await start({ fixtures: false });
     try {
@@ -631,6 +654,28 @@ describe("catalog files: live reload, bad files, precedence", () => {
     }
   });
 
+  it("PostgreSQL: a file imported through one replica is found through another, vocabulary included", { ...T,
+    skip: engine !== "postgres" || skip }, async () => {
+    const a = await start({ fixtures: false });
+    let b;
+    try {
+      b = await start({ fixtures: false, storeUrl: databases.get(a.dataDir) });
+      // b counts the entries that have "issue" (an alternative of "defect"): none yet
+      assert.equal((await search(b.client, { query: "defect", detail_level: "name" })).tools
+        .some((t) => t.name === "file_issue"), false);
+      writeFileSync(path.join(a.catalogDir, "tracker.json"), JSON.stringify({ server: "tracker",
+        tools: [{ name: "file_issue", description: "File an issue in the tracker." }] }));
+      // a imports it; b's counts are dropped by the notification, so "defect" finds it through "issue"
+      const found = await until(async () => (await search(b.client, { query: "defect", detail_level: "name" }))
+        .tools.some((t) => t.name === "file_issue"), 3000);
+      assert.ok(found, "found through the other replica");
+      assert.equal(qualified((await search(b.client, { query: "file_issue" })).tools[0]), "tracker/file_issue");
+    } finally {
+      await b?.close();
+      await a.close();
+    }
+  });
+
   it("a restart keeps the same answers (unchanged files are not re-indexed)", T, async () => {
     const first = await start({ fixtures: true });
     const dataDir = first.dataDir;
@@ -653,3 +698,4 @@ describe("catalog files: live reload, bad files, precedence", () => {
     }
   });
 });
+}

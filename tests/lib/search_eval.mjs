@@ -12,7 +12,9 @@ import { cpSync, mkdtempSync, readFileSync, realpathSync, rmSync } from "node:fs
 import { tmpdir } from "node:os";
 import path from "node:path";
 
-import { TESTS_DIR, UPSTREAM_JS, connectWithConfig, nodeServer, waitUpstream } from "./moonbox.mjs";
+import { setTimeout as sleep } from "node:timers/promises";
+
+import { TESTS_DIR, UPSTREAM_JS, connectWithConfig, nodeServer } from "./moonbox.mjs";
 
 export const QUERY_FILE = path.join(TESTS_DIR, "bench/search_queries.json");
 
@@ -22,8 +24,10 @@ export function loadQueries(file = QUERY_FILE) {
 }
 
 /** Starts moonbox (the binary of tests/lib/moonbox.mjs: $MOONBOX) with the fixture catalog and
- * the three upstreams, and waits until their tools are in the catalog. Returns {client, close}. */
-export async function startSearchServer() {
+ * the three upstreams, and waits until their tools are in the catalog. Returns {client, stderr(),
+ * close}.
+ * args: more command-line arguments (--store-url for the catalog on PostgreSQL). */
+export async function startSearchServer({ args = [] } = {}) {
   const catalogDir = mkdtempSync(path.join(tmpdir(), "moonbox-search-cat-"));
   cpSync(path.join(TESTS_DIR, "integration/fixtures/catalog"), catalogDir, { recursive: true });
   const fsDir = realpathSync(mkdtempSync(path.join(tmpdir(), "moonbox-search-fs-")));
@@ -39,10 +43,18 @@ export async function startSearchServer() {
         fs: nodeServer(UPSTREAM_JS.filesystem, [fsDir]),
         memory: nodeServer(UPSTREAM_JS.memory, [], { env: { MEMORY_FILE_PATH: path.join(memDir, "memory.jsonl") } }),
       },
-    }, { args: ["--catalog-dir", catalogDir] });
-    for (const name of ["fs", "memory"]) await waitUpstream(s.client, name);
-    // server-everything adds one tool after initialize: wait for all 15
-    await waitUpstream(s.client, "everything", (u) => u?.state === "ready" && u.tools === 15);
+    }, { args: ["--catalog-dir", catalogDir, ...args] });
+    // the upstreams' tools in the catalog (list_tool_categories; not get_execution_stats, whose
+    // execution history is not on PostgreSQL yet); server-everything adds one tool after
+    // initialize: wait for all 15
+    const t0 = Date.now();
+    for (;;) {
+      const res = await s.client.callTool({ name: "list_tool_categories", arguments: {} });
+      const n = Object.fromEntries((res.structuredContent?.categories ?? []).map((c) => [c.name, c.tools]));
+      if (n.fs > 0 && n.memory > 0 && n.everything === 15) break;
+      if (Date.now() - t0 > 15000) throw new Error(`upstream tools not in the catalog within 15 s: ${JSON.stringify(n)}`);
+      await sleep(50);
+    }
   } catch (e) {
     await s?.close();
     cleanup();
@@ -50,6 +62,7 @@ export async function startSearchServer() {
   }
   return {
     client: s.client,
+    stderr: () => s.stderr?.() ?? "",
     async close() {
       await s.close();
       cleanup();

@@ -1,6 +1,6 @@
 -- tests/lua/harness.lua - what the policy module tests (tests/lua/test_*.lua) share: checks, a
 -- stand-in for the host's `mb` table, a JSON codec that decodes the way the host's does, and a
--- store backed by the sqlite3 shell.
+-- store backed by the sqlite3 shell or by psql on a throwaway PostgreSQL cluster.
 --
 -- The policy modules (lua/mcp/*.lua) run in the host state of the real binary, where C provides
 -- `mb` (docs/host-api.md). Here they run in a plain lua5.4 (as tests/run-lua.sh runs every test)
@@ -479,7 +479,7 @@ function H.sqlite_db()
   if not io.popen("command -v sqlite3 2>/dev/null"):read("l") then return nil end
   local path = os.tmpname()
   local sqlfile = os.tmpname()
-  local db = { path = path, statements = {} }
+  local db = { dialect = "sqlite", path = path, statements = {} }
   local function shell(sql)
     local f = assert(io.open(sqlfile, "wb"))
     f:write(sql)
@@ -520,6 +520,143 @@ function H.sqlite_db()
     return true
   end
   function db.close() os.remove(path) os.remove(sqlfile) end
+  return db
+end
+
+local function sh_quote(s) return "'" .. s:gsub("'", "'\\''") .. "'" end
+
+local function sh_line(cmd)
+  local p = io.popen(cmd)
+  local l = p:read("l")
+  p:close()
+  return l
+end
+
+-- The directory of PostgreSQL's server programs (initdb, pg_ctl, postgres), or nil.
+local function pg_bindir()
+  local best
+  local p = io.popen("ls -d /usr/lib/postgresql/*/bin 2>/dev/null")
+  for d in p:lines() do
+    local v = tonumber(d:match("/postgresql/(%d+)/bin$"))
+    if v and io.open(d .. "/initdb", "rb") and (not best or v > best.v) then best = { v = v, d = d } end
+  end
+  p:close()
+  if best then return best.d end
+  local d = sh_line("pg_config --bindir 2>/dev/null")
+  if d and io.open(d .. "/initdb", "rb") then return d end
+  local i = sh_line("command -v initdb 2>/dev/null")
+  return i and i:match("^(.*)/initdb$") or nil
+end
+
+-- An mb.db on a throwaway PostgreSQL cluster (the dialect "postgres" of the host's mb.db, see
+-- docs/store.md): initdb into a temporary directory, the server on a Unix socket in it only (no
+-- TCP), run as the user postgres when this runs as root (PostgreSQL refuses root). Each call is one
+-- run of psql; rows come back as JSON (row_to_json), with NULL left out and booleans as 1/0 as the
+-- host's backend gives them. run() answers changes (rows the statement touched) and, for a
+-- statement with RETURNING, the first returned column of the first row. tx runs fn without a
+-- transaction; migrate applies the list, keeping the version in moonbox_schema.
+-- The cluster is stopped (pg_ctl -m immediate) and its directory removed by db.close(), when the
+-- db is collected (an error that ends the test closes the Lua state), and by a watchdog shell
+-- that does it within a second of this Lua process ending any other way (a signal, os.exit).
+-- Returns nil, reason when the PostgreSQL binaries are absent or the cluster does not start.
+function H.pg_db()
+  local bindir = pg_bindir()
+  if not bindir then return nil, "PostgreSQL binaries (initdb, pg_ctl) not found" end
+  local psql = io.open(bindir .. "/psql", "rb") and bindir .. "/psql" or sh_line("command -v psql 2>/dev/null")
+  if not psql then return nil, "psql not found" end
+  local root = sh_line("id -u") == "0"
+  if root and not sh_line("id -u postgres 2>/dev/null") then
+    return nil, "running as root and there is no user postgres to run the server as"
+  end
+  local dir = sh_line("mktemp -d /tmp/moonbox-pg-XXXXXX")
+  if not dir then return nil, "mktemp failed" end
+  local as = root and "runuser -u postgres -- " or ""
+  local data, sqlfile = dir .. "/data", dir .. "/stmt.sql"
+  local function stop_cmd()
+    return string.format("if [ -f %s/postmaster.pid ]; then %s%s -D %s -m immediate -w stop; fi; "
+      .. "rm -rf %s || { sleep 1; rm -rf %s; }",
+      sh_quote(data), as, sh_quote(bindir .. "/pg_ctl"), sh_quote(data), sh_quote(dir), sh_quote(dir))
+  end
+  if root then os.execute("chown postgres " .. sh_quote(dir)) end
+  local log = dir .. "/initdb.log"
+  local ok = os.execute(string.format("%s%s -D %s -U postgres -A trust -E UTF8 --locale=C.UTF-8 -N > %s 2>&1",
+    as, sh_quote(bindir .. "/initdb"), sh_quote(data), sh_quote(log)))
+  if ok then
+    ok = os.execute(string.format("%s%s -D %s -l %s -w -o %s start > /dev/null 2>&1", as,
+      sh_quote(bindir .. "/pg_ctl"), sh_quote(data), sh_quote(dir .. "/server.log"),
+      sh_quote("-c listen_addresses='' -k " .. dir .. " -c fsync=off -c full_page_writes=off")))
+  end
+  -- the watchdog: this Lua process's pid is the parent of the shell io.popen runs
+  local lua_pid = sh_line("echo $PPID")
+  os.execute(string.format("(while kill -0 %s 2>/dev/null && [ -d %s ]; do sleep 1; done; %s) "
+    .. "< /dev/null > /dev/null 2>&1 &", lua_pid, sh_quote(dir), stop_cmd()))
+  local closed = false
+  local function close()
+    if closed then return end
+    closed = true
+    os.execute("{ " .. stop_cmd() .. "; } > /dev/null 2>&1")
+  end
+  if not ok then
+    local f = io.open(dir .. "/server.log") or io.open(log)
+    local why = f and f:read("a") or ""
+    if f then f:close() end
+    close()
+    return nil, "the throwaway PostgreSQL cluster did not start: " .. why:sub(-600)
+  end
+  local db = { dialect = "postgres", dir = dir, statements = {} }
+  -- closed when collected: an error that ends the test closes the Lua state
+  db.guard = setmetatable({}, { __gc = close })
+  local function shell(sql)
+    local f = assert(io.open(sqlfile, "wb"))
+    f:write(sql)
+    f:close()
+    local p = io.popen(string.format("%s -X -q -A -t -v ON_ERROR_STOP=1 -h %s -U postgres -d postgres -f %s 2>&1",
+      sh_quote(psql), sh_quote(dir), sh_quote(sqlfile)))
+    local out = p:read("a")
+    local okp = p:close()
+    if not okp or out:find("ERROR:") then
+      error("postgres: " .. out:gsub("%s+$", "") .. "\n  in: " .. sql, 3)
+    end
+    local rows = {}
+    for line in out:gmatch("[^\n]+") do
+      if line:sub(1, 1) == "{" then
+        local r = assert(H.json_decode(line))
+        for k, v in pairs(r) do
+          if v == NULL then r[k] = nil
+          elseif v == true then r[k] = 1 elseif v == false then r[k] = 0 end
+        end
+        rows[#rows + 1] = r
+      end
+    end
+    return rows
+  end
+  function db.exec(sql) shell(sql) end
+  function db.query(sql, ...)
+    db.statements[#db.statements + 1] = sql
+    return shell("SELECT row_to_json(moonbox_r) FROM (" .. bind(sql, ...) .. ") moonbox_r;")
+  end
+  function db.row(sql, ...) return db.query(sql, ...)[1] end
+  function db.run(sql, ...)
+    db.statements[#db.statements + 1] = sql
+    local s = bind(sql, ...)
+    if not s:match("^%s*[IiUuDd][NnPpEe][SsDdLl][EeAa][RrTt]") then shell(s .. ";") return 0 end
+    local ret = s:match("[Rr][Ee][Tt][Uu][Rr][Nn][Ii][Nn][Gg]%s+([%w_]+)%s*$")
+    local rows = shell("WITH moonbox_r AS (" .. s .. (ret and "" or " RETURNING 1 AS moonbox_one")
+      .. ") SELECT row_to_json(moonbox_r) FROM moonbox_r;")
+    return #rows, ret and rows[1] and rows[1][ret] or nil
+  end
+  function db.tx(fn, ...) return fn(...) end
+  function db.migrate(list)
+    shell("CREATE TABLE IF NOT EXISTS moonbox_schema (version integer NOT NULL); "
+      .. "INSERT INTO moonbox_schema SELECT 0 WHERE NOT EXISTS (SELECT 1 FROM moonbox_schema);")
+    local v = db.row("SELECT version FROM moonbox_schema").version
+    if v > #list then error("database from a newer moonbox", 2) end
+    for i = v + 1, #list do
+      shell("BEGIN;\n" .. list[i] .. "\nUPDATE moonbox_schema SET version = " .. i .. ";\nCOMMIT;")
+    end
+    return true
+  end
+  db.close = close
   return db
 end
 
