@@ -772,7 +772,8 @@ void mb_host_job_done(mb_host *h, uint64_t job, const mb_exec_result *res)
 
 size_t mb_host_inflight(mb_host *h)
 {
-	return h->inflight;
+	/* with the store on PostgreSQL, requests waiting for a statement count too */
+	return h->inflight + (h->deps.pg ? mb_pg_pending(h->deps.pg) : 0);
 }
 
 void mb_host_set_pool(mb_host *h, mb_pool *pool)

@@ -100,6 +100,8 @@ static const char TX_DENIED[] = "transaction control (BEGIN, COMMIT, ROLLBACK, S
 
 /* ---- connecting ------------------------------------------------------------------------------ */
 
+static void on_notice(void *arg, const char *message);
+
 /* The first line of libpq's message, without its trailing newline. */
 static void pq_msg(char *out, size_t len, const char *msg)
 {
@@ -144,6 +146,7 @@ static PGconn *connect_one(const char *conninfo, int64_t timeout_ms, char *err, 
 		PQfinish(c);
 		return NULL;
 	}
+	PQsetNoticeProcessor(c, on_notice, NULL);
 	char set[160];
 	snprintf(set, sizeof set, "SET statement_timeout = %lld; SET idle_in_transaction_session_timeout"
 		 " = %lld", (long long)timeout_ms, (long long)timeout_ms * 6);
@@ -160,6 +163,16 @@ static PGconn *connect_one(const char *conninfo, int64_t timeout_ms, char *err, 
 
 static void on_poll(uv_poll_t *p, int status, int events);
 static void maybe_free(mb_pg *s);
+
+/* PostgreSQL's NOTICEs (to_tsquery on a word it drops, ...) go to the debug log, not to stderr
+ * as libpq's default does: text from a request must not be able to fill the log. */
+static void on_notice(void *arg, const char *message)
+{
+	(void)arg;
+	char m[256];
+	pq_msg(m, sizeof m, message);
+	mb_log(MB_LOG_DEBUG, "store: PostgreSQL notice: %s", m);
+}
 static void conn_broken(pg_conn *cn, const char *why);
 static void dispatch(mb_pg *s);
 
@@ -178,6 +191,7 @@ static int conn_attach(pg_conn *cn, PGconn *c)
 	cn->poll.data = cn;
 	cn->poll_open = 1;
 	uv_poll_start(&cn->poll, UV_READABLE, on_poll);
+	uv_unref((uv_handle_t *)&cn->poll); /* an idle connection does not keep the loop running */
 	return 0;
 }
 
@@ -246,6 +260,7 @@ static void schedule_reopen(pg_conn *cn)
 		cn->timer_open = 1;
 	}
 	uv_timer_start(&cn->timer, on_reopen_timer, cn->backoff_ms, 0);
+	uv_unref((uv_handle_t *)&cn->timer);
 	cn->timer.data = cn;
 }
 
@@ -567,6 +582,7 @@ static int send_req(pg_conn *cn, pg_req *r)
 	cn->cur = r;
 	r->conn = cn;
 	uv_poll_start(&cn->poll, UV_READABLE | (f == 1 ? UV_WRITABLE : 0), on_poll);
+	uv_ref((uv_handle_t *)&cn->poll); /* a statement in flight does: its answer is awaited */
 	return 0;
 }
 
@@ -637,6 +653,8 @@ static void settle(pg_conn *cn, pg_req *r)
 {
 	cn->cur = NULL;
 	r->conn = NULL;
+	if (cn->poll_open)
+		uv_unref((uv_handle_t *)&cn->poll);
 	if (r->kind == K_BEGIN && !r->failed) {
 		cn->pinned = r->L;
 		cn->depth++;
@@ -783,6 +801,10 @@ static void drain_notifies(pg_conn *cn)
 	}
 }
 
+/* LISTEN channel, waiting for the answer (PQexec blocks even on a non-blocking connection): one
+ * round trip, at start or after a reconnect. Two LISTENs sent without waiting would have the
+ * second refused ("another command is already in progress"). Notifications that arrived
+ * meanwhile are kept by libpq for the next drain. */
 static int send_listen(mb_pg *s, const char *channel)
 {
 	char *id = PQescapeIdentifier(s->lconn.c, channel, strlen(channel));
@@ -792,8 +814,9 @@ static int send_listen(mb_pg *s, const char *channel)
 	int ok = 0;
 	if (sql) {
 		sprintf(sql, "LISTEN %s", id);
-		/* the connection is non-blocking and idle: the reply is read (and dropped) by on_poll */
-		ok = PQsendQuery(s->lconn.c, sql) && PQflush(s->lconn.c) >= 0;
+		PGresult *r = PQexec(s->lconn.c, sql);
+		ok = PQresultStatus(r) == PGRES_COMMAND_OK;
+		PQclear(r);
 	}
 	free(sql);
 	PQfreemem(id);
@@ -809,8 +832,11 @@ static void resubscribe(mb_pg *s)
 	lua_pushnil(L);
 	while (lua_next(L, -2)) {
 		lua_pop(L, 1);
-		if (lua_type(L, -1) == LUA_TSTRING)
-			send_listen(s, lua_tostring(L, -1));
+		if (lua_type(L, -1) == LUA_TSTRING && send_listen(s, lua_tostring(L, -1)) != 0) {
+			lua_pop(L, 2);
+			conn_broken(&s->lconn, PQerrorMessage(s->lconn.c));
+			return;
+		}
 	}
 	lua_pushnil(L);
 	while (lua_next(L, -2)) {
@@ -853,8 +879,12 @@ static int l_listen(lua_State *L)
 					  s->label);
 		s->st.connections++;
 	}
-	if (s->lconn.c && send_listen(s, ch) != 0)
-		conn_broken(&s->lconn, PQerrorMessage(s->lconn.c));
+	if (s->lconn.c && !s->lconn.down) {
+		if (send_listen(s, ch) != 0)
+			conn_broken(&s->lconn, PQerrorMessage(s->lconn.c));
+		else
+			drain_notifies(&s->lconn);
+	}
 	return 0;
 }
 
@@ -1379,6 +1409,16 @@ void mb_pg_set_host(mb_pg *s, const mb_pg_host *host)
 void mb_pg_get_stats(const mb_pg *s, mb_pg_stats *out)
 {
 	*out = s->st;
+}
+
+size_t mb_pg_pending(const mb_pg *s)
+{
+	size_t n = 0;
+	for (int i = 0; i < s->n; i++)
+		n += s->conns[i].cur != NULL;
+	for (const pg_req *r = s->wait_head; r; r = r->next)
+		n++;
+	return n;
 }
 
 /* Frees s once every handle has closed and no reopen runs on the thread pool. */

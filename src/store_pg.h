@@ -85,6 +85,10 @@ void mb_pg_push_lua(lua_State *L, mb_pg *s);
 
 void mb_pg_get_stats(const mb_pg *s, mb_pg_stats *out);
 
+/// Statements running or queued now (a coroutine waits for each): the server does not stop
+/// while there are any.
+size_t mb_pg_pending(const mb_pg *s);
+
 /// Closes every connection (statements still waiting are dropped without resuming their
 /// coroutines: the host state is being closed). Call after the host is freed, then run the loop
 /// once so the poll handles close.
