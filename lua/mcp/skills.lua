@@ -526,7 +526,11 @@ function M.save(tenant, args, source)
     if not wok then break end
   end
   if not wok then return nil, "could not write the skill: " .. tostring(werr) end
-  local e, version = index_skill(t, name, source or "save", true)
+  local iok, e, version = pcall(index_skill, t, name, source or "save", true)
+  if not iok then -- the file is the source of truth: it is indexed at the next scan
+    return nil, "the skill file was written, but the store did not record its version ("
+      .. tostring(e) .. "); it is indexed from the file when the store answers again"
+  end
   if not e then return nil, "the skill was written but could not be indexed" end
   check_published()
   local d = describe(e)
