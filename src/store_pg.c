@@ -91,6 +91,11 @@ struct mb_pg {
 	char last_err[256];
 	lua_State *L;           /* the host's main state (listen callbacks) */
 	int handles;            /* closing handles not yet called back */
+	int in_call;            /* inside a Lua call into the store: resumes are deferred */
+	pg_req *ready_head, *ready_tail; /* finished while in_call: resumed by the idle handle */
+	int drain_pending;      /* notifications to deliver from the idle handle */
+	uv_idle_t idle;
+	int idle_open;
 	int listen_ref;         /* registry: channel -> function */
 	int closing;
 };
@@ -586,17 +591,52 @@ static int send_req(pg_conn *cn, pg_req *r)
 	return 0;
 }
 
+static void on_idle(uv_idle_t *h);
+
+/* Resumes r's coroutine, which waits for it - never from inside a Lua call into the store
+ * (a coroutine resumed while another runs would corrupt the state): then it is queued for the
+ * idle handle. A req whose coroutine has not yielded yet (failed at once) is only marked done. */
 static void resume_req(pg_req *r)
 {
 	r->done = 1;
 	r->conn = NULL;
 	mb_pg *s = r->s;
-	if (r->ref != LUA_NOREF && !s->closing) {
-		luaL_unref(r->L, LUA_REGISTRYINDEX, r->ref);
-		r->ref = LUA_NOREF;
+	if (s->closing || r->ref == LUA_NOREF)
+		return;
+	if (s->in_call) {
+		r->next = NULL;
+		if (s->ready_tail)
+			s->ready_tail->next = r;
+		else
+			s->ready_head = r;
+		s->ready_tail = r;
+		uv_idle_start(&s->idle, on_idle);
+		return;
 	}
-	if (s->host.resume && !s->closing)
+	luaL_unref(r->L, LUA_REGISTRYINDEX, r->ref);
+	r->ref = LUA_NOREF;
+	if (s->host.resume)
 		s->host.resume(s->host.ud, r->L, 0);
+}
+
+static void drain_notifies(pg_conn *cn);
+
+static void on_idle(uv_idle_t *h)
+{
+	mb_pg *s = h->data;
+	uv_idle_stop(&s->idle);
+	while (s->ready_head && !s->closing) {
+		pg_req *r = s->ready_head;
+		s->ready_head = r->next;
+		if (!s->ready_head)
+			s->ready_tail = NULL;
+		r->next = NULL;
+		resume_req(r);
+	}
+	if (s->drain_pending && !s->closing && s->lconn.c) {
+		s->drain_pending = 0;
+		drain_notifies(&s->lconn);
+	}
 }
 
 static int any_up(mb_pg *s)
@@ -880,10 +920,12 @@ static int l_listen(lua_State *L)
 		s->st.connections++;
 	}
 	if (s->lconn.c && !s->lconn.down) {
+		s->in_call++;
 		if (send_listen(s, ch) != 0)
 			conn_broken(&s->lconn, PQerrorMessage(s->lconn.c));
-		else
-			drain_notifies(&s->lconn);
+		s->in_call--;
+		s->drain_pending = 1; /* what arrived meanwhile, delivered from the loop */
+		uv_idle_start(&s->idle, on_idle);
 	}
 	return 0;
 }
@@ -1124,7 +1166,9 @@ static int submit(lua_State *L, mb_pg *s, pg_req *r)
 		if (send_req(pin, r) != 0) {
 			char m[256];
 			pq_msg(m, sizeof m, PQerrorMessage(pin->c));
+			s->in_call++;
 			conn_broken(pin, m);
+			s->in_call--;
 			req_fail(r, "the connection of the transaction was lost (%s); nothing was committed", m);
 			return deliver(L, r);
 		}
@@ -1137,6 +1181,7 @@ static int submit(lua_State *L, mb_pg *s, pg_req *r)
 	} else {
 		pg_conn *cn = s->wait_head ? NULL : free_conn(s);
 		if (!cn || send_req(cn, r) != 0) {
+			s->in_call++;
 			if (cn)
 				conn_broken(cn, PQerrorMessage(cn->c));
 			s->st.waited++;
@@ -1147,6 +1192,7 @@ static int submit(lua_State *L, mb_pg *s, pg_req *r)
 				s->wait_head = r;
 			s->wait_tail = r;
 			dispatch(s);
+			s->in_call--;
 		}
 	}
 	if (r->done) /* failed at once by dispatch */
@@ -1374,6 +1420,9 @@ int mb_pg_open(mb_pg **out, uv_loop_t *loop, const char *conninfo, int n, int64_
 		goto fail;
 	}
 	make_label(s);
+	uv_idle_init(loop, &s->idle);
+	s->idle.data = s;
+	s->idle_open = 1;
 	char e[256];
 	s->sync.s = s;
 	s->sync.c = connect_one(conninfo, timeout_ms, e, sizeof e);
@@ -1444,6 +1493,13 @@ static void on_closed_free(uv_handle_t *h)
 	maybe_free(s);
 }
 
+static void on_idle_closed(uv_handle_t *h)
+{
+	mb_pg *s = h->data;
+	s->handles--;
+	maybe_free(s);
+}
+
 static void conn_close(pg_conn *cn)
 {
 	if (cn->poll_open) {
@@ -1472,6 +1528,12 @@ void mb_pg_close(mb_pg *s)
 	for (int i = 0; s->conns && i < s->n; i++)
 		conn_close(&s->conns[i]);
 	conn_close(&s->lconn);
+	if (s->idle_open) {
+		s->idle_open = 0;
+		uv_idle_stop(&s->idle);
+		s->handles++;
+		uv_close((uv_handle_t *)&s->idle, on_idle_closed);
+	}
 	if (s->sync.c)
 		PQfinish(s->sync.c);
 	s->sync.c = NULL;
