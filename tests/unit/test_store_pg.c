@@ -460,6 +460,11 @@ TEST(closed_with_statements_in_flight)
 	OK("return db.row('SELECT 3 AS v').v", "3");
 }
 
+static void on_keepalive(uv_timer_t *t)
+{
+	(void)t;
+}
+
 int main(void)
 {
 	setvbuf(stdout, NULL, _IOLBF, 0);
@@ -473,6 +478,11 @@ int main(void)
 		return access("/usr/lib/postgresql", F_OK) == 0 ? 1 : 0;
 	}
 	uv_loop_init(&loop);
+	/* the store's idle connections and reopen timers do not keep a loop alive (a server stops
+	 * when its transport has closed); this one has no transport, so a handle of ours does */
+	uv_timer_t keepalive;
+	uv_timer_init(&loop, &keepalive);
+	uv_timer_start(&keepalive, on_keepalive, 1000, 1000);
 	if (open_store() != 0) {
 		pg_ctl("stop");
 		unit_rmtree(dir);
@@ -492,6 +502,8 @@ int main(void)
 	RUN(migrations);
 	RUN(closed_with_statements_in_flight);
 	close_store();
+	uv_close((uv_handle_t *)&keepalive, NULL);
+	uv_run(&loop, UV_RUN_NOWAIT);
 	uv_loop_close(&loop);
 	pg_ctl("stop");
 	unit_rmtree(dir);
