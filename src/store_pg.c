@@ -1247,6 +1247,65 @@ static int end_tx(lua_State *L, int commit)
 static int l_commit(lua_State *L) { return end_tx(L, 1); }
 static int l_rollback(lua_State *L) { return end_tx(L, 0); }
 
+/* _pause(ms): the coroutine waits ms milliseconds (the back-off between two attempts of a
+ * transaction that lost a serialization conflict), the loop going on meanwhile. Code that cannot
+ * yield does not wait. */
+typedef struct pause_t {
+	uv_timer_t t;
+	lua_State *L;
+	int ref;
+	mb_pg *s;
+} pause_t;
+
+static void on_pause_closed(uv_handle_t *h)
+{
+	pause_t *p = h->data;
+	p->s->handles--;
+	mb_pg *s = p->s;
+	free(p);
+	maybe_free(s);
+}
+
+static void on_pause(uv_timer_t *t)
+{
+	pause_t *p = t->data;
+	mb_pg *s = p->s;
+	lua_State *L = p->L;
+	int ref = p->ref;
+	uv_close((uv_handle_t *)&p->t, on_pause_closed);
+	if (s->closing)
+		return;
+	luaL_unref(L, LUA_REGISTRYINDEX, ref);
+	if (s->host.resume)
+		s->host.resume(s->host.ud, L, 0);
+}
+
+static int k_pause(lua_State *L, int status, lua_KContext ctx)
+{
+	(void)L, (void)status, (void)ctx;
+	return 0;
+}
+
+static int l_pause(lua_State *L)
+{
+	mb_pg *s = store_of(L);
+	lua_Integer ms = luaL_checkinteger(L, 1);
+	if (ms <= 0 || !lua_isyieldable(L) || !s->host.owns || !s->host.owns(s->host.ud, L))
+		return 0;
+	pause_t *p = calloc(1, sizeof *p);
+	if (!p)
+		return 0;
+	p->s = s;
+	p->L = L;
+	uv_timer_init(s->loop, &p->t);
+	p->t.data = p;
+	s->handles++; /* closed by on_pause (or by close: the loop runs it once more) */
+	lua_pushthread(L);
+	p->ref = luaL_ref(L, LUA_REGISTRYINDEX);
+	uv_timer_start(&p->t, on_pause, (uint64_t)(ms > 10000 ? 10000 : ms), 0);
+	return lua_yieldk(L, 0, 0, k_pause);
+}
+
 static int l_depth(lua_State *L)
 {
 	mb_pg *s = store_of(L);
@@ -1299,7 +1358,8 @@ void mb_pg_push_lua(lua_State *L, mb_pg *s)
 	static const luaL_Reg fns[] = {
 		{ "exec", l_exec }, { "query", l_query }, { "row", l_row }, { "run", l_run },
 		{ "migrate", l_migrate }, { "_begin", l_begin }, { "_commit", l_commit },
-		{ "_rollback", l_rollback }, { "_depth", l_depth }, { "listen", l_listen },
+		{ "_rollback", l_rollback }, { "_depth", l_depth }, { "_pause", l_pause },
+		{ "listen", l_listen },
 		{ "stats", l_stats }, { NULL, NULL },
 	};
 	if (luaL_newmetatable(L, "mb.pg_req")) {

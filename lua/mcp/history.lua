@@ -66,16 +66,32 @@ end
 -- folded), outcome ("ok", "failed" or an error type), tool (text in the tools called), since_ms,
 -- until_ms; at most f.limit rows. Every value is a bound parameter and matched with instr(),
 -- so `%`, `_`, quotes and FTS syntax in them are plain text. Returns rows, more (bool).
+-- PostgreSQL text holds valid UTF-8 without NUL bytes: the history writer stores such bytes as
+-- U+FFFD there, so search text and ids are made the same way (as given on SQLite).
+local PG = db.dialect == "postgres"
+local function as_text(s)
+  if not PG then return s end
+  local out, i, n = {}, 1, #s
+  while i <= n do
+    local len, bad = utf8.len(s, i)
+    if len then out[#out + 1] = s:sub(i) break end
+    out[#out + 1] = s:sub(i, bad - 1)
+    out[#out + 1] = "\u{FFFD}"
+    i = bad + 1
+  end
+  return (table.concat(out):gsub("%z", "\u{FFFD}"))
+end
+
 local LIST_COLS = "ref, started_at, duration_ms, outcome, tool, substr(code, 1, 200) AS code,"
   .. " code_bytes, tools_called"
 function M.list(tenant, f)
   M.flush()
   local where, args = { "tenant = ?" }, { tenant or "default" }
   local function add(cond, v) where[#where + 1] = cond; if v ~= nil then args[#args + 1] = v end end
-  if f.query then add("instr(lower(code), lower(?)) > 0", f.query) end
+  if f.query then add("instr(lower(code), lower(?)) > 0", as_text(f.query)) end
   if f.outcome == "failed" then add("outcome <> 'ok'")
-  elseif f.outcome then add("outcome = ?", f.outcome) end
-  if f.tool then add("instr(tools_called, ?) > 0", f.tool) end
+  elseif f.outcome then add("outcome = ?", as_text(f.outcome)) end
+  if f.tool then add("instr(tools_called, ?) > 0", as_text(f.tool)) end
   if f.since_ms then add("started_at >= ?", f.since_ms) end
   if f.until_ms then add("started_at < ?", f.until_ms) end
   args[#args + 1] = f.limit + 1
@@ -91,7 +107,7 @@ function M.get(tenant, ref)
   M.flush()
   return db.row([[SELECT ref, started_at, duration_ms, outcome, tool, instructions, memory_peak, code_hash,
     code, code_bytes, context_bytes, result_head, result_bytes, output_head, output_bytes, error,
-    tools_called, rerun_of FROM executions WHERE tenant = ? AND ref = ?]], tenant or "default", ref)
+    tools_called, rerun_of FROM executions WHERE tenant = ? AND ref = ?]], tenant or "default", as_text(ref))
 end
 
 return M

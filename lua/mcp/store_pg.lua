@@ -6,18 +6,19 @@
 -- raises, the transaction (or savepoint) is rolled back and the error value re-raised unchanged.
 -- Serializable transactions of concurrent requests or replicas may conflict: PostgreSQL then
 -- fails one with SQLSTATE 40001 (or 40P01, a deadlock), and the outermost tx runs fn again from
--- the start, up to RETRIES times - so fn must do only store work. Unlike SQLite, fn may wait
--- (other requests run meanwhile on the other connections).
+-- the start, up to RETRIES times, after a random pause that doubles each time (2-4 ms, then up to
+-- ~0.5 s in all, so contending replicas spread out) - so fn must do only store work. Unlike
+-- SQLite, fn may wait (other requests run meanwhile on the other connections).
 
 local M = {}
-local RETRIES = 4
+local RETRIES = 8
 
 local function retryable(err)
   return type(err) == "string" and (err:find("SQLSTATE 40001", 1, true) or err:find("SQLSTATE 40P01", 1, true))
 end
 
 function M.wrap(db)
-  local begin, commit, rollback, depth = db._begin, db._commit, db._rollback, db._depth
+  local begin, commit, rollback, depth, pause = db._begin, db._commit, db._rollback, db._depth, db._pause
   function db.tx(fn, ...)
     if type(fn) ~= "function" then
       error("bad argument #1 to 'tx' (function expected, got " .. type(fn) .. ")", 2)
@@ -34,6 +35,8 @@ function M.wrap(db)
         pcall(rollback) -- a broken connection: nothing to undo, the error below says what failed
       end
       if not (outer and retryable(r[2])) or attempt == RETRIES then error(r[2], 0) end
+      local base = 2 << attempt -- 4, 8, ... 256 ms
+      pause(math.random(base // 2, base))
     end
   end
   -- notify(channel, payload): delivered to every replica's listen(channel, fn) at commit (of the
