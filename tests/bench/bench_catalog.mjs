@@ -2,7 +2,7 @@
 //
 // Usage: node tests/bench/bench_catalog.mjs [MOONBOX_BINARY]   (default build/moonbox)
 // Knobs (environment): CATALOG_TOOLS=10000 CATALOG_PER_SERVER=50 CATALOG_QUERIES=2000
-//   CATALOG_STORE=postgres: the store on a throwaway PostgreSQL cluster (tests/lib/pg_min.mjs,
+//   CATALOG_STORE=postgres: the store on a throwaway PostgreSQL cluster (tests/lib/pg.mjs,
 //   --store-url; the tsvector index of docs/catalog.md "On PostgreSQL") instead of SQLite (FTS5)
 //
 // 1. Generates a catalog of CATALOG_TOOLS tools: CATALOG_PER_SERVER tools per server, one MCP-form
@@ -231,9 +231,9 @@ async function main() {
   const args = ["--data-dir", dataDir, "--catalog-dir", catalogDir];
   let pg;
   if (STORE === "postgres") {
-    const { startPg } = await import("../lib/pg_min.mjs");
+    const { startPg } = await import("../lib/pg.mjs");
     pg = await startPg();
-    args.push("--store-url", pg.createDb("bench_catalog"));
+    args.push("--store-url", pg.createDbSync("bench_catalog"));
   }
   try {
     await run(args, servers, catalogDir, fileBytes, ntools, fullListBytes, busyBefore, work);

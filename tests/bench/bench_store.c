@@ -23,10 +23,11 @@
 #include "pg_cluster.h"
 #include "store.h"
 #include "store_pg.h"
+#include "store_pg_host.h"
 
 static uv_loop_t loop;
 static lua_State *PL; /* the PostgreSQL state */
-static int threads_ref, finished;
+static int finished;
 
 static int now_us(lua_State *L)
 {
@@ -36,41 +37,11 @@ static int now_us(lua_State *L)
 	return 1;
 }
 
-static void h_resume(void *ud, lua_State *co, int nargs)
+static void on_end(lua_State *co, int status)
 {
-	(void)ud;
-	int nres;
-	int st = lua_resume(co, PL, nargs, &nres);
-	if (st == LUA_YIELD) {
-		lua_pop(co, nres);
-		return;
-	}
-	if (st != LUA_OK)
+	if (status != LUA_OK)
 		fprintf(stderr, "bench_store: %s\n", lua_tostring(co, -1));
 	finished = 1;
-}
-
-static int h_owns(void *ud, lua_State *co)
-{
-	(void)ud;
-	lua_rawgeti(PL, LUA_REGISTRYINDEX, threads_ref);
-	lua_pushthread(co);
-	lua_xmove(co, PL, 1);
-	int r = lua_rawget(PL, -2) == LUA_TBOOLEAN;
-	lua_pop(PL, 2);
-	return r;
-}
-
-static lua_State *h_spawn(void *ud)
-{
-	(void)ud;
-	lua_State *co = lua_newthread(PL);
-	lua_rawgeti(PL, LUA_REGISTRYINDEX, threads_ref);
-	lua_pushvalue(PL, -2);
-	lua_pushboolean(PL, 1);
-	lua_rawset(PL, -3);
-	lua_pop(PL, 1);
-	return co;
 }
 
 /* The operations, timed one by one into the global array `t` (microseconds) of the state. */
@@ -126,13 +97,13 @@ static void run_ops(lua_State *L, int async, int n, const char *op, int base)
 		}
 		return;
 	}
-	lua_State *co = h_spawn(NULL);
+	lua_State *co = sph_spawn(NULL);
 	luaL_loadstring(co, OPS);
 	lua_pushinteger(co, n);
 	lua_pushstring(co, op);
 	lua_pushinteger(co, base);
 	finished = 0;
-	h_resume(NULL, co, 3);
+	sph_resume(NULL, co, 3);
 	while (!finished)
 		uv_run(&loop, UV_RUN_ONCE);
 	lua_pop(PL, 1);
@@ -206,10 +177,8 @@ int main(int argc, char **argv)
 	lua_setfield(SL, -2, "db");
 	lua_setglobal(SL, "mb");
 	PL = new_state();
-	lua_newtable(PL);
-	threads_ref = luaL_ref(PL, LUA_REGISTRYINDEX);
-	mb_pg_host hh = { h_resume, h_owns, h_spawn, NULL };
-	mb_pg_set_host(pg, &hh);
+	sph_init(PL, pg);
+	sph_on_end = on_end;
 	lua_newtable(PL);
 	mb_pg_push_lua(PL, pg);
 	lua_setfield(PL, -2, "db");

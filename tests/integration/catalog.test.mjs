@@ -17,7 +17,7 @@ import path from "node:path";
 import { setTimeout as sleep } from "node:timers/promises";
 
 import { TESTS_DIR, connectClient } from "../lib/moonbox.mjs";
-import { pgUnavailable, startPg } from "../lib/pg_min.mjs";
+import { pgUnavailable, startPg } from "../lib/pg.mjs";
 
 const T = { timeout: 30000 };
 const FIXTURES = path.join(TESTS_DIR, "integration/fixtures/catalog");

@@ -19,7 +19,7 @@ import { describe, it, before, after } from "node:test";
 import assert from "node:assert/strict";
 
 import { loadQueries, metrics, runQueries, startSearchServer } from "../lib/search_eval.mjs";
-import { pgUnavailable, startPg } from "../lib/pg_min.mjs";
+import { pgUnavailable, startPg } from "../lib/pg.mjs";
 
 const T = { timeout: 60000 };
 const FLOOR = { r3: 0.88, mrr: 0.80 };
@@ -39,7 +39,7 @@ for (const engine of ["sqlite", "postgres"]) {
       let args = [];
       if (engine === "postgres") {
         pg = await startPg();
-        args = ["--store-url", pg.createDb("search_quality")];
+        args = ["--store-url", pg.createDbSync("search_quality")];
       }
       server = await startSearchServer({ args });
       results = await runQueries(server.client, loadQueries());

@@ -24,6 +24,7 @@ import net from "node:net";
 import { tmpdir } from "node:os";
 import path from "node:path";
 import { setTimeout as sleep } from "node:timers/promises";
+import { hookExit, live } from "./cleanup.mjs";
 
 const IS_ROOT = process.getuid?.() === 0;
 
@@ -113,23 +114,6 @@ ${upstreams}
   }
 }
 `;
-}
-
-const live = new Set();
-function cleanupAll() {
-  for (const n of [...live]) n._cleanupSync();
-}
-let hooked = false;
-function hookExit() {
-  if (hooked) return;
-  hooked = true;
-  process.on("exit", cleanupAll);
-  for (const sig of ["SIGINT", "SIGTERM", "SIGHUP"]) {
-    process.once(sig, () => {
-      cleanupAll();
-      process.exit(128 + ({ SIGINT: 2, SIGTERM: 15, SIGHUP: 1 })[sig]);
-    });
-  }
 }
 
 /** A free loopback TCP port (bound and released: nginx may still lose a race for it, see retry). */

@@ -30,6 +30,7 @@ import { chownSync, chmodSync, existsSync, mkdirSync, mkdtempSync, readFileSync,
 import { tmpdir } from "node:os";
 import path from "node:path";
 import { setTimeout as sleep } from "node:timers/promises";
+import { hookExit, live } from "./cleanup.mjs";
 
 const IS_ROOT = process.getuid?.() === 0;
 
@@ -51,9 +52,7 @@ export function pgUnavailable() {
   return null;
 }
 
-// ---- cleanup of every live cluster -----------------------------------------------------------
-
-const live = new Set();
+// ---- stopping a cluster (every live one at exit: ./cleanup.mjs) ------------------------------
 
 /** Whether pid runs (a zombie - dead, not yet reaped: the loop does not run in an exit handler -
  * does not). */
@@ -75,23 +74,6 @@ function killSync(pid, ms = 3000) {
     Atomics.wait(wait, 0, 0, 20);
   }
   try { process.kill(pid, "SIGKILL"); } catch { /* gone */ }
-}
-
-function cleanupAll() {
-  for (const c of [...live]) c._cleanupSync();
-}
-
-let hooked = false;
-function hookExit() {
-  if (hooked) return;
-  hooked = true;
-  process.on("exit", cleanupAll);
-  for (const sig of ["SIGINT", "SIGTERM", "SIGHUP"]) {
-    process.once(sig, () => {
-      cleanupAll();
-      process.exit(128 + ({ SIGINT: 2, SIGTERM: 15, SIGHUP: 1 })[sig]);
-    });
-  }
 }
 
 /** The command line that runs `cmd args` as the cluster's owner. */

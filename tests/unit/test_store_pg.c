@@ -17,63 +17,33 @@
 #include <unistd.h>
 #include <uv.h>
 
+#include "pg_cluster.h"
 #include "store_pg.h"
+#include "store_pg_host.h"
 #include "unit.h"
 
-static char dir[128], bindir[256], url[512], as_pg[64];
-static int port;
+static pg_cluster pc;
+static char url[400];
 static mb_pg *S;
 static lua_State *L;
 static uv_loop_t loop;
-static int threads_ref;
 
-static int sh(const char *fmt, const char *a)
+/* One statement on database db of the cluster, through libpq; 0 when it succeeded. */
+static int psql_on(const char *db, const char *sql)
 {
-	char cmd[2048];
-	snprintf(cmd, sizeof cmd, fmt, a);
-	return system(cmd);
-}
-
-static int pg_ctl(const char *what)
-{
-	char cmd[2048];
-	snprintf(cmd, sizeof cmd, "%s%s/pg_ctl -D %s/data -l %s/log -w -m immediate -o \"-c "
-		 "listen_addresses='' -k %s -p %d -c fsync=off\" %s >/dev/null 2>&1", as_pg, bindir, dir,
-		 dir, dir, port, what);
-	return system(cmd);
+	char ci[400];
+	snprintf(ci, sizeof ci, "host=%s dbname=%s user=postgres", pc.dir, db);
+	PGconn *c = PQconnectdb(ci);
+	PGresult *r = PQexec(c, sql);
+	int ok = PQresultStatus(r) == PGRES_COMMAND_OK || PQresultStatus(r) == PGRES_TUPLES_OK;
+	PQclear(r);
+	PQfinish(c);
+	return ok ? 0 : -1;
 }
 
 static int psql(const char *sql)
 {
-	char cmd[4096];
-	snprintf(cmd, sizeof cmd, "%s%s/psql -q -h %s -p %d -U postgres -d postgres -c \"%s\" >/dev/null",
-		 as_pg, bindir, dir, port, sql);
-	return system(cmd);
-}
-
-static int start_cluster(void)
-{
-	glob_t g;
-	if (glob("/usr/lib/postgresql/*/bin/initdb", 0, NULL, &g) != 0 || g.gl_pathc == 0)
-		return -1;
-	snprintf(bindir, sizeof bindir, "%s", g.gl_pathv[g.gl_pathc - 1]);
-	*strrchr(bindir, '/') = 0;
-	globfree(&g);
-	if (unit_tmpdir(dir, sizeof dir, "/tmp/mb-pg-XXXXXX") != 0)
-		return -1;
-	chmod(dir, 0755);
-	if (getuid() == 0) {
-		snprintf(as_pg, sizeof as_pg, "runuser -u postgres -- ");
-		sh("chown postgres %s", dir);
-	}
-	port = 20000 + (int)(getpid() % 20000);
-	char cmd[2048];
-	snprintf(cmd, sizeof cmd, "%s%s/initdb -D %s/data -U postgres --auth=trust --no-sync -E UTF8 "
-		 ">/dev/null 2>&1", as_pg, bindir, dir);
-	if (system(cmd) != 0 || pg_ctl("start") != 0)
-		return -1;
-	snprintf(url, sizeof url, "postgresql:///postgres?host=%s&port=%d&user=postgres", dir, port);
-	return 0;
+	return psql_on("postgres", sql);
 }
 
 /* ---- a host for the store: owned coroutines, resume, spawn ---------------------------------- */
@@ -91,43 +61,6 @@ static void on_finish(lua_State *co, int status)
 	lua_pop(co, 1);
 }
 
-static void h_resume(void *ud, lua_State *co, int nargs)
-{
-	(void)ud;
-	int nres;
-	int st = lua_resume(co, L, nargs, &nres);
-	if (st == LUA_YIELD) {
-		lua_pop(co, nres);
-		return;
-	}
-	if (st == LUA_OK && nres == 0)
-		lua_pushnil(co);
-	on_finish(co, st);
-}
-
-static int h_owns(void *ud, lua_State *co)
-{
-	(void)ud;
-	lua_rawgeti(L, LUA_REGISTRYINDEX, threads_ref);
-	lua_pushthread(co);
-	lua_xmove(co, L, 1);
-	int r = lua_rawget(L, -2) == LUA_TBOOLEAN;
-	lua_pop(L, 2);
-	return r;
-}
-
-static lua_State *h_spawn(void *ud)
-{
-	(void)ud;
-	lua_State *co = lua_newthread(L);
-	lua_rawgeti(L, LUA_REGISTRYINDEX, threads_ref);
-	lua_pushvalue(L, -2);
-	lua_pushboolean(L, 1);
-	lua_rawset(L, -3);
-	lua_pop(L, 1);
-	return co;
-}
-
 static int open_store(void)
 {
 	char err[1024];
@@ -137,14 +70,8 @@ static int open_store(void)
 	}
 	L = luaL_newstate();
 	luaL_openlibs(L);
-	lua_newtable(L);
-	lua_createtable(L, 0, 1);
-	lua_pushliteral(L, "k");
-	lua_setfield(L, -2, "__mode");
-	lua_setmetatable(L, -2);
-	threads_ref = luaL_ref(L, LUA_REGISTRYINDEX);
-	mb_pg_host hh = { h_resume, h_owns, h_spawn, NULL };
-	mb_pg_set_host(S, &hh);
+	sph_init(L, S);
+	sph_on_end = on_finish;
 	lua_newtable(L);
 	mb_pg_push_lua(L, S);
 	lua_setfield(L, -2, "db");
@@ -182,14 +109,14 @@ static void spin(int ms)
  * (tostring) or the error in last_result; returns the status. */
 static int run(const char *code)
 {
-	lua_State *co = h_spawn(NULL);
+	lua_State *co = sph_spawn(NULL);
 	if (luaL_loadstring(co, code) != LUA_OK) {
 		on_finish(co, LUA_ERRSYNTAX);
 		lua_pop(L, 1);
 		return last_status;
 	}
 	last_status = -1;
-	h_resume(NULL, co, 0);
+	sph_resume(NULL, co, 0);
 	lua_pop(L, 1);
 	uint64_t until = uv_now(&loop) + 20000;
 	while (last_status == -1 && uv_now(&loop) < until)
@@ -271,9 +198,9 @@ TEST(many_coroutines_few_connections)
 		char code[256];
 		snprintf(code, sizeof code, "done[%d] = db.row('SELECT pg_sleep(0.02), ?::int * 2 AS v', %d).v",
 			 i + 1, i + 1);
-		lua_State *co = h_spawn(NULL);
+		lua_State *co = sph_spawn(NULL);
 		CHECK(luaL_loadstring(co, code) == LUA_OK);
-		h_resume(NULL, co, 0);
+		sph_resume(NULL, co, 0);
 		lua_pop(L, 1);
 	}
 	OK("local deadline = os.time() + 15 return 'started'", "started");
@@ -303,9 +230,9 @@ TEST(serializable_conflict_retried)
 			   "db.row('SELECT pg_sleep(0.1) AS x') db.run('INSERT INTO seq VALUES (?)', m + 1) "
 			   "return m + 1 end))";
 	for (int i = 0; i < 2; i++) {
-		lua_State *co = h_spawn(NULL);
+		lua_State *co = sph_spawn(NULL);
 		CHECK(luaL_loadstring(co, code) == LUA_OK);
-		h_resume(NULL, co, 0);
+		sph_resume(NULL, co, 0);
 		lua_pop(L, 1);
 	}
 	for (int i = 0; i < 3000; i++) {
@@ -388,7 +315,7 @@ TEST(connection_killed_then_reopened)
 
 TEST(postgres_down_then_back)
 {
-	CHECK(pg_ctl("stop") == 0);
+	pg_cluster_stop(&pc);
 	spin(100);
 	/* while it is down: a clear error, soon */
 	FAILS("return db.row('SELECT 1 AS v').v", "PostgreSQL");
@@ -400,7 +327,7 @@ TEST(postgres_down_then_back)
 	CHECK(luaL_dostring(L, "return select(2, pcall(db.row, 'SELECT 1 AS v'))") == LUA_OK);
 	CHECK(strstr(lua_tostring(L, -1), "unreachable") != NULL);
 	lua_pop(L, 1);
-	CHECK(pg_ctl("start") == 0);
+	CHECK(pg_cluster_start(&pc) == 0);
 	int back = 0;
 	for (int i = 0; i < 100 && !back; i++) {
 		spin(100);
@@ -420,7 +347,7 @@ TEST(migrations)
 	char u[600], err[1024];
 	const char *steps[] = { "CREATE TABLE a (x int)", "CREATE TABLE b (y int); INSERT INTO b VALUES (1)" };
 	mb_pg *m;
-	snprintf(u, sizeof u, "postgresql:///mig?host=%s&port=%d&user=postgres", dir, port);
+	snprintf(u, sizeof u, "host=%s dbname=mig user=postgres", pc.dir);
 	CHECK(mb_pg_open(&m, &loop, u, 1, 5000, err, sizeof err) == 0);
 	CHECK(mb_pg_migrate(m, steps, 1, err, sizeof err) == 0);
 	CHECK(mb_pg_migrate(m, steps, 2, err, sizeof err) == 0);
@@ -431,26 +358,22 @@ TEST(migrations)
 	      strstr(err, "stays at schema version 2"));
 	mb_pg_close(m);
 	uv_run(&loop, UV_RUN_NOWAIT);
-	snprintf(u, sizeof u, "postgresql:///theirs?host=%s&port=%d&user=postgres", dir, port);
-	CHECK(psql("SELECT 1") == 0);
-	char cmd[800];
-	snprintf(cmd, sizeof cmd, "%s%s/psql -q -h %s -p %d -U postgres -d theirs -c 'CREATE TABLE users (id int)'",
-		 as_pg, bindir, dir, port);
-	CHECK(system(cmd) == 0);
+	snprintf(u, sizeof u, "host=%s dbname=theirs user=postgres", pc.dir);
+	CHECK(psql_on("theirs", "CREATE TABLE users (id int)") == 0);
 	CHECK(mb_pg_open(&m, &loop, u, 1, 5000, err, sizeof err) == 0);
 	CHECK(mb_pg_migrate(m, steps, 2, err, sizeof err) != 0 && strstr(err, "not a moonbox database"));
 	mb_pg_close(m);
 	uv_run(&loop, UV_RUN_NOWAIT);
-	snprintf(u, sizeof u, "postgresql:///nosuchdb?host=%s&port=%d&user=postgres", dir, port);
+	snprintf(u, sizeof u, "host=%s dbname=nosuchdb user=postgres", pc.dir);
 	CHECK(mb_pg_open(&m, &loop, u, 1, 5000, err, sizeof err) != 0 && strstr(err, "nosuchdb"));
 }
 
 TEST(closed_with_statements_in_flight)
 {
 	for (int i = 0; i < 5; i++) {
-		lua_State *co = h_spawn(NULL);
+		lua_State *co = sph_spawn(NULL);
 		CHECK(luaL_loadstring(co, "db.row('SELECT pg_sleep(0.2) AS x')") == LUA_OK);
-		h_resume(NULL, co, 0);
+		sph_resume(NULL, co, 0);
 		lua_pop(L, 1);
 	}
 	uv_run(&loop, UV_RUN_NOWAIT);
@@ -468,15 +391,17 @@ static void on_keepalive(uv_timer_t *t)
 int main(void)
 {
 	setvbuf(stdout, NULL, _IOLBF, 0);
-	if (start_cluster() != 0) {
-		printf("skip: no PostgreSQL server binaries (/usr/lib/postgresql/*/bin) or the cluster "
-		       "did not start\n0 passed, 0 failed\n");
-		if (dir[0]) {
-			pg_ctl("stop");
-			unit_rmtree(dir);
-		}
-		return access("/usr/lib/postgresql", F_OK) == 0 ? 1 : 0;
+	int rc = pg_cluster_init(&pc);
+	if (rc == 1) { /* it said why */
+		printf("0 passed, 0 failed\n");
+		return 0;
 	}
+	if (rc != 0 || pg_cluster_start(&pc) != 0) {
+		pg_cluster_free(&pc);
+		printf("the PostgreSQL cluster did not start\n0 passed, 1 failed\n");
+		return 1;
+	}
+	snprintf(url, sizeof url, "%s", pc.conninfo);
 	uv_loop_init(&loop);
 	/* the store's idle connections and reopen timers do not keep a loop alive (a server stops
 	 * when its transport has closed); this one has no transport, so a handle of ours does */
@@ -484,8 +409,7 @@ int main(void)
 	uv_timer_init(&loop, &keepalive);
 	uv_timer_start(&keepalive, on_keepalive, 1000, 1000);
 	if (open_store() != 0) {
-		pg_ctl("stop");
-		unit_rmtree(dir);
+		pg_cluster_free(&pc);
 		return 1;
 	}
 	RUN(values_both_ways);
@@ -505,7 +429,6 @@ int main(void)
 	uv_close((uv_handle_t *)&keepalive, NULL);
 	uv_run(&loop, UV_RUN_NOWAIT);
 	uv_loop_close(&loop);
-	pg_ctl("stop");
-	unit_rmtree(dir);
+	pg_cluster_free(&pc);
 	return UNIT_END();
 }
