@@ -66,20 +66,26 @@ end
 -- folded), outcome ("ok", "failed" or an error type), tool (text in the tools called), since_ms,
 -- until_ms; at most f.limit rows. Every value is a bound parameter and matched with instr(),
 -- so `%`, `_`, quotes and FTS syntax in them are plain text. Returns rows, more (bool).
+-- s with every byte that is not part of valid UTF-8 replaced by U+FFFD (nil stays nil).
+function M.utf8_text(s)
+  if s == nil or utf8.len(s) then return s end
+  local out, i = {}, 1
+  while i <= #s do
+    local ok, bad = utf8.len(s, i)
+    if ok then out[#out + 1] = s:sub(i) break end
+    out[#out + 1] = s:sub(i, bad - 1)
+    out[#out + 1] = "\u{FFFD}"
+    i = bad + 1
+  end
+  return table.concat(out)
+end
+
 -- PostgreSQL text holds valid UTF-8 without NUL bytes: the history writer stores such bytes as
 -- U+FFFD there, so search text and ids are made the same way (as given on SQLite).
 local PG = db.dialect == "postgres"
 local function as_text(s)
   if not PG then return s end
-  local out, i, n = {}, 1, #s
-  while i <= n do
-    local len, bad = utf8.len(s, i)
-    if len then out[#out + 1] = s:sub(i) break end
-    out[#out + 1] = s:sub(i, bad - 1)
-    out[#out + 1] = "\u{FFFD}"
-    i = bad + 1
-  end
-  return (table.concat(out):gsub("%z", "\u{FFFD}"))
+  return (M.utf8_text(s):gsub("%z", "\u{FFFD}"))
 end
 
 local LIST_COLS = "ref, started_at, duration_ms, outcome, tool, substr(code, 1, 200) AS code,"

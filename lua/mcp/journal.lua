@@ -21,18 +21,7 @@ local OUTCOMES = { ok = true, failed = true, syntax = true, runtime = true, time
                    instructions = true, cancelled = true, result = true, busy = true }
 
 -- Bytes that are not UTF-8 (print output may hold any) become U+FFFD, so the answer encodes.
-local function utf8_text(s)
-  if s == nil or utf8.len(s) then return s end
-  local out, i = {}, 1
-  while i <= #s do
-    local ok, bad = utf8.len(s, i)
-    if ok then out[#out + 1] = s:sub(i) break end
-    out[#out + 1] = s:sub(i, bad - 1)
-    out[#out + 1] = "\u{FFFD}"
-    i = bad + 1
-  end
-  return table.concat(out)
-end
+local utf8_text = history.utf8_text
 
 local function iso(ms)
   return os.date("!%Y-%m-%dT%H:%M:%SZ", ms // 1000)
