@@ -134,8 +134,15 @@ static void make_label(mb_pg *s)
 	PQconninfoFree(opts);
 }
 
-/* A connection with our session settings, or NULL with err set. Thread-safe (libpq is). */
-static PGconn *connect_one(const char *conninfo, int64_t timeout_ms, char *err, size_t errlen)
+/* The blocking connection waits at most this long for a row lock: the lock may be held by a
+ * transaction of a request that cannot go on while the loop waits (it needs the loop to send its
+ * next statement), so a longer wait would only stall the server until statement_timeout. */
+#define SYNC_LOCK_TIMEOUT_MS 1000
+
+/* A connection with our session settings, or NULL with err set. Thread-safe (libpq is).
+ * blocking: the connection of callers that cannot yield (a short lock_timeout). */
+static PGconn *connect_one(const char *conninfo, int64_t timeout_ms, int blocking, char *err,
+			   size_t errlen)
 {
 	char ct[32];
 	snprintf(ct, sizeof ct, "%lld", (long long)((timeout_ms + 999) / 1000));
@@ -152,9 +159,11 @@ static PGconn *connect_one(const char *conninfo, int64_t timeout_ms, char *err, 
 		return NULL;
 	}
 	PQsetNoticeProcessor(c, on_notice, NULL);
-	char set[160];
+	char set[200];
 	snprintf(set, sizeof set, "SET statement_timeout = %lld; SET idle_in_transaction_session_timeout"
-		 " = %lld", (long long)timeout_ms, (long long)timeout_ms * 6);
+		 " = %lld; SET lock_timeout = %lld", (long long)timeout_ms, (long long)timeout_ms * 6,
+		 blocking ? (long long)(timeout_ms < SYNC_LOCK_TIMEOUT_MS ? timeout_ms : SYNC_LOCK_TIMEOUT_MS)
+			  : 0LL);
 	PGresult *r = PQexec(c, set);
 	if (PQresultStatus(r) != PGRES_COMMAND_OK) {
 		pq_msg(err, errlen, PQerrorMessage(c));
@@ -203,7 +212,7 @@ static int conn_attach(pg_conn *cn, PGconn *c)
 static void reopen_work(uv_work_t *w)
 {
 	pg_conn *cn = w->data;
-	cn->fresh = connect_one(cn->s->conninfo, cn->s->timeout_ms, cn->werr, sizeof cn->werr);
+	cn->fresh = connect_one(cn->s->conninfo, cn->s->timeout_ms, 0, cn->werr, sizeof cn->werr);
 }
 
 static void schedule_reopen(pg_conn *cn);
@@ -908,7 +917,7 @@ static int l_listen(lua_State *L)
 	lua_pop(L, 1);
 	if (!s->lconn.c && !s->lconn.down) {
 		char err[256];
-		PGconn *c = connect_one(s->conninfo, s->timeout_ms, err, sizeof err);
+		PGconn *c = connect_one(s->conninfo, s->timeout_ms, 0, err, sizeof err);
 		if (!c)
 			return luaL_error(L, "store: %s: cannot open the connection for notifications: %s",
 					  s->label, err);
@@ -1108,7 +1117,7 @@ static int run_blocking(lua_State *L, mb_pg *s, pg_req *r)
 		char err[256];
 		if (cn->c)
 			PQfinish(cn->c);
-		cn->c = connect_one(s->conninfo, s->timeout_ms, err, sizeof err);
+		cn->c = connect_one(s->conninfo, s->timeout_ms, 1, err, sizeof err);
 		if (!cn->c) {
 			snprintf(s->last_err, sizeof s->last_err, "%s", err);
 			snprintf(r->err, sizeof r->err, "PostgreSQL is unreachable (%s); the request can "
@@ -1485,7 +1494,7 @@ int mb_pg_open(mb_pg **out, uv_loop_t *loop, const char *conninfo, int n, int64_
 	s->idle_open = 1;
 	char e[256];
 	s->sync.s = s;
-	s->sync.c = connect_one(conninfo, timeout_ms, e, sizeof e);
+	s->sync.c = connect_one(conninfo, timeout_ms, 1, e, sizeof e);
 	if (!s->sync.c) {
 		mb_seterr(err, errlen, "%s: cannot connect: %s; check store_url and that PostgreSQL is "
 			 "running", s->label, e);
@@ -1494,7 +1503,7 @@ int mb_pg_open(mb_pg **out, uv_loop_t *loop, const char *conninfo, int n, int64_
 	for (int i = 0; i < n; i++) {
 		pg_conn *cn = &s->conns[i];
 		cn->s = s;
-		PGconn *c = connect_one(conninfo, timeout_ms, e, sizeof e);
+		PGconn *c = connect_one(conninfo, timeout_ms, 0, e, sizeof e);
 		if (!c || conn_attach(cn, c) != 0) {
 			mb_seterr(err, errlen, "%s: cannot open connection %d of %d: %s", s->label, i + 1, n,
 				 c ? "cannot watch its socket" : e);

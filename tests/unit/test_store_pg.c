@@ -261,6 +261,39 @@ TEST(blocking_path_outside_coroutines)
 	OK("return db.row('SELECT count(*) AS n FROM k WHERE v = 10').n", "1");
 }
 
+TEST(blocking_statement_does_not_wait_long_for_a_request_lock)
+{
+	/* a request's transaction holds a row lock and waits (here: a pause; in life, for the loop
+	 * to send its next statement); a blocking statement that wants that row gives up after the
+	 * short lock_timeout of the blocking connection instead of stalling the loop */
+	CHECK(luaL_dostring(L, "held = nil") == LUA_OK);
+	lua_State *co = sph_spawn(NULL);
+	CHECK(luaL_loadstring(co, "db.tx(function() db.run('INSERT INTO k VALUES (99)') held = true "
+				  "db._pause(2500) end) held = 'done'") == LUA_OK);
+	sph_resume(NULL, co, 0);
+	lua_pop(L, 1);
+	for (int i = 0; i < 500; i++) {
+		spin(5);
+		lua_getglobal(L, "held");
+		int h = lua_toboolean(L, -1);
+		lua_pop(L, 1);
+		if (h)
+			break;
+	}
+	CHECK(luaL_dostring(L, "return select(2, pcall(db.run, 'INSERT INTO k VALUES (99)'))") == LUA_OK);
+	CHECK(lua_isstring(L, -1) && strstr(lua_tostring(L, -1), "SQLSTATE 55P03"));
+	lua_pop(L, 1);
+	for (int i = 0; i < 1000; i++) {
+		spin(10);
+		lua_getglobal(L, "held");
+		int done = lua_isstring(L, -1);
+		lua_pop(L, 1);
+		if (done)
+			break;
+	}
+	OK("return held .. db.row('SELECT count(*) AS n FROM k WHERE v = 99').n", "done1");
+}
+
 TEST(listen_notify)
 {
 	CHECK(luaL_dostring(L, "heard = nil db.listen('chan_x', function(ch, p) heard = ch .. ':' .. tostring(p) "
@@ -337,7 +370,7 @@ TEST(postgres_down_then_back)
 	CHECK(luaL_dostring(L, "return db.row('SELECT 8 AS v').v") == LUA_OK); /* blocking reconnects */
 	CHECK(lua_tointeger(L, -1) == 8);
 	lua_pop(L, 1);
-	OK("return db.row('SELECT count(*) AS n FROM k').n", "3");
+	OK("return db.row('SELECT count(*) AS n FROM k').n", "4");
 }
 
 TEST(migrations)
@@ -420,6 +453,7 @@ int main(void)
 	RUN(many_coroutines_few_connections);
 	RUN(serializable_conflict_retried);
 	RUN(blocking_path_outside_coroutines);
+	RUN(blocking_statement_does_not_wait_long_for_a_request_lock);
 	RUN(listen_notify);
 	RUN(connection_killed_then_reopened);
 	RUN(postgres_down_then_back);
