@@ -104,7 +104,8 @@ static void find_string_options(void)
 	int first = 1;
 	for (size_t i = 0; mb_config_option(i, &od) == 0; i++)
 		if (!od.is_int && strcmp(od.name, "config_file") && strcmp(od.name, "log_level") &&
-		    strcmp(od.name, "isolation")) { /* (those two take a fixed set of values) */
+		    strcmp(od.name, "isolation") && strcmp(od.name, "replica_id")) {
+			/* (those take a fixed set of values; replica_id letters, digits, - and _) */
 			fprintf(t, "%s\"%s\": \"\\u0001%s\"", first ? "" : ",", od.name, od.name);
 			first = 0;
 		}
@@ -116,8 +117,8 @@ static void find_string_options(void)
 	free(text);
 	static mb_config mc;
 	char *args[] = { "fuzz", "--config", path, "--log-level", "emergency", "--isolation", "thread",
-			 NULL };
-	if (mb_config_load(&mc, 7, args) != 0)
+			 "--replica-id", "fuzz_replica_marker", NULL };
+	if (mb_config_load(&mc, 9, args) != 0)
 		FZ_FAIL("the marker configuration was refused (a new string option with a fixed set of values?)");
 	for (size_t i = 0; mb_config_option(i, &od) == 0; i++) {
 		if (od.is_int)
@@ -129,6 +130,8 @@ static void find_string_options(void)
 			snprintf(want, sizeof want, "emergency");
 		else if (!strcmp(od.name, "isolation"))
 			snprintf(want, sizeof want, "thread");
+		else if (!strcmp(od.name, "replica_id"))
+			snprintf(want, sizeof want, "fuzz_replica_marker");
 		else
 			snprintf(want, sizeof want, "\001%s", od.name);
 		const char *base = (const char *)&mc, *hit = NULL;
