@@ -595,7 +595,8 @@ static int send_req(pg_conn *cn, pg_req *r)
 		return -1;
 	cn->cur = r;
 	r->conn = cn;
-	uv_poll_start(&cn->poll, UV_READABLE | (f == 1 ? UV_WRITABLE : 0), on_poll);
+	if (f == 1) /* else it stays watched for reading: uv_poll_start again costs two epoll_ctl */
+		uv_poll_start(&cn->poll, UV_READABLE | UV_WRITABLE, on_poll);
 	uv_ref((uv_handle_t *)&cn->poll); /* a statement in flight does: its answer is awaited */
 	return 0;
 }

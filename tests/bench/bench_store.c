@@ -5,8 +5,8 @@
  * BENCH_PG_FSYNC=off) and a SQLite file in a temporary directory (WAL, synchronous=FULL).
  * PostgreSQL is measured both ways a request reaches it: from a request coroutine (the
  * statement runs on a non-blocking connection while the loop is free) and blocking (code that
- * cannot yield). Rounds alternate between the backends, so both see the same minutes of a
- * shared machine; the figures are medians and p95 over every operation of every round.
+ * cannot yield). The three take turns in batches of ten operations, so all see the same moments
+ * of a shared machine; the figures are medians and p95 over every operation.
  *
  * Build and run (tests/bench/run.sh does it):
  *   cc -O2 -std=c11 -D_GNU_SOURCE ... tests/bench/bench_store.c <lib objects> -o bench_store
@@ -25,6 +25,7 @@
 #include "store_pg.h"
 #include "store_pg_host.h"
 
+#define BATCH 10
 static uv_loop_t loop;
 static lua_State *PL; /* the PostgreSQL state */
 static int finished;
@@ -145,17 +146,18 @@ int main(int argc, char **argv)
 		return 0;
 	}
 	const char *fs = getenv("BENCH_PG_FSYNC");
+	pc.durable = !fs || strcmp(fs, "off") != 0; /* as in production, unless asked */
 	if (rc != 0 || pg_cluster_start(&pc) != 0) {
 		fprintf(stderr, "bench_store: the PostgreSQL cluster did not start\n");
 		return 1;
 	}
-	if (!fs || strcmp(fs, "off") != 0) { /* the cluster helper starts with fsync off */
-		PGconn *c = PQconnectdb(pc.conninfo);
-		PQclear(PQexec(c, "ALTER SYSTEM SET fsync = on"));
-		PQclear(PQexec(c, "ALTER SYSTEM SET synchronous_commit = on"));
-		PQclear(PQexec(c, "SELECT pg_reload_conf()"));
-		PQfinish(c);
-	}
+	char fsync_now[16] = "?";
+	PGconn *pq = PQconnectdb(pc.conninfo);
+	PGresult *pr = PQexec(pq, "SHOW fsync");
+	if (PQresultStatus(pr) == PGRES_TUPLES_OK)
+		snprintf(fsync_now, sizeof fsync_now, "%s", PQgetvalue(pr, 0, 0));
+	PQclear(pr);
+	PQfinish(pq);
 	uv_loop_init(&loop);
 	char err[1024], path[300];
 	snprintf(path, sizeof path, "%s/bench.db", pc.dir);
@@ -195,17 +197,20 @@ int main(int argc, char **argv)
 	take(PL, &(double){0}, &(double){0});
 
 	static const char *ops[] = { "read", "upsert", "tx" };
-	printf("store operation latency, microseconds: median (p95) over %d x %d operations, rounds "
-	       "alternating; PostgreSQL fsync %s\n", rounds, n, fs && !strcmp(fs, "off") ? "off" : "on");
+	printf("store operation latency, microseconds: median (p95) over %d operations each, in "
+	       "batches of %d taking turns; PostgreSQL fsync %s (SQLite: synchronous=FULL)\n",
+	       rounds * (n / BATCH) * BATCH, BATCH, fsync_now);
 	printf("%-8s %18s %22s %22s %10s\n", "op", "SQLite", "PostgreSQL (request)", "PostgreSQL (blocking)",
 	       "PG/SQLite");
 	for (int o = 0; o < 3; o++) {
 		/* every round runs the three ways back to back; the medians are over all rounds */
 		lua_State *Ls[3] = { SL, PL, PL };
 		const char *gname[3] = { "ts", "ta", "tb" };
-		for (int r = 0; r < rounds; r++)
+		/* batches of BATCH operations, the three ways in turn: each sees the same moments of
+		 * the machine (run one way after the other, the figures moved with the order) */
+		for (int r = 0; r < rounds * (n / BATCH); r++)
 			for (int w = 0; w < 3; w++) {
-				run_ops(Ls[w], w == 1, n, ops[o], 2000 + r * n);
+				run_ops(Ls[w], w == 1, BATCH, ops[o], 2000 + r * BATCH);
 				/* move t to the way's own list */
 				lua_State *L = Ls[w];
 				lua_getglobal(L, gname[w]);

@@ -32,6 +32,7 @@ typedef struct {
 	gid_t gid;
 	int drop;            /* 1 when running as root: change to uid/gid in the children */
 	pid_t pid;           /* the postmaster, 0 when stopped */
+	int durable;         /* set before pg_cluster_start: fsync and full-page writes on (benches) */
 } pg_cluster;
 
 /* The child side of running a program as the cluster's user, output to log. */
@@ -129,9 +130,13 @@ static inline int pg_cluster_start(pg_cluster *c)
 	pid_t p = fork();
 	if (p == 0) {
 		pg_cluster_child(c, log, 1);
-		execl(prog, "postgres", "-D", data, "-k", c->dir, "-c", "listen_addresses=", "-c",
-		      "fsync=off", "-c", "full_page_writes=off", "-c", "max_connections=40",
-		      (char *)NULL);
+		if (c->durable)
+			execl(prog, "postgres", "-D", data, "-k", c->dir, "-c", "listen_addresses=", "-c",
+			      "max_connections=40", (char *)NULL);
+		else
+			execl(prog, "postgres", "-D", data, "-k", c->dir, "-c", "listen_addresses=", "-c",
+			      "fsync=off", "-c", "full_page_writes=off", "-c", "max_connections=40",
+			      (char *)NULL);
 		_exit(127);
 	}
 	if (p < 0)
