@@ -10,9 +10,10 @@
 # LUA_PKG selects the Lua 5.4 to link, e.g. `make LUA_PKG=lua54-custom`.
 
 LUA_PKG   ?= lua5.4
-PKGS      := $(LUA_PKG) libuv libpcre2-8 jansson sqlite3 libsodium yaml-0.1 libseccomp libpq
-# libcurl: headers only; src/curl_load.c opens libcurl.so.4 at the first HTTP upstream request
-CURL_PKG  := libcurl
+PKGS      := $(LUA_PKG) libuv libpcre2-8 jansson sqlite3 libsodium yaml-0.1 libseccomp
+# libcurl and libpq: headers only; src/curl_load.c opens libcurl.so.4 at the first HTTP upstream
+# request, src/pq_load.c libpq.so.5 when store_url is PostgreSQL (the tests link libpq themselves)
+CURL_PKG  := libcurl libpq
 DEB_PKGS  := liblua5.4-dev libuv1-dev libpcre2-dev libjansson-dev libsqlite3-dev libsodium-dev libyaml-dev \
              libseccomp-dev libhttp-parser-dev libcurl4-openssl-dev libpq-dev pkg-config gcc make
 # man-db: systemd-analyze verify runs `man moonbox(1)` for the unit's Documentation= (tests/install)
@@ -101,7 +102,7 @@ $(BUILD)/obj:
 	@mkdir -p $@ $(BUILD)/gen $(BUILD)/tests
 
 $(BUILD)/tests/%: tests/unit/%.c $(LIB_OBJ) $(wildcard tests/unit/*.h)
-	$(CC) $(CFLAGS) -Itests/unit $< $(LIB_OBJ) $(LDLIBS) -o $@
+	$(CC) $(CFLAGS) -Itests/unit $< $(LIB_OBJ) $(LDLIBS) $(shell pkg-config --libs libpq) -o $@
 
 # ---- run -----------------------------------------------------------------------------------
 # stdout carries MCP messages only: build output goes to stderr.

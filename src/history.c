@@ -22,7 +22,7 @@
  */
 #include "history.h"
 
-#include <libpq-fe.h>
+#include "pq_load.h"
 #include <sodium.h>
 #include <stdatomic.h>
 #include <sqlite3.h>
@@ -263,7 +263,8 @@ static int pg_connect(mb_history *h)
 {
 	if (h->pg && PQstatus(h->pg) == CONNECTION_OK)
 		return WR_OK;
-	PQfinish(h->pg);
+	if (h->pg)
+		PQfinish(h->pg);
 	char timeout[24], set[64];
 	int secs = (h->timeout_ms + 999) / 1000;
 	snprintf(timeout, sizeof timeout, "%d", secs < 2 ? 2 : secs);
@@ -578,6 +579,8 @@ static void writer(void *arg)
 
 static int pg_open(mb_history *h, const mb_history_store *st, char *err, size_t errlen)
 {
+	if (mb_pq_load(err, errlen) != 0)
+		return -1;
 	h->conninfo = strdup(st->pg_conninfo);
 	if (!h->conninfo) {
 		snprintf(err, errlen, "history: out of memory");
@@ -652,7 +655,8 @@ fail_quiet:
 	sqlite3_finalize(h->trim_tenant);
 	sqlite3_finalize(h->trim_age);
 	sqlite3_close(h->db);
-	PQfinish(h->pg);
+	if (h->pg)
+		PQfinish(h->pg);
 	free(h->conninfo);
 	free(h);
 	return NULL;
@@ -761,7 +765,8 @@ void mb_history_close(mb_history *h)
 	sqlite3_finalize(h->trim_tenant);
 	sqlite3_finalize(h->trim_age);
 	sqlite3_close(h->db);
-	PQfinish(h->pg);
+	if (h->pg)
+		PQfinish(h->pg);
 	free(h->conninfo);
 	uv_mutex_destroy(&h->mu);
 	uv_cond_destroy(&h->cv);

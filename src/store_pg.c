@@ -19,7 +19,7 @@
 
 #include <errno.h>
 #include <lauxlib.h>
-#include <libpq-fe.h>
+#include "pq_load.h"
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -1473,6 +1473,11 @@ out:
 int mb_pg_open(mb_pg **out, uv_loop_t *loop, const char *conninfo, int n, int64_t timeout_ms,
 	       char *err, size_t errlen)
 {
+	char le[MB_ERR_MAX];
+	if (mb_pq_load(le, sizeof le) != 0) {
+		mb_seterr(err, errlen, "%s", le);
+		return -1;
+	}
 	mb_pg *s = calloc(1, sizeof *s);
 	if (!s || n < 1) {
 		free(s);
