@@ -623,10 +623,16 @@ static void resume_req(pg_req *r)
 		uv_idle_start(&s->idle, on_idle);
 		return;
 	}
-	luaL_unref(r->L, LUA_REGISTRYINDEX, r->ref);
+	/* the reference holds the coroutine until it is back: while it runs it may resume another
+	 * coroutine, and Lua's collector keeps only the running one - an unreferenced resumer would
+	 * be freed under it (a crash in lua_checkstack / lua_yieldk when control came back) */
+	lua_State *co = r->L;
+	int ref = r->ref;
 	r->ref = LUA_NOREF;
 	if (s->host.resume)
-		s->host.resume(s->host.ud, r->L, 0);
+		s->host.resume(s->host.ud, co, 0); /* r may be gone after this */
+	if (!s->closing)
+		luaL_unref(s->L, LUA_REGISTRYINDEX, ref);
 }
 
 static void drain_notifies(pg_conn *cn);
@@ -1285,9 +1291,10 @@ static void on_pause(uv_timer_t *t)
 	uv_close((uv_handle_t *)&p->t, on_pause_closed);
 	if (s->closing)
 		return;
-	luaL_unref(L, LUA_REGISTRYINDEX, ref);
 	if (s->host.resume)
 		s->host.resume(s->host.ud, L, 0);
+	if (!s->closing) /* held until it is back (see resume_req) */
+		luaL_unref(s->L, LUA_REGISTRYINDEX, ref);
 }
 
 static int k_pause(lua_State *L, int status, lua_KContext ctx)
