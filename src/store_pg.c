@@ -309,10 +309,18 @@ static const char *skip_space(const char *p, const char *end)
 			while (p < end && *p != '\n')
 				p++;
 		} else if (end - p >= 2 && p[0] == '/' && p[1] == '*') {
+			/* PostgreSQL's block comments nest (a comment opened inside one needs its own end) */
 			const char *q = p + 2;
-			while (end - q >= 2 && !(q[0] == '*' && q[1] == '/'))
-				q++;
-			p = end - q >= 2 ? q + 2 : end;
+			int depth = 1;
+			while (depth > 0 && end - q >= 2) {
+				if (q[0] == '*' && q[1] == '/')
+					depth--, q += 2;
+				else if (q[0] == '/' && q[1] == '*')
+					depth++, q += 2;
+				else
+					q++;
+			}
+			p = depth > 0 ? end : q;
 		} else {
 			return p;
 		}
@@ -354,10 +362,17 @@ static char *translate(const char *sql, size_t len, int *nparams, char *msg, siz
 		}
 		char c = *p;
 		if (c == '\'' || c == '"') {
+			/* E'...' (escape string): a backslash escapes the next byte, `\'` included */
+			int esc = c == '\'' && p > sql && (p[-1] == 'E' || p[-1] == 'e') &&
+				  (p - 1 == sql || !is_word(p[-2]));
 			const char *q = p + 1;
 			for (;;) {
 				if (q >= end)
 					break;
+				if (esc && *q == '\\') {
+					q += q + 1 < end ? 2 : 1;
+					continue;
+				}
 				if (*q == c) {
 					if (q + 1 < end && q[1] == c) {
 						q += 2;

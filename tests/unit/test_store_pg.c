@@ -416,6 +416,16 @@ TEST(closed_with_statements_in_flight)
 	OK("return db.row('SELECT 3 AS v').v", "3");
 }
 
+TEST(placeholders_in_escape_strings_and_nested_comments)
+{
+	/* E'' strings end only at an unescaped quote; PostgreSQL's block comments nest */
+	OK("local r = db.row([[SELECT E'it\\'s ?' AS a, ?::int AS b]], 5) return r.a .. r.b", "it's ?5");
+	OK("local r = db.row([[SELECT e'\\\\' AS a, ?::int AS b]], 6) return r.a .. r.b", "\\6");
+	OK("return db.row([[SELECT /* a /* b */ ? */ ?::int AS b]], 7).b", "7");
+	OK("return db.row([[SELECT 'x\\' AS a, ?::int AS b]], 8).a", "x\\");
+	FAILS("db.exec([[/* /* */ */ BEGIN]])", "use mb.db.tx");
+}
+
 static void on_keepalive(uv_timer_t *t)
 {
 	(void)t;
@@ -458,6 +468,7 @@ int main(void)
 	RUN(connection_killed_then_reopened);
 	RUN(postgres_down_then_back);
 	RUN(migrations);
+	RUN(placeholders_in_escape_strings_and_nested_comments);
 	RUN(closed_with_statements_in_flight);
 	close_store();
 	uv_close((uv_handle_t *)&keepalive, NULL);
