@@ -97,6 +97,7 @@ struct mb_pg {
 	uv_idle_t idle;
 	int idle_open;
 	int listen_ref;         /* registry: channel -> function */
+	int pauses;             /* coroutines waiting in _pause */
 	int closing;
 };
 
@@ -1279,6 +1280,7 @@ typedef struct pause_t {
 	uv_timer_t t;
 	lua_State *L;
 	int ref;
+	int fired;
 	mb_pg *s;
 } pause_t;
 
@@ -1297,6 +1299,8 @@ static void on_pause(uv_timer_t *t)
 	mb_pg *s = p->s;
 	lua_State *L = p->L;
 	int ref = p->ref;
+	p->fired = 1;
+	s->pauses--;
 	uv_close((uv_handle_t *)&p->t, on_pause_closed);
 	if (s->closing)
 		return;
@@ -1307,7 +1311,9 @@ static void on_pause(uv_timer_t *t)
 
 static int k_pause(lua_State *L, int status, lua_KContext ctx)
 {
-	(void)L, (void)status, (void)ctx;
+	(void)status;
+	if (!((pause_t *)ctx)->fired) /* resumed by somebody else meanwhile: keep waiting */
+		return lua_yieldk(L, 0, ctx, k_pause);
 	return 0;
 }
 
@@ -1325,10 +1331,11 @@ static int l_pause(lua_State *L)
 	uv_timer_init(s->loop, &p->t);
 	p->t.data = p;
 	s->handles++; /* closed by on_pause (or by close: the loop runs it once more) */
+	s->pauses++;
 	lua_pushthread(L);
 	p->ref = luaL_ref(L, LUA_REGISTRYINDEX);
 	uv_timer_start(&p->t, on_pause, (uint64_t)(ms > 10000 ? 10000 : ms), 0);
-	return lua_yieldk(L, 0, 0, k_pause);
+	return lua_yieldk(L, 0, (lua_KContext)p, k_pause);
 }
 
 static int l_depth(lua_State *L)
@@ -1552,7 +1559,9 @@ size_t mb_pg_pending(const mb_pg *s)
 		n += s->conns[i].cur != NULL;
 	for (const pg_req *r = s->wait_head; r; r = r->next)
 		n++;
-	return n;
+	for (const pg_req *r = s->ready_head; r; r = r->next)
+		n++; /* done, its coroutine not resumed yet */
+	return n + (size_t)s->pauses;
 }
 
 /* Frees s once every handle has closed and no reopen runs on the thread pool. */

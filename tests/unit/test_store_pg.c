@@ -426,6 +426,42 @@ TEST(placeholders_in_escape_strings_and_nested_comments)
 	FAILS("db.exec([[/* /* */ */ BEGIN]])", "use mb.db.tx");
 }
 
+TEST(pause_counts_as_pending)
+{
+	/* a transaction backing off before its next attempt still waits for the store: the server
+	 * must not stop (EOF, SIGTERM) and drop its request meanwhile */
+	lua_State *co = sph_spawn(NULL);
+	CHECK(luaL_loadstring(co, "db._pause(300)") == LUA_OK);
+	sph_resume(NULL, co, 0);
+	lua_pop(L, 1);
+	CHECK(mb_pg_pending(S) > 0);
+	spin(400);
+	CHECK(mb_pg_pending(S) == 0);
+}
+
+TEST(pause_resumed_by_somebody_else)
+{
+	/* Lua code resumes a coroutine that waits in _pause: it keeps waiting, and the timer does not
+	 * resume it later at some other point it waits at */
+	CHECK(luaL_dostring(L, "got = nil") == LUA_OK);
+	lua_State *co = sph_spawn(NULL);
+	CHECK(luaL_loadstring(co, "paused = coroutine.running() db._pause(150) got = 'paused' "
+			      "got = coroutine.yield() or 'resumed with nothing'") == LUA_OK);
+	sph_resume(NULL, co, 0);
+	lua_pop(L, 1);
+	CHECK(luaL_dostring(L, "coroutine.resume(paused)") == LUA_OK);
+	spin(300);
+	lua_getglobal(L, "got");
+	CHECK(lua_isstring(L, -1) && strcmp(lua_tostring(L, -1), "paused") == 0);
+	if (lua_isstring(L, -1) && strcmp(lua_tostring(L, -1), "paused"))
+		fprintf(stderr, "  got %s\n", lua_tostring(L, -1));
+	lua_pop(L, 1);
+	CHECK(luaL_dostring(L, "coroutine.resume(paused, 'answer')") == LUA_OK);
+	lua_getglobal(L, "got");
+	CHECK(lua_isstring(L, -1) && strcmp(lua_tostring(L, -1), "answer") == 0);
+	lua_pop(L, 1);
+}
+
 static void on_keepalive(uv_timer_t *t)
 {
 	(void)t;
@@ -469,6 +505,8 @@ int main(void)
 	RUN(postgres_down_then_back);
 	RUN(migrations);
 	RUN(placeholders_in_escape_strings_and_nested_comments);
+	RUN(pause_counts_as_pending);
+	RUN(pause_resumed_by_somebody_else);
 	RUN(closed_with_statements_in_flight);
 	close_store();
 	uv_close((uv_handle_t *)&keepalive, NULL);
