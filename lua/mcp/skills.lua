@@ -190,6 +190,11 @@ local function index_skill(t, name, source, force)
     and encode({ prompt = meta.prompt, resource = meta.resource }) or nil
   local pjson = params_json(meta.params)
   local version = db.tx(function()
+    -- again inside the transaction: on PostgreSQL another indexing of this skill (the watcher's
+    -- rescan of a file a save wrote, another replica) may have committed since `row` was read
+    local cur = db.row("SELECT hash, status, good_version FROM skills WHERE tenant = ? AND name = ?",
+      t.tenant, name)
+    if cur and cur.status ~= "deleted" and cur.hash == hash then return nil end
     local last = db.row("SELECT max(version) AS v FROM skill_versions WHERE tenant = ? AND name = ?",
       t.tenant, name)
     local v = ((last and last.v) or 0) + 1
@@ -198,7 +203,7 @@ local function index_skill(t, name, source, force)
              VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)]],
       t.tenant, name, v, src.code, src.md, hash, meta.description,
       pjson, tool_json, source, ok and 1 or 0, now, publish_json)
-    local good = ok and v or (row and row.status ~= "deleted" and row.good_version or nil)
+    local good = ok and v or (cur and cur.status ~= "deleted" and cur.good_version or nil)
     db.run([[INSERT INTO skills (tenant, name, path, form, description, params, returns, tool, hash,
                mtime, size, status, error, error_line, good_version, updated_at)
              VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
@@ -212,6 +217,7 @@ local function index_skill(t, name, source, force)
       src.mtime, src.size, ok and "ok" or "error", cerr, cline, good, now)
     return v
   end)
+  if not version then return load_entry(t, name) end -- recorded meanwhile: what is in the store now
   if not ok then
     mb.log("warning", string.format("skill %s (%s) does not compile: %s", name, src.path, cerr))
   end
