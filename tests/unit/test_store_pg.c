@@ -50,9 +50,14 @@ static int psql(const char *sql)
 
 static int last_status;
 static char last_result[4096];
+static lua_State *running; /* the coroutine run() waits for */
 
 static void on_finish(lua_State *co, int status)
 {
+	if (co != running) { /* another one (a notification's handler) */
+		lua_pop(co, 1);
+		return;
+	}
 	last_status = status;
 	const char *s = luaL_tolstring(co, -1, NULL);
 	snprintf(last_result, sizeof last_result, "%s", s ? s : "(nil)");
@@ -110,6 +115,7 @@ static void spin(int ms)
 static int run(const char *code)
 {
 	lua_State *co = sph_spawn(NULL);
+	running = co;
 	if (luaL_loadstring(co, code) != LUA_OK) {
 		on_finish(co, LUA_ERRSYNTAX);
 		lua_pop(L, 1);
