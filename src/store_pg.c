@@ -1121,16 +1121,34 @@ static int k_stmt(lua_State *L, int status, lua_KContext ctx)
 	return deliver(L, r);
 }
 
+/* r in a transaction whose connection (pin) broke: a COMMIT or ROLLBACK ends it (a ROLLBACK
+ * quietly: there is nothing to undo), anything else fails. */
+static int lost_tx(lua_State *L, mb_pg *s, pg_conn *pin, pg_req *r)
+{
+	if (r->kind == K_ROLLBACK || r->kind == K_COMMIT) {
+		if (--pin->depth <= 0) {
+			pin->depth = 0;
+			pin->pinned = NULL;
+			pin->tx_lost = 0;
+		}
+	}
+	if (r->kind == K_ROLLBACK) {
+		req_clear(r);
+		return 0;
+	}
+	req_fail(r, "%s", "the connection of the transaction was lost; nothing was committed");
+	s->st.failed++;
+	return deliver(L, r);
+}
+
 /* Runs r on the blocking connection and delivers. */
 static int run_blocking(lua_State *L, mb_pg *s, pg_req *r)
 {
 	pg_conn *cn = &s->sync;
 	s->st.blocking++;
 	if (!cn->c || PQstatus(cn->c) != CONNECTION_OK) {
-		if (cn->pinned) {
-			req_fail(r, "%s", "the connection of the transaction was lost; nothing was committed");
-			return deliver(L, r);
-		}
+		if (cn->pinned)
+			return lost_tx(L, s, cn, r);
 		char err[256];
 		if (cn->c)
 			PQfinish(cn->c);
@@ -1171,22 +1189,8 @@ static int submit(lua_State *L, mb_pg *s, pg_req *r)
 	if (pin && !can_yield)
 		return luaL_error(L, "store: a statement inside mb.db.tx from code that cannot wait for "
 				  "it (%s)", s->label);
-	if (pin && (pin->down || pin->tx_lost)) {
-		if (r->kind == K_ROLLBACK || r->kind == K_COMMIT) {
-			if (--pin->depth <= 0) {
-				pin->depth = 0;
-				pin->pinned = NULL;
-				pin->tx_lost = 0;
-			}
-		}
-		if (r->kind == K_ROLLBACK) {
-			req_clear(r);
-			return 0;
-		}
-		req_fail(r, "%s", "the connection of the transaction was lost; nothing was committed");
-		s->st.failed++;
-		return deliver(L, r);
-	}
+	if (pin && (pin->down || pin->tx_lost))
+		return lost_tx(L, s, pin, r);
 	s->st.statements++;
 	if (pin) {
 		if (send_req(pin, r) != 0) {

@@ -468,6 +468,30 @@ TEST(pause_resumed_by_somebody_else)
 	lua_pop(L, 1);
 }
 
+/* The blocking connection breaks inside a blocking transaction: the tx fails, and the next
+ * blocking statement reconnects (the connection stayed pinned to the ended transaction, and
+ * every blocking statement after it failed with "the connection of the transaction was lost") */
+TEST(blocking_tx_whose_connection_broke_ends)
+{
+	CHECK(luaL_dostring(L, "return select(2, pcall(db.tx, function() "
+			       "db.run('SELECT pg_terminate_backend(pg_backend_pid())') end))") == LUA_OK);
+	CHECK(lua_isstring(L, -1));
+	lua_pop(L, 1);
+	CHECK(luaL_dostring(L, "return db._depth()") == LUA_OK);
+	CHECK(lua_tointeger(L, -1) == 0);
+	lua_pop(L, 1);
+	int rc = luaL_dostring(L, "return db.row('SELECT 8 AS v').v");
+	CHECK(rc == LUA_OK && lua_tointeger(L, -1) == 8);
+	if (rc != LUA_OK)
+		fprintf(stderr, "  %s\n", lua_tostring(L, -1));
+	lua_pop(L, 1);
+	lua_State *co = lua_newthread(L); /* another caller that cannot yield */
+	CHECK(luaL_loadstring(co, "return db.row('SELECT 9 AS v').v") == LUA_OK);
+	int nres;
+	CHECK(lua_resume(co, L, 0, &nres) == LUA_OK && lua_tointeger(co, -1) == 9);
+	lua_pop(L, 1);
+}
+
 static void on_keepalive(uv_timer_t *t)
 {
 	(void)t;
@@ -513,6 +537,7 @@ int main(void)
 	RUN(placeholders_in_escape_strings_and_nested_comments);
 	RUN(pause_counts_as_pending);
 	RUN(pause_resumed_by_somebody_else);
+	RUN(blocking_tx_whose_connection_broke_ends);
 	RUN(closed_with_statements_in_flight);
 	close_store();
 	uv_close((uv_handle_t *)&keepalive, NULL);
