@@ -446,8 +446,10 @@ static int pg_trim(mb_history *h, row *rows, size_t first, size_t n, int age_due
 }
 
 /* One round on PostgreSQL: connect if needed, insert, trim. A failed trim does not undo the
- * insert: its rows are in (WR_OK is returned for them) and the failure is counted. */
-static int pg_write_rows(mb_history *h, row *rows, size_t n, int *trim_failed)
+ * insert: its rows are in (WR_OK is returned for them) and the failure is counted. Flushes
+ * waiting for rows up to seq are released once the rows are in, before the trim: it takes the
+ * trim lock, which another replica's trim may hold for long, and a flush blocks the loop. */
+static int pg_write_rows(mb_history *h, row *rows, size_t n, uint64_t seq, int *trim_failed)
 {
 	*trim_failed = 0;
 	int rc = pg_connect(h);
@@ -456,6 +458,10 @@ static int pg_write_rows(mb_history *h, row *rows, size_t n, int *trim_failed)
 	size_t first = n > (size_t)h->max_rows ? n - (size_t)h->max_rows : 0;
 	if (n > first && (rc = pg_insert(h, rows, first, n)) != WR_OK)
 		return rc;
+	uv_mutex_lock(&h->mu);
+	h->committed_seq = seq;
+	uv_cond_broadcast(&h->done_cv);
+	uv_mutex_unlock(&h->mu);
 	int64_t now = wall_ms();
 	int expired = 0;
 	for (size_t i = first; i < n && h->lim.max_age_ms > 0 && !expired; i++)
@@ -524,7 +530,7 @@ static void writer(void *arg)
 			int age_due = h->lim.max_age_ms > 0 && wall_ms() - h->last_age_trim >= AGE_TRIM_MS;
 			attempted = n || age_due;
 			if (attempted)
-				rc = pg_write_rows(h, rows, n, &trim_failed);
+				rc = pg_write_rows(h, rows, n, seq, &trim_failed);
 		} else {
 			rc = n ? sqlite_write_rows(h, rows, n) : WR_OK;
 			if (!n && h->lim.max_age_ms > 0 && wall_ms() - h->last_age_trim >= AGE_TRIM_MS &&

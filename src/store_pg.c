@@ -97,6 +97,7 @@ struct mb_pg {
 	uv_idle_t idle;
 	int idle_open;
 	int listen_ref;         /* registry: channel -> function */
+	int pauses;             /* coroutines waiting in _pause */
 	int closing;
 };
 
@@ -309,10 +310,18 @@ static const char *skip_space(const char *p, const char *end)
 			while (p < end && *p != '\n')
 				p++;
 		} else if (end - p >= 2 && p[0] == '/' && p[1] == '*') {
+			/* PostgreSQL's block comments nest (a comment opened inside one needs its own end) */
 			const char *q = p + 2;
-			while (end - q >= 2 && !(q[0] == '*' && q[1] == '/'))
-				q++;
-			p = end - q >= 2 ? q + 2 : end;
+			int depth = 1;
+			while (depth > 0 && end - q >= 2) {
+				if (q[0] == '*' && q[1] == '/')
+					depth--, q += 2;
+				else if (q[0] == '/' && q[1] == '*')
+					depth++, q += 2;
+				else
+					q++;
+			}
+			p = depth > 0 ? end : q;
 		} else {
 			return p;
 		}
@@ -354,10 +363,17 @@ static char *translate(const char *sql, size_t len, int *nparams, char *msg, siz
 		}
 		char c = *p;
 		if (c == '\'' || c == '"') {
+			/* E'...' (escape string): a backslash escapes the next byte, `\'` included */
+			int esc = c == '\'' && p > sql && (p[-1] == 'E' || p[-1] == 'e') &&
+				  (p - 1 == sql || !is_word(p[-2]));
 			const char *q = p + 1;
 			for (;;) {
 				if (q >= end)
 					break;
+				if (esc && *q == '\\') {
+					q += q + 1 < end ? 2 : 1;
+					continue;
+				}
 				if (*q == c) {
 					if (q + 1 < end && q[1] == c) {
 						q += 2;
@@ -1111,16 +1127,34 @@ static int k_stmt(lua_State *L, int status, lua_KContext ctx)
 	return deliver(L, r);
 }
 
+/* r in a transaction whose connection (pin) broke: a COMMIT or ROLLBACK ends it (a ROLLBACK
+ * quietly: there is nothing to undo), anything else fails. */
+static int lost_tx(lua_State *L, mb_pg *s, pg_conn *pin, pg_req *r)
+{
+	if (r->kind == K_ROLLBACK || r->kind == K_COMMIT) {
+		if (--pin->depth <= 0) {
+			pin->depth = 0;
+			pin->pinned = NULL;
+			pin->tx_lost = 0;
+		}
+	}
+	if (r->kind == K_ROLLBACK) {
+		req_clear(r);
+		return 0;
+	}
+	req_fail(r, "%s", "the connection of the transaction was lost; nothing was committed");
+	s->st.failed++;
+	return deliver(L, r);
+}
+
 /* Runs r on the blocking connection and delivers. */
 static int run_blocking(lua_State *L, mb_pg *s, pg_req *r)
 {
 	pg_conn *cn = &s->sync;
 	s->st.blocking++;
 	if (!cn->c || PQstatus(cn->c) != CONNECTION_OK) {
-		if (cn->pinned) {
-			req_fail(r, "%s", "the connection of the transaction was lost; nothing was committed");
-			return deliver(L, r);
-		}
+		if (cn->pinned)
+			return lost_tx(L, s, cn, r);
 		char err[256];
 		if (cn->c)
 			PQfinish(cn->c);
@@ -1161,22 +1195,8 @@ static int submit(lua_State *L, mb_pg *s, pg_req *r)
 	if (pin && !can_yield)
 		return luaL_error(L, "store: a statement inside mb.db.tx from code that cannot wait for "
 				  "it (%s)", s->label);
-	if (pin && (pin->down || pin->tx_lost)) {
-		if (r->kind == K_ROLLBACK || r->kind == K_COMMIT) {
-			if (--pin->depth <= 0) {
-				pin->depth = 0;
-				pin->pinned = NULL;
-				pin->tx_lost = 0;
-			}
-		}
-		if (r->kind == K_ROLLBACK) {
-			req_clear(r);
-			return 0;
-		}
-		req_fail(r, "%s", "the connection of the transaction was lost; nothing was committed");
-		s->st.failed++;
-		return deliver(L, r);
-	}
+	if (pin && (pin->down || pin->tx_lost))
+		return lost_tx(L, s, pin, r);
 	s->st.statements++;
 	if (pin) {
 		if (send_req(pin, r) != 0) {
@@ -1270,6 +1290,7 @@ typedef struct pause_t {
 	uv_timer_t t;
 	lua_State *L;
 	int ref;
+	int fired;
 	mb_pg *s;
 } pause_t;
 
@@ -1288,6 +1309,8 @@ static void on_pause(uv_timer_t *t)
 	mb_pg *s = p->s;
 	lua_State *L = p->L;
 	int ref = p->ref;
+	p->fired = 1;
+	s->pauses--;
 	uv_close((uv_handle_t *)&p->t, on_pause_closed);
 	if (s->closing)
 		return;
@@ -1299,7 +1322,9 @@ static void on_pause(uv_timer_t *t)
 
 static int k_pause(lua_State *L, int status, lua_KContext ctx)
 {
-	(void)L, (void)status, (void)ctx;
+	(void)status;
+	if (!((pause_t *)ctx)->fired) /* resumed by somebody else meanwhile: keep waiting */
+		return lua_yieldk(L, 0, ctx, k_pause);
 	return 0;
 }
 
@@ -1317,10 +1342,11 @@ static int l_pause(lua_State *L)
 	uv_timer_init(s->loop, &p->t);
 	p->t.data = p;
 	s->handles++; /* closed by on_pause (or by close: the loop runs it once more) */
+	s->pauses++;
 	lua_pushthread(L);
 	p->ref = luaL_ref(L, LUA_REGISTRYINDEX);
 	uv_timer_start(&p->t, on_pause, (uint64_t)(ms > 10000 ? 10000 : ms), 0);
-	return lua_yieldk(L, 0, 0, k_pause);
+	return lua_yieldk(L, 0, (lua_KContext)p, k_pause);
 }
 
 static int l_depth(lua_State *L)
@@ -1549,7 +1575,9 @@ size_t mb_pg_pending(const mb_pg *s)
 		n += s->conns[i].cur != NULL;
 	for (const pg_req *r = s->wait_head; r; r = r->next)
 		n++;
-	return n;
+	for (const pg_req *r = s->ready_head; r; r = r->next)
+		n++; /* done, its coroutine not resumed yet */
+	return n + (size_t)s->pauses;
 }
 
 /* Frees s once every handle has closed and no reopen runs on the thread pool. */

@@ -85,8 +85,9 @@ void mb_pg_push_lua(lua_State *L, mb_pg *s);
 
 void mb_pg_get_stats(const mb_pg *s, mb_pg_stats *out);
 
-/// Statements running or queued now (a coroutine waits for each): the server does not stop
-/// while there are any.
+/// Statements running, queued or answered but not yet handed back, and transactions pausing
+/// before their next attempt (a coroutine waits for each): the server does not stop while
+/// there are any.
 size_t mb_pg_pending(const mb_pg *s);
 
 /// Closes every connection (statements still waiting are dropped without resuming their

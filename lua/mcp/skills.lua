@@ -56,6 +56,14 @@ end
 ---------------------------------------------------------------------------------------------
 -- reading a skill from disk
 
+-- PostgreSQL's TEXT holds valid UTF-8 without NUL bytes (SQLite's holds any bytes): a skill that
+-- has others is refused by save and listed as a problem, instead of failing in the store at
+-- every scan after its file was written.
+local UNSTORABLE = "is not valid UTF-8 or has a NUL byte, which the store on PostgreSQL cannot hold"
+local function storable(s)
+  return not SHARED or (not s:find("\0", 1, true) and utf8.len(s) ~= nil)
+end
+
 -- Returns { form, path, code, md?, mtime, size } or nil, message (nil, nil when absent).
 local function read_source(t, name)
   local dir = t.dir
@@ -70,6 +78,8 @@ local function read_source(t, name)
     if not st_init then return nil, "skills/" .. name .. "/init.lua is missing (a directory skill needs SKILL.md and init.lua)" end
     local code, err2 = fs.read(sdir .. "/init.lua", cfg.max_skill_bytes)
     if not code then return nil, err2 end
+    if not storable(md) then return nil, "skills/" .. name .. "/SKILL.md " .. UNSTORABLE end
+    if not storable(code) then return nil, "skills/" .. name .. "/init.lua " .. UNSTORABLE end
     return { form = "dir", path = name .. "/init.lua", code = code, md = md,
              mtime = math.max(st_dir.mtime_ms, st_init.mtime_ms), size = st_dir.size + st_init.size,
              also_file = st_file ~= nil }
@@ -79,6 +89,7 @@ local function read_source(t, name)
     if not code then
       return nil, (err:gsub("is above the limit of (%d+)", "is above max_skill_bytes=%1"))
     end
+    if not storable(code) then return nil, "skills/" .. name .. ".lua " .. UNSTORABLE end
     return { form = "file", path = name .. ".lua", code = code, mtime = st_file.mtime_ms, size = st_file.size }
   end
   return nil, nil
@@ -190,6 +201,11 @@ local function index_skill(t, name, source, force)
     and encode({ prompt = meta.prompt, resource = meta.resource }) or nil
   local pjson = params_json(meta.params)
   local version = db.tx(function()
+    -- again inside the transaction: on PostgreSQL another indexing of this skill (the watcher's
+    -- rescan of a file a save wrote, another replica) may have committed since `row` was read
+    local cur = db.row("SELECT hash, status, good_version FROM skills WHERE tenant = ? AND name = ?",
+      t.tenant, name)
+    if cur and cur.status ~= "deleted" and cur.hash == hash then return nil end
     local last = db.row("SELECT max(version) AS v FROM skill_versions WHERE tenant = ? AND name = ?",
       t.tenant, name)
     local v = ((last and last.v) or 0) + 1
@@ -198,7 +214,7 @@ local function index_skill(t, name, source, force)
              VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)]],
       t.tenant, name, v, src.code, src.md, hash, meta.description,
       pjson, tool_json, source, ok and 1 or 0, now, publish_json)
-    local good = ok and v or (row and row.status ~= "deleted" and row.good_version or nil)
+    local good = ok and v or (cur and cur.status ~= "deleted" and cur.good_version or nil)
     db.run([[INSERT INTO skills (tenant, name, path, form, description, params, returns, tool, hash,
                mtime, size, status, error, error_line, good_version, updated_at)
              VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
@@ -212,6 +228,7 @@ local function index_skill(t, name, source, force)
       src.mtime, src.size, ok and "ok" or "error", cerr, cline, good, now)
     return v
   end)
+  if not version then return load_entry(t, name) end -- recorded meanwhile: what is in the store now
   if not ok then
     mb.log("warning", string.format("skill %s (%s) does not compile: %s", name, src.path, cerr))
   end
@@ -515,6 +532,7 @@ function M.save(tenant, args, source)
     files = { { t.dir .. "/" .. name .. ".lua", with_header(fmt.make_header(meta, encode), body) } }
   end
   for _, f in ipairs(files) do
+    if not storable(f[2]) then return nil, "the skill " .. UNSTORABLE .. " (nothing was saved)" end
     if #f[2] > cfg.max_skill_bytes then
       return nil, string.format("the skill file would be %d bytes with its header, above max_skill_bytes=%d",
         #f[2], cfg.max_skill_bytes)

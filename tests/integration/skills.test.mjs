@@ -19,7 +19,7 @@ import {
 } from "@modelcontextprotocol/sdk/types.js";
 
 import {
-  connectWithSkills, execute, TESTS_DIR, toolErrText as errText, toolOk as ok, useServer,
+  connectWithSkills, execute, TEST_STORE, TESTS_DIR, toolErrText as errText, toolOk as ok, useServer,
 } from "../lib/moonbox.mjs";
 
 const T = { timeout: 30000 };
@@ -298,6 +298,28 @@ describe("save_skill", () => {
         assert.equal(res.structuredContent.version, 1);
         assert.equal((await listSkills(s)).count, 1);
       }
+    });
+  });
+
+  // PostgreSQL's TEXT cannot hold a NUL byte: the save was written to the file, then failed in
+  // the store, and every scan failed again on the file without listing it as a problem
+  it("a NUL byte: saved on SQLite; on PostgreSQL refused before anything is written, a file with one is a problem", T, async () => {
+    await withServer({}, async (s) => {
+      const res = await call(s, "save_skill", { name: "nul", code: "return 'a\u0000b'", description: "N." });
+      if (TEST_STORE !== "pg") {
+        assert.equal(ok(res).version, 1);
+        return;
+      }
+      assert.equal(errText(res), "the skill is not valid UTF-8 or has a NUL byte, which the store on "
+        + "PostgreSQL cannot hold (nothing was saved)");
+      assert.deepEqual(readdirSync(s.skillsDir), []);
+      writeFileSync(path.join(s.skillsDir, "nulf.lua"), "--- N.\nreturn 'a\u0000b'\n");
+      const l = (await until("nulf in problems", async () => {
+        const x = await listSkills(s);
+        return x.problems.length > 0 && x;
+      })).value;
+      assert.deepEqual(l.problems, [{ name: "nulf", error: "skills/nulf.lua is not valid UTF-8 or has a NUL "
+        + "byte, which the store on PostgreSQL cannot hold" }]);
     });
   });
 });

@@ -261,6 +261,34 @@ TEST(two_writers_trim_together)
 	CHECK(scalar("SELECT count(*) FROM executions WHERE tenant = 'b'") == 100);
 }
 
+/* A flush (a read of the journal, on the loop thread) waits for the rows to be in, not for the
+ * trim after them: the trim waits for the trim lock, which another replica's long trim may hold
+ * (here: another session), and the loop stood still until statement_timeout meanwhile. */
+TEST(flush_does_not_wait_for_the_trim_lock)
+{
+	fresh_table();
+	mb_history *h = open_h(1000);
+	PGconn *other = PQconnectdb(pg.conninfo);
+	char sql[96];
+	snprintf(sql, sizeof sql, "SELECT pg_advisory_lock(%lld)", (long long)0x6d62686973740001LL);
+	PGresult *r = PQexec(other, sql);
+	CHECK(PQresultStatus(r) == PGRES_TUPLES_OK);
+	PQclear(r);
+	if (h) {
+		add(h, 1, "f");
+		int64_t t0 = now_ms();
+		mb_history_flush(h);
+		int64_t took = now_ms() - t0;
+		CHECK(took < 2500);
+		if (took >= 2500)
+			fprintf(stderr, "  flush took %lld ms\n", (long long)took);
+		CHECK(scalar("SELECT count(*) FROM executions WHERE tenant = 'f'") == 1);
+	}
+	PQfinish(other); /* the lock goes with the session */
+	if (h)
+		mb_history_close(h);
+}
+
 /* Lines of the log (stderr, redirected to a file) that contain needle. */
 static int count_in(const char *path, const char *needle)
 {
@@ -404,6 +432,7 @@ int main(void)
 	RUN(retention_per_tenant_and_by_age);
 	RUN(many_threads_lose_nothing);
 	RUN(two_writers_trim_together);
+	RUN(flush_does_not_wait_for_the_trim_lock);
 	RUN(postgres_restarted_rows_wait);
 	RUN(down_queue_bounded_and_close_returns);
 	RUN(refuses_without_the_table_or_server);

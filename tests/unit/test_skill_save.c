@@ -89,6 +89,26 @@ TEST(code_without_leading_comments_is_unchanged)
 		  "--- Plain.\nreturn 1\n");
 }
 
+/* Two indexings of the same content that overlap (on PostgreSQL each waits in the store, so a
+ * save and the watcher's rescan of the file it wrote, or two replicas, interleave): the one that
+ * commits second finds the content already recorded instead of adding it again as a new
+ * version. The overlap is made here by running the other one just before the first's tx. */
+TEST(an_overlapping_index_of_the_same_content_adds_no_version)
+{
+	CHECK_STR(run("skills.save('default', { name = 'race', description = 'Races.', code = 'return 1' })"
+		      " local tx, fired = mb.db.tx, false"
+		      " mb.db.tx = function(fn, ...)"
+		      "   if not fired then fired = true"
+		      "     skills.save('default', { name = 'race', description = 'Races.', code = 'return 2' }) end"
+		      "   return tx(fn, ...) end"
+		      " local d, err = skills.save('default', { name = 'race', description = 'Races.', code = 'return 2' })"
+		      " mb.db.tx = tx"
+		      " if not d then return 'ERR ' .. tostring(err) end"
+		      " local n = mb.db.row(\"SELECT count(*) AS n FROM skill_versions WHERE name = 'race'\").n"
+		      " return n .. ' ' .. d.saved_version .. ' ' .. skills.get_tenant('default').skills.race.version"),
+		  "2 2 2");
+}
+
 int main(void)
 {
 	char dir[64];
@@ -122,6 +142,7 @@ int main(void)
 	RUN(a_carriage_return_in_the_description_stays_in_the_header);
 	RUN(a_description_line_starting_with_at_is_not_a_tag);
 	RUN(code_without_leading_comments_is_unchanged);
+	RUN(an_overlapping_index_of_the_same_content_adds_no_version);
 	mb_host_shutdown(host);
 	uv_run(uv_default_loop(), UV_RUN_DEFAULT);
 	mb_host_free(host);

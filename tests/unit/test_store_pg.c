@@ -50,9 +50,14 @@ static int psql(const char *sql)
 
 static int last_status;
 static char last_result[4096];
+static lua_State *running; /* the coroutine run() waits for */
 
 static void on_finish(lua_State *co, int status)
 {
+	if (co != running) { /* another one (a notification's handler) */
+		lua_pop(co, 1);
+		return;
+	}
 	last_status = status;
 	const char *s = luaL_tolstring(co, -1, NULL);
 	snprintf(last_result, sizeof last_result, "%s", s ? s : "(nil)");
@@ -110,6 +115,7 @@ static void spin(int ms)
 static int run(const char *code)
 {
 	lua_State *co = sph_spawn(NULL);
+	running = co;
 	if (luaL_loadstring(co, code) != LUA_OK) {
 		on_finish(co, LUA_ERRSYNTAX);
 		lua_pop(L, 1);
@@ -429,6 +435,76 @@ TEST(closed_with_statements_in_flight)
 	OK("return db.row('SELECT 3 AS v').v", "3");
 }
 
+TEST(placeholders_in_escape_strings_and_nested_comments)
+{
+	/* E'' strings end only at an unescaped quote; PostgreSQL's block comments nest */
+	OK("local r = db.row([[SELECT E'it\\'s ?' AS a, ?::int AS b]], 5) return r.a .. r.b", "it's ?5");
+	OK("local r = db.row([[SELECT e'\\\\' AS a, ?::int AS b]], 6) return r.a .. r.b", "\\6");
+	OK("return db.row([[SELECT /* a /* b */ ? */ ?::int AS b]], 7).b", "7");
+	OK("return db.row([[SELECT 'x\\' AS a, ?::int AS b]], 8).a", "x\\");
+	FAILS("db.exec([[/* /* */ */ BEGIN]])", "use mb.db.tx");
+}
+
+TEST(pause_counts_as_pending)
+{
+	/* a transaction backing off before its next attempt still waits for the store: the server
+	 * must not stop (EOF, SIGTERM) and drop its request meanwhile */
+	lua_State *co = sph_spawn(NULL);
+	CHECK(luaL_loadstring(co, "db._pause(300)") == LUA_OK);
+	sph_resume(NULL, co, 0);
+	lua_pop(L, 1);
+	CHECK(mb_pg_pending(S) > 0);
+	spin(400);
+	CHECK(mb_pg_pending(S) == 0);
+}
+
+TEST(pause_resumed_by_somebody_else)
+{
+	/* Lua code resumes a coroutine that waits in _pause: it keeps waiting, and the timer does not
+	 * resume it later at some other point it waits at */
+	CHECK(luaL_dostring(L, "got = nil") == LUA_OK);
+	lua_State *co = sph_spawn(NULL);
+	CHECK(luaL_loadstring(co, "paused = coroutine.running() db._pause(150) got = 'paused' "
+			      "got = coroutine.yield() or 'resumed with nothing'") == LUA_OK);
+	sph_resume(NULL, co, 0);
+	lua_pop(L, 1);
+	CHECK(luaL_dostring(L, "coroutine.resume(paused)") == LUA_OK);
+	spin(300);
+	lua_getglobal(L, "got");
+	CHECK(lua_isstring(L, -1) && strcmp(lua_tostring(L, -1), "paused") == 0);
+	if (lua_isstring(L, -1) && strcmp(lua_tostring(L, -1), "paused"))
+		fprintf(stderr, "  got %s\n", lua_tostring(L, -1));
+	lua_pop(L, 1);
+	CHECK(luaL_dostring(L, "coroutine.resume(paused, 'answer')") == LUA_OK);
+	lua_getglobal(L, "got");
+	CHECK(lua_isstring(L, -1) && strcmp(lua_tostring(L, -1), "answer") == 0);
+	lua_pop(L, 1);
+}
+
+/* The blocking connection breaks inside a blocking transaction: the tx fails, and the next
+ * blocking statement reconnects (the connection stayed pinned to the ended transaction, and
+ * every blocking statement after it failed with "the connection of the transaction was lost") */
+TEST(blocking_tx_whose_connection_broke_ends)
+{
+	CHECK(luaL_dostring(L, "return select(2, pcall(db.tx, function() "
+			       "db.run('SELECT pg_terminate_backend(pg_backend_pid())') end))") == LUA_OK);
+	CHECK(lua_isstring(L, -1));
+	lua_pop(L, 1);
+	CHECK(luaL_dostring(L, "return db._depth()") == LUA_OK);
+	CHECK(lua_tointeger(L, -1) == 0);
+	lua_pop(L, 1);
+	int rc = luaL_dostring(L, "return db.row('SELECT 8 AS v').v");
+	CHECK(rc == LUA_OK && lua_tointeger(L, -1) == 8);
+	if (rc != LUA_OK)
+		fprintf(stderr, "  %s\n", lua_tostring(L, -1));
+	lua_pop(L, 1);
+	lua_State *co = lua_newthread(L); /* another caller that cannot yield */
+	CHECK(luaL_loadstring(co, "return db.row('SELECT 9 AS v').v") == LUA_OK);
+	int nres;
+	CHECK(lua_resume(co, L, 0, &nres) == LUA_OK && lua_tointeger(co, -1) == 9);
+	lua_pop(L, 1);
+}
+
 static void on_keepalive(uv_timer_t *t)
 {
 	(void)t;
@@ -472,6 +548,10 @@ int main(void)
 	RUN(connection_killed_then_reopened);
 	RUN(postgres_down_then_back);
 	RUN(migrations);
+	RUN(placeholders_in_escape_strings_and_nested_comments);
+	RUN(pause_counts_as_pending);
+	RUN(pause_resumed_by_somebody_else);
+	RUN(blocking_tx_whose_connection_broke_ends);
 	RUN(closed_with_statements_in_flight);
 	close_store();
 	uv_close((uv_handle_t *)&keepalive, NULL);
