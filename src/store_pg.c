@@ -639,10 +639,15 @@ static void resume_req(pg_req *r)
 		uv_idle_start(&s->idle, on_idle);
 		return;
 	}
-	luaL_unref(r->L, LUA_REGISTRYINDEX, r->ref);
+	/* the reference is dropped after the resume: until then nothing else holds the coroutine
+	 * (the host's set is weak), and a collection that runs while it resumes another coroutine
+	 * would free it under itself */
+	int ref = r->ref;
+	lua_State *L = r->L;
 	r->ref = LUA_NOREF;
 	if (s->host.resume)
-		s->host.resume(s->host.ud, r->L, 0);
+		s->host.resume(s->host.ud, L, 0);
+	luaL_unref(s->L, LUA_REGISTRYINDEX, ref); /* r may be gone: it lived on L's stack */
 }
 
 static void drain_notifies(pg_conn *cn);
@@ -1308,9 +1313,9 @@ static void on_pause(uv_timer_t *t)
 	uv_close((uv_handle_t *)&p->t, on_pause_closed);
 	if (s->closing)
 		return;
-	luaL_unref(L, LUA_REGISTRYINDEX, ref);
 	if (s->host.resume)
 		s->host.resume(s->host.ud, L, 0);
+	luaL_unref(s->L, LUA_REGISTRYINDEX, ref); /* after: it anchors L while L runs (resume_req) */
 }
 
 static int k_pause(lua_State *L, int status, lua_KContext ctx)

@@ -492,6 +492,20 @@ TEST(blocking_tx_whose_connection_broke_ends)
 	lua_pop(L, 1);
 }
 
+/* A coroutine the store resumes after its statement is referenced by nothing else while it runs
+ * (the host keeps only a weak set): when it resumed another coroutine whose work finished a
+ * garbage collection, it was collected under itself (use after free in the host state, a crash
+ * under load: journal and workspace integration tests on PostgreSQL). Also after a pause. */
+TEST(resumed_coroutine_stays_alive_while_it_runs)
+{
+	OK("db.row('SELECT 1 AS v') "
+	   "local co = coroutine.create(function() collectgarbage() collectgarbage() coroutine.yield() end) "
+	   "coroutine.resume(co) local t = {} for i = 1, 1000 do t[i] = { i } end return #t", "1000");
+	OK("db._pause(5) "
+	   "local co = coroutine.create(function() collectgarbage() collectgarbage() coroutine.yield() end) "
+	   "coroutine.resume(co) local t = {} for i = 1, 1000 do t[i] = { i } end return #t", "1000");
+}
+
 static void on_keepalive(uv_timer_t *t)
 {
 	(void)t;
@@ -538,6 +552,7 @@ int main(void)
 	RUN(pause_counts_as_pending);
 	RUN(pause_resumed_by_somebody_else);
 	RUN(blocking_tx_whose_connection_broke_ends);
+	RUN(resumed_coroutine_stays_alive_while_it_runs);
 	RUN(closed_with_statements_in_flight);
 	close_store();
 	uv_close((uv_handle_t *)&keepalive, NULL);
