@@ -300,19 +300,6 @@ TEST(blocking_statement_does_not_wait_long_for_a_request_lock)
 	OK("return held .. db.row('SELECT count(*) AS n FROM k WHERE v = 99').n", "done1");
 }
 
-TEST(resumed_coroutine_survives_a_collection_it_causes)
-{
-	/* nothing but the store references a coroutine waiting for a statement; once resumed it
-	 * resumes another that runs the collector, which keeps only the running coroutine - the
-	 * waiting one must still be held (it was freed under itself: a crash on its way back) */
-	for (int i = 0; i < 3; i++)
-		OK("local v = db.row('SELECT 11 AS v').v "
-		   "local co = coroutine.create(function() local t = {} for i = 1, 1000 do t[i] = {} end "
-		   "collectgarbage() collectgarbage() return 1 end) "
-		   "assert(coroutine.resume(co)) local x = {} for i = 1, 100 do x[i] = tostring(i) end "
-		   "return v + #x", "111");
-}
-
 TEST(listen_notify)
 {
 	CHECK(luaL_dostring(L, "heard = nil db.listen('chan_x', function(ch, p) heard = ch .. ':' .. tostring(p) "
@@ -505,6 +492,20 @@ TEST(blocking_tx_whose_connection_broke_ends)
 	lua_pop(L, 1);
 }
 
+/* A coroutine the store resumes after its statement is referenced by nothing else while it runs
+ * (the host keeps only a weak set): when it resumed another coroutine whose work finished a
+ * garbage collection, it was collected under itself (use after free in the host state, a crash
+ * under load: journal and workspace integration tests on PostgreSQL). Also after a pause. */
+TEST(resumed_coroutine_stays_alive_while_it_runs)
+{
+	OK("db.row('SELECT 1 AS v') "
+	   "local co = coroutine.create(function() collectgarbage() collectgarbage() coroutine.yield() end) "
+	   "coroutine.resume(co) local t = {} for i = 1, 1000 do t[i] = { i } end return #t", "1000");
+	OK("db._pause(5) "
+	   "local co = coroutine.create(function() collectgarbage() collectgarbage() coroutine.yield() end) "
+	   "coroutine.resume(co) local t = {} for i = 1, 1000 do t[i] = { i } end return #t", "1000");
+}
+
 static void on_keepalive(uv_timer_t *t)
 {
 	(void)t;
@@ -543,7 +544,6 @@ int main(void)
 	RUN(serializable_conflict_retried);
 	RUN(blocking_path_outside_coroutines);
 	RUN(blocking_statement_does_not_wait_long_for_a_request_lock);
-	RUN(resumed_coroutine_survives_a_collection_it_causes);
 	RUN(listen_notify);
 	RUN(connection_killed_then_reopened);
 	RUN(postgres_down_then_back);
@@ -552,6 +552,7 @@ int main(void)
 	RUN(pause_counts_as_pending);
 	RUN(pause_resumed_by_somebody_else);
 	RUN(blocking_tx_whose_connection_broke_ends);
+	RUN(resumed_coroutine_stays_alive_while_it_runs);
 	RUN(closed_with_statements_in_flight);
 	close_store();
 	uv_close((uv_handle_t *)&keepalive, NULL);
