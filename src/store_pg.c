@@ -1152,6 +1152,16 @@ static int run_blocking(lua_State *L, mb_pg *s, pg_req *r)
 {
 	pg_conn *cn = &s->sync;
 	s->st.blocking++;
+	if (cn->pinned && cn->pinned != L) {
+		/* code that cannot yield left a transaction open on this connection while it waits
+		 * (a coroutine made by Lua code that yielded inside tx): a statement of other code
+		 * must not run inside it, where a rollback would take it away */
+		req_fail(r, "%s", "the blocking connection is inside a transaction of other code that "
+			 "is waiting (a coroutine that yielded inside mb.db.tx); this statement was not run");
+		s->st.failed++;
+		r->done = 1;
+		return deliver(L, r);
+	}
 	if (!cn->c || PQstatus(cn->c) != CONNECTION_OK) {
 		if (cn->pinned)
 			return lost_tx(L, s, cn, r);

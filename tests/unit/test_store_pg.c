@@ -300,6 +300,23 @@ TEST(blocking_statement_does_not_wait_long_for_a_request_lock)
 	OK("return held .. db.row('SELECT count(*) AS n FROM k WHERE v = 99').n", "done1");
 }
 
+TEST(blocking_statement_never_joins_another_codes_transaction)
+{
+	/* a coroutine made by Lua code (not the host's: it cannot wait, so it is on the blocking
+	 * connection) yields inside tx and leaves the transaction open; other blocking code must
+	 * not run its statements inside it */
+	CHECK(luaL_dostring(L, "lua_co = coroutine.create(function() db.tx(function() "
+			       "db.run('INSERT INTO k VALUES (77)') coroutine.yield() end) end) "
+			       "assert(coroutine.resume(lua_co))") == LUA_OK);
+	CHECK(luaL_dostring(L, "return select(2, pcall(db.run, 'INSERT INTO k VALUES (78)'))") == LUA_OK);
+	CHECK(lua_isstring(L, -1) && strstr(lua_tostring(L, -1), "inside a transaction of other code"));
+	lua_pop(L, 1);
+	CHECK(luaL_dostring(L, "assert(coroutine.resume(lua_co)) "
+			       "return db.row('SELECT count(*) AS n FROM k WHERE v IN (77, 78)').n") == LUA_OK);
+	CHECK(lua_tointeger(L, -1) == 1); /* 77 committed with its tx; 78 never ran */
+	lua_pop(L, 1);
+}
+
 TEST(listen_notify)
 {
 	CHECK(luaL_dostring(L, "heard = nil db.listen('chan_x', function(ch, p) heard = ch .. ':' .. tostring(p) "
@@ -376,7 +393,7 @@ TEST(postgres_down_then_back)
 	CHECK(luaL_dostring(L, "return db.row('SELECT 8 AS v').v") == LUA_OK); /* blocking reconnects */
 	CHECK(lua_tointeger(L, -1) == 8);
 	lua_pop(L, 1);
-	OK("return db.row('SELECT count(*) AS n FROM k').n", "4");
+	OK("return db.row('SELECT count(*) AS n FROM k').n", "5");
 }
 
 TEST(migrations)
@@ -544,6 +561,7 @@ int main(void)
 	RUN(serializable_conflict_retried);
 	RUN(blocking_path_outside_coroutines);
 	RUN(blocking_statement_does_not_wait_long_for_a_request_lock);
+	RUN(blocking_statement_never_joins_another_codes_transaction);
 	RUN(listen_notify);
 	RUN(connection_killed_then_reopened);
 	RUN(postgres_down_then_back);
