@@ -346,7 +346,7 @@ static int starts_tx_control(const char *p, const char *end)
 /* Copies sql into a new string with `?` and `?NNN` turned into $n, outside quoted text, quoted
  * identifiers, dollar-quoted text and comments; counts the parameters; refuses transaction
  * control at the start of any statement. Returns NULL with msg set. */
-static char *translate(const char *sql, size_t len, int *nparams, char *msg, size_t msglen)
+char *mb_pg_translate(const char *sql, size_t len, int *nparams, char *msg, size_t msglen)
 {
 	const char *p = sql, *end = sql + len;
 	char *out = malloc(len * 6 + 1), *o = out;
@@ -996,7 +996,7 @@ static pg_req *new_req(lua_State *L, mb_pg *s, int kind, const char *fixed_sql)
 	const char *sql = luaL_checklstring(L, 1, &len);
 	if (strlen(sql) != len)
 		luaL_error(L, "store: the SQL text contains a NUL byte (%s)", s->label);
-	r->sql = translate(sql, len, &r->nparams, msg, sizeof msg);
+	r->sql = mb_pg_translate(sql, len, &r->nparams, msg, sizeof msg);
 	if (!r->sql)
 		luaL_error(L, "store: %s (%s)", msg, s->label);
 	int nargs = top - 1;

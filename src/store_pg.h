@@ -85,6 +85,14 @@ void mb_pg_push_lua(lua_State *L, mb_pg *s);
 
 void mb_pg_get_stats(const mb_pg *s, mb_pg_stats *out);
 
+/// The SQL text PostgreSQL is sent for sql: `?` and `?NNN` become $n outside quoted text
+/// (including E'' strings with backslash escapes), quoted identifiers, dollar-quoted text and
+/// (nested) comments; transaction control at the start of any statement is refused. Used by the
+/// store; exposed for tests/fuzz/fuzz_pg_sql.c.
+/// @param nparams receives the parameter count (the largest index)
+/// @returns a malloc'd NUL-terminated string, or NULL with msg set
+char *mb_pg_translate(const char *sql, size_t len, int *nparams, char *msg, size_t msglen);
+
 /// Statements running, queued or answered but not yet handed back, and transactions pausing
 /// before their next attempt (a coroutine waits for each): the server does not stop while
 /// there are any.
