@@ -183,6 +183,10 @@ TEST(retention_per_tenant_and_by_age)
 	}
 	add(h, 1, "old"); /* started in 1970: too old at once */
 	mb_history_flush(h);
+	/* a flush returns once the rows are in; the trims follow in the same round (up to 10 s) */
+	for (int i = 0; i < 100 && (scalar("SELECT count(*) FROM executions WHERE tenant = 'busy'") != 5 ||
+				    scalar("SELECT count(*) FROM executions WHERE tenant = 'old'") != 0); i++)
+		usleep(100 * 1000);
 	CHECK(scalar("SELECT count(*) FROM executions WHERE tenant = 'quiet'") == 3);
 	CHECK(scalar("SELECT count(*) FROM executions WHERE tenant = 'busy'") == 5);
 	CHECK(scalar("SELECT min(instructions) FROM executions WHERE tenant = 'busy'") == 155);
@@ -356,7 +360,9 @@ TEST(postgres_restarted_rows_wait)
 	CHECK(n == 9);
 	CHECK(scalar("SELECT count(DISTINCT instructions) FROM executions") == 10);
 	CHECK(count_in(log, "history: PostgreSQL:") == 1);
-	CHECK(count_in(log, "rows stay queued") == 1);
+	/* one line for the outage: it names what met it first - the rows, or the trim of the round
+	 * before (a flush returns before its round's trim, which may run into the stop) */
+	CHECK(count_in(log, "rows stay queued") + count_in(log, "(trimming)") == 1);
 	CHECK(count_in(log, "PostgreSQL answers again") == 1);
 	mb_history_counters(h, &dropped, &failed);
 	CHECK(dropped == 0);
