@@ -108,13 +108,21 @@ static inline int pg_cluster_init(pg_cluster *c)
 	pid_t p = fork();
 	if (p == 0) {
 		pg_cluster_child(c, log, 0);
-		execl(prog, "initdb", "-D", data, "-A", "trust", "-U", "postgres", "-E", "UTF8",
+		/* argv[0] the full path: initdb and postgres find their other programs and share
+		 * directory from it (a bare name is looked up in PATH, which lacks it on Debian) */
+		execl(prog, prog, "-D", data, "-A", "trust", "-U", "postgres", "-E", "UTF8",
 		      "--locale=C", "--no-sync", (char *)NULL);
 		_exit(127);
 	}
 	int st;
 	if (p < 0 || waitpid(p, &st, 0) != p || !WIFEXITED(st) || WEXITSTATUS(st) != 0) {
-		fprintf(stderr, "initdb failed (see %s)\n", log);
+		fprintf(stderr, "initdb failed (status %d); %s says:\n", st, log);
+		FILE *f = fopen(log, "r"); /* the directory goes with the cluster: show it now */
+		char line[512];
+		while (f && fgets(line, sizeof line, f))
+			fprintf(stderr, "  %s", line);
+		if (f)
+			fclose(f);
 		return -1;
 	}
 	return 0;
@@ -131,10 +139,10 @@ static inline int pg_cluster_start(pg_cluster *c)
 	if (p == 0) {
 		pg_cluster_child(c, log, 1);
 		if (c->durable)
-			execl(prog, "postgres", "-D", data, "-k", c->dir, "-c", "listen_addresses=", "-c",
+			execl(prog, prog, "-D", data, "-k", c->dir, "-c", "listen_addresses=", "-c",
 			      "max_connections=40", (char *)NULL);
 		else
-			execl(prog, "postgres", "-D", data, "-k", c->dir, "-c", "listen_addresses=", "-c",
+			execl(prog, prog, "-D", data, "-k", c->dir, "-c", "listen_addresses=", "-c",
 			      "fsync=off", "-c", "full_page_writes=off", "-c", "max_connections=40",
 			      (char *)NULL);
 		_exit(127);
