@@ -114,7 +114,7 @@ static inline int pg_cluster_init(pg_cluster *c)
 		      "--locale=C", "--no-sync", (char *)NULL);
 		_exit(127);
 	}
-	int st;
+	int st = 0;
 	if (p < 0 || waitpid(p, &st, 0) != p || !WIFEXITED(st) || WEXITSTATUS(st) != 0) {
 		fprintf(stderr, "initdb failed (status %d); %s says:\n", st, log);
 		FILE *f = fopen(log, "r"); /* the directory goes with the cluster: show it now */
