@@ -140,6 +140,19 @@ static int l_send(lua_State *L)
 
 static void run_coroutine(mb_host *h, lua_State *co, int nargs);
 
+/* Marks the thread on top of L as one of the host's request coroutines (the set pg_owns reads).
+ * Only the PostgreSQL store asks, so on SQLite no request pays for the mark. */
+static void mark_co(mb_host *h, lua_State *L)
+{
+	if (!h->deps.pg)
+		return;
+	lua_rawgeti(L, LUA_REGISTRYINDEX, h->ref_threads);
+	lua_pushvalue(L, -2);
+	lua_pushboolean(L, 1);
+	lua_rawset(L, -3);
+	lua_pop(L, 1);
+}
+
 /* mb.go(fn, ...): runs fn(...) now in a new request coroutine of the host (one the PostgreSQL
  * store may make wait, store_pg.h); an error is logged like a request's */
 static int l_go(lua_State *L)
@@ -148,11 +161,7 @@ static int l_go(lua_State *L)
 	luaL_checktype(L, 1, LUA_TFUNCTION);
 	int n = lua_gettop(L);
 	lua_State *co = lua_newthread(L);
-	lua_rawgeti(L, LUA_REGISTRYINDEX, h->ref_threads);
-	lua_pushvalue(L, -2);
-	lua_pushboolean(L, 1);
-	lua_rawset(L, -3);
-	lua_pop(L, 1);
+	mark_co(h, L);
 	for (int i = 1; i <= n; i++)
 		lua_pushvalue(L, i);
 	lua_xmove(L, co, n);
@@ -499,11 +508,7 @@ static void push_protocol(lua_State *L)
 static lua_State *new_co(mb_host *h)
 {
 	lua_State *co = lua_newthread(h->L);
-	lua_rawgeti(h->L, LUA_REGISTRYINDEX, h->ref_threads);
-	lua_pushvalue(h->L, -2);
-	lua_pushboolean(h->L, 1);
-	lua_rawset(h->L, -3);
-	lua_pop(h->L, 1);
+	mark_co(h, h->L);
 	return co;
 }
 
