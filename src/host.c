@@ -442,6 +442,7 @@ static int l_pool_stats(lua_State *L)
 		SI("processes_started", s.processes_started);
 		SI("processes_crashed", s.processes_crashed);
 		SI("processes_killed", s.processes_killed);
+		SI("jobs_taken_back", s.jobs_taken_back);
 	}
 #undef SI
 	return 1;

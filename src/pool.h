@@ -81,9 +81,10 @@ typedef struct {
 	size_t threads, threads_peak; /* worker threads alive (stuck ones included), and the most */
 	uint64_t submitted, completed, refused;
 	/* isolation = process (worker_pool.h): processes alive, started, died on their own while
-	 * running an execution, SIGKILLed at the deadline plus the grace */
+	 * running an execution, SIGKILLed at the deadline plus the grace; jobs sent ahead to a busy
+	 * process and taken back before it started them (worker_pool.c, steal and cancel) */
 	size_t processes;
-	uint64_t processes_started, processes_crashed, processes_killed;
+	uint64_t processes_started, processes_crashed, processes_killed, jobs_taken_back;
 } mb_pool_stats;
 void mb_pool_get_stats(mb_pool *p, mb_pool_stats *out);
 

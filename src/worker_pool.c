@@ -18,6 +18,13 @@
  * a new process on the thread pool (posix_spawn waits for the exec, so never on the loop);
  * queued jobs wait for it. A worker that cannot be started is retried after a pause.
  *
+ * Under load a busy worker gets jobs ahead, as many as about AHEAD_WORK_NS of work by its recent
+ * pace (AHEAD_MAX at most, none behind a job already running that long: ahead_room), so a
+ * worker of short jobs goes from one to the next without waiting for the loop. An idle worker
+ * with nothing queued takes back jobs sent ahead to a busy one that has not started them
+ * (steal; a cancel does the same): both sides settle each job with a compare-and-swap on its
+ * claim word in the page they share (worker_proc.h), and the worker skips a job taken back.
+ *
  * Ownership: jobs belong to the pool from submit until their on_done returns and their timer is
  * closed; workers until their pipe is closed and the process reaped. Everything here runs on the
  * loop thread but the work callbacks, which touch only what their request holds.
@@ -40,7 +47,9 @@
 #define BIG_DONE (256u << 10)  /* a result this large is checked and shaped off the loop */
 #define RESPAWN_PAUSE_MS 1000  /* after a worker failed to start */
 #define READY_TIMEOUT_MS 10000 /* a worker's start: exec, Lua, PCRE2 JIT, confinement */
-#define AHEAD_MAX 4            /* jobs sent ahead to one busy worker under load */
+#define AHEAD_MAX 64           /* jobs sent ahead to one busy worker under load, at most */
+#define AHEAD_WORK_NS 2000000  /* ... and about this much work by its recent pace (ahead_room) */
+#define AHEAD_PACE_NS 500000   /* the pace of a worker that has not finished a job yet */
 
 typedef struct wjob wjob;
 typedef struct wproc wproc;
@@ -61,6 +70,7 @@ struct wjob {
 	int state;
 	wproc *proc;
 	uint64_t t0, calls, notes, seq;
+	uint64_t wseq;          /* its sequence number on its worker: its claim slot (steal) */
 	uint64_t sent;          /* bytes of replies and workspace answers sent to it (finish) */
 	int call_waiting, answered;
 	char tenant[72];
@@ -79,6 +89,10 @@ struct wproc {
 	wjob *job;              /* running */
 	wjob *ahead, *ahead_tail; /* sent ahead (linked by next), started in order (start_ahead) */
 	int nahead;
+	uint64_t seq_next;      /* the last job's sequence number sent to this process */
+	uint64_t seq_done;      /* every job up to this one it has passed (run or skipped) */
+	uint64_t pace_ns;       /* a running average of its jobs' times, start to W_DONE */
+	uint64_t revoked[MB_WORKER_CLAIMS]; /* per slot: a job taken back, until its W_SKIP */
 	uv_work_t work;         /* the spawn */
 	int spawn_rc;
 	char spawn_err[MB_ERR_MAX];
@@ -96,7 +110,7 @@ struct mb_wpool {
 	wproc *procs;
 	wjob *q_head, *q_tail, *all;
 	size_t queued, queued_bytes, busy, alive, handles, unanswered;
-	uint64_t next_id, submitted, completed, refused, started, crashed, killed;
+	uint64_t next_id, submitted, completed, refused, started, crashed, killed, stolen;
 	int stopping;
 	mb_wbuf wb;
 	char start_failure[MB_ERR_MAX + 128]; /* why the last start failed ("" once a worker is ready) */
@@ -392,6 +406,8 @@ static void start_worker(mb_wpool *pp, wproc *w)
 	w->sp.fd = -1;
 	w->sp.pid = 0;
 	w->sp.shared = NULL;
+	w->seq_next = w->seq_done = w->pace_ns = 0; /* a new process, a new page */
+	memset(w->revoked, 0, sizeof w->revoked);
 	size_t max = w->rd.max;
 	mb_wreader_free(&w->rd);
 	w->rd.max = max;
@@ -550,9 +566,22 @@ static void job_started(wproc *w, wjob *j)
 	uv_timer_start(&j->timer, on_timer, j->budget.timeout_ms, 0);
 }
 
+static _Atomic uint64_t *claims_of(wproc *w)
+{
+	return ((mb_wpage *)w->sp.shared)->claim;
+}
+
+/* Whether w can take one more job: the claim slot it would use must be free, which it is once
+ * w has passed the job sent in it MB_WORKER_CLAIMS jobs ago (jobs taken back hold their slot
+ * until w skips them). */
+static int slot_free(const wproc *w)
+{
+	return w->seq_next + 1 - w->seq_done <= MB_WORKER_CLAIMS;
+}
+
 /* Writes j to w. ahead: w is running another job, and j waits in the channel until that one
- * ends (at most AHEAD_MAX of them); it starts right after that one's W_DONE, and its clock
- * starts when we read that (start_ahead). */
+ * ends (ahead_room says how many may); it starts right after that one's W_DONE, and its clock
+ * starts when we read that (start_ahead) - unless it is taken back first (steal). */
 static void send_job(wproc *w, wjob *j, int ahead)
 {
 	mb_wpool *pp = w->pp;
@@ -574,10 +603,13 @@ static void send_job(wproc *w, wjob *j, int ahead)
 		atomic_store(&w->sp.shared->cancel, atomic_load(&j->budget.cancel));
 		atomic_store(&w->sp.shared->stop, MB_STOP_NONE);
 	}
+	j->wseq = ++w->seq_next;
+	atomic_store(&claims_of(w)[j->wseq % MB_WORKER_CLAIMS], MB_CLAIM(j->wseq, MB_CLAIM_PENDING));
 	mb_wbuf *b = &pp->wb;
 	mb_wbuf_start(b, W_JOB);
 	mb_wbuf_u64(b, (uint64_t)ahead);
 	mb_wbuf_u64(b, j->id); /* what a cancel names (mb_budget.cancel_job) */
+	mb_wbuf_u64(b, j->wseq);
 	mb_wbuf_u64(b, j->req.timeout_ms);
 	mb_wbuf_u64(b, j->req.memory_bytes);
 	mb_wbuf_u64(b, j->req.instruction_limit);
@@ -620,7 +652,7 @@ static wproc *idle_for(mb_wpool *pp, const char *tenant)
 	int coming = 0;
 	for (wproc *w = pp->procs; w; w = w->next) {
 		coming |= w->state == P_SPAWNING || w->state == P_STARTING;
-		if (w->state != P_IDLE)
+		if (w->state != P_IDLE || !slot_free(w))
 			continue;
 		if (strcmp(w->tenant, tenant) == 0)
 			return w;
@@ -634,10 +666,86 @@ static wproc *idle_for(mb_wpool *pp, const char *tenant)
 	return fresh;
 }
 
-/* Idle workers get a job first (of their tenant); then, while jobs still wait, each busy worker
- * gets more of its tenant's ahead, so under load a worker goes from one job to the next without
- * waiting for the loop. */
-static void dispatch(mb_wpool *pp)
+/* Jobs sent ahead w may still take: about AHEAD_WORK_NS of work by its pace (AHEAD_MAX at
+ * most), less what its running job has taken so far - none once that passes AHEAD_WORK_NS.
+ * So a worker of trivial jobs keeps a deep queue (it goes from one to the next without waiting
+ * for the loop, and the loop serves it in batches) while one of slow jobs gets none: another
+ * tenant's job, or one sent behind a job that turns out long, waits about AHEAD_WORK_NS at most
+ * for the jobs queued on a worker (and steal takes them back from one that is stuck). */
+static int ahead_room(const wproc *w, uint64_t now)
+{
+	if (!slot_free(w))
+		return 0;
+	uint64_t ran = w->job && now > w->job->t0 ? now - w->job->t0 : 0;
+	if (ran >= AHEAD_WORK_NS)
+		return 0;
+	uint64_t n = (AHEAD_WORK_NS - ran) / (w->pace_ns ? w->pace_ns : AHEAD_PACE_NS);
+	if (n > AHEAD_MAX)
+		n = AHEAD_MAX;
+	return n > (uint64_t)w->nahead ? (int)(n - (uint64_t)w->nahead) : 0;
+}
+
+/* Takes j, sent ahead to w and not started, back from w: 1 when the server's compare-and-swap
+ * on its claim won (w will skip it and say W_SKIP), 0 when w has started it. */
+static int take_back(wproc *w, wjob *j)
+{
+	uint64_t want = MB_CLAIM(j->wseq, MB_CLAIM_PENDING);
+	if (!atomic_compare_exchange_strong(&claims_of(w)[j->wseq % MB_WORKER_CLAIMS], &want,
+					    MB_CLAIM(j->wseq, MB_CLAIM_REVOKED)))
+		return 0;
+	w->revoked[j->wseq % MB_WORKER_CLAIMS] = j->wseq;
+	return 1;
+}
+
+/* Nothing is queued and a worker is idle: it takes back up to half of the jobs sent ahead to
+ * the busy worker of its tenant that holds the most (a fresh worker: of any tenant), from the
+ * last one, and they go to the head of the queue for it. So a job that runs long does not hold
+ * up the ones sent after it, and the tail of a burst is shared. Returns whether any came. */
+static int steal(mb_wpool *pp)
+{
+	int any = 0;
+	for (wproc *b = pp->procs; b; b = b->next) {
+		if (b->state != P_IDLE || !slot_free(b))
+			continue;
+		wproc *v = NULL;
+		for (wproc *a = pp->procs; a; a = a->next)
+			if (a->state == P_BUSY && a->nahead > 0 && (!v || a->nahead > v->nahead) &&
+			    (!b->tenant[0] || strcmp(a->tenant, b->tenant) == 0))
+				v = a;
+		if (!v)
+			continue;
+		wjob *list[AHEAD_MAX];
+		int n = 0;
+		for (wjob *a = v->ahead; a && n < AHEAD_MAX; a = a->next)
+			list[n++] = a;
+		int from = n;
+		while (from > n / 2 && take_back(v, list[from - 1])) /* it starts them in order: the */
+			from--;                                   /* first it has started ends this */
+		if (from == n)
+			continue;
+		list[n - 1]->next = pp->q_head;
+		pp->q_head = list[from];
+		if (!pp->q_tail)
+			pp->q_tail = list[n - 1];
+		for (int i = from; i < n; i++) {
+			list[i]->state = J_QUEUED; /* still counted in queued (unqueue at its start) */
+			list[i]->proc = NULL;
+		}
+		if (from) {
+			list[from - 1]->next = NULL;
+			v->ahead_tail = list[from - 1];
+		} else {
+			v->ahead = v->ahead_tail = NULL;
+		}
+		v->nahead = from;
+		pp->stolen += (uint64_t)(n - from);
+		any = 1;
+	}
+	return any;
+}
+
+/* Idle workers get a queued job first (of their tenant). */
+static void give_idle(mb_wpool *pp)
 {
 	size_t idle = 0;
 	for (wproc *w = pp->procs; w; w = w->next)
@@ -661,17 +769,31 @@ static void dispatch(mb_wpool *pp)
 		send_job(w, j, 0);
 		idle--;
 	}
+}
+
+/* Idle workers get a job first (of their tenant), taking back jobs sent ahead to others when
+ * nothing is queued (steal); then, while jobs still wait, each busy worker gets more of its
+ * tenant's ahead (ahead_room), so under load a worker goes from one job to the next without
+ * waiting for the loop. */
+static void dispatch(mb_wpool *pp)
+{
+	give_idle(pp);
+	if (!pp->q_head && steal(pp))
+		give_idle(pp);
 	/* Sending ahead binds a job to one worker: not while another worker is starting (it takes
 	 * the job in a moment), and never to one whose job waits in a host call (a question to the
 	 * client may wait minutes for a person: input_required, docs/protocol.md) */
+	if (!pp->q_head)
+		return;
 	for (wproc *w = pp->procs; w; w = w->next)
 		if (w->state == P_SPAWNING || w->state == P_STARTING)
 			return;
+	uint64_t now = mb_now_ns();
 	for (int more = 1; more && pp->q_head;) { /* one per busy worker per round */
 		more = 0;
 		for (wproc *w = pp->procs; w && pp->q_head; w = w->next)
-			if (w->state == P_BUSY && w->nahead < AHEAD_MAX && !(w->job && w->job->call_waiting) &&
-			    strcmp(w->tenant, pp->q_head->tenant) == 0) {
+			if (w->state == P_BUSY && !(w->job && w->job->call_waiting) &&
+			    strcmp(w->tenant, pp->q_head->tenant) == 0 && ahead_room(w, now) > 0) {
 				send_job(w, pop(pp), 1);
 				more = 1;
 			}
@@ -863,6 +985,16 @@ static void start_ahead(wproc *w)
 	}
 }
 
+/* w's W_DONE of j was read: w has passed every job up to j, and its pace (ahead_room) takes
+ * j's time in. */
+static void passed(wproc *w, wjob *j)
+{
+	if (j->wseq > w->seq_done)
+		w->seq_done = j->wseq;
+	uint64_t now = mb_now_ns(), took = now > j->t0 ? now - j->t0 : 0;
+	w->pace_ns = w->pace_ns ? (w->pace_ns * 7 + took) / 8 : took;
+}
+
 /* A large W_DONE goes to the thread pool (offload_frame): the job is answered from there, and
  * its worker, which has sent all of it, is free now - it may already be starting a job sent
  * ahead (start_ahead), or take a new one. The job's timer stops: its code has ended. */
@@ -904,6 +1036,18 @@ static void on_frame(wproc *w, mb_wmsg *m)
 		dispatch(pp);
 		return;
 	}
+	if (m->type == W_SKIP) { /* a job taken back (steal, cancel): its slot is free */
+		uint64_t seq;
+		if (mb_wmsg_u64(m, &seq) || seq == 0 || w->revoked[seq % MB_WORKER_CLAIMS] != seq) {
+			died(w, "the worker process broke the protocol; it was stopped");
+			return;
+		}
+		w->revoked[seq % MB_WORKER_CLAIMS] = 0;
+		if (seq > w->seq_done)
+			w->seq_done = seq;
+		dispatch(pp);
+		return;
+	}
 	wjob *j = w->job;
 	if (!j) { /* nothing to say between jobs */
 		died(w, NULL);
@@ -920,6 +1064,7 @@ static void on_frame(wproc *w, mb_wmsg *m)
 		break;
 	case W_WS: bad = offload_frame(w, j, m) != 0; break;
 	case W_DONE:
+		passed(w, j);
 		if ((size_t)(m->end - m->p) > BIG_DONE) {
 			bad = offload_frame(w, j, m) != 0;
 			if (!bad)
@@ -1095,13 +1240,30 @@ int mb_wpool_cancel(mb_wpool *pp, uint64_t id)
 		finish_stopped(j, MB_STOP_CANCELLED);
 		return 0;
 	}
+	if (j->state == J_SENT && j->proc && take_back(j->proc, j)) { /* not started: taken back */
+		wproc *w = j->proc;
+		wjob **pj = &w->ahead, *prev = NULL;
+		while (*pj != j) {
+			prev = *pj;
+			pj = &(*pj)->next;
+		}
+		*pj = j->next;
+		if (w->ahead_tail == j)
+			w->ahead_tail = prev;
+		w->nahead--;
+		j->next = NULL;
+		unqueue(pp, j);
+		pp->stolen++;
+		finish_stopped(j, MB_STOP_CANCELLED);
+		return 0;
+	}
 	if (j->state == J_RUNNING && j->proc) {
 		/* checked at its next instruction; by id, since the worker may have finished this job
 		 * and started the next one sent ahead before we read its W_DONE */
 		atomic_store(&j->proc->sp.shared->cancel_job, j->id);
 		interrupt(j->proc);
 		reply_stopped(j, MB_STOP_CANCELLED);
-	} /* J_SENT: stopped by id when it starts (start_ahead) */
+	} /* J_SENT that has started unseen: stopped by id (start_ahead) */
 	return 0;
 }
 
@@ -1135,6 +1297,7 @@ void mb_wpool_get_stats(mb_wpool *pp, mb_pool_stats *out)
 	out->processes_started = pp->started;
 	out->processes_crashed = pp->crashed;
 	out->processes_killed = pp->killed;
+	out->jobs_taken_back = pp->stolen;
 }
 
 void mb_wpool_close(mb_wpool *pp)

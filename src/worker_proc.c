@@ -10,7 +10,8 @@
  *
  * One execution: W_JOB gives its id, the code, the context JSON, the limits and the workspace
  * quota (and whether it was sent ahead: it starts right after the W_DONE of the one before,
- * which is how the server knows). The request's host calls,
+ * which is how the server knows). Before it runs a job the worker claims it in the shared page
+ * (worker_proc.h): a job the server has taken back meanwhile is skipped with W_SKIP. The request's host calls,
  * notifications, workspace port and PII mint are round trips on the channel; the server answers
  * each with W_REPLY (a job sent ahead may arrive first: it is kept). The execution's budget
  * lives in the page shared with the server (MB_WORKER_SHM_FD): the server sets its cancel flag
@@ -43,7 +44,7 @@
 #include "sandbox.h"
 #include "worker_wire.h"
 
-_Static_assert(sizeof(mb_budget) <= MB_WORKER_SHM_BYTES, "the shared page holds a budget");
+_Static_assert(sizeof(mb_wpage) <= MB_WORKER_SHM_BYTES, "the shared page holds a budget and the claims");
 
 /* A reply to a call is often microseconds away (a workspace operation, a token): look for it
  * this long before sleeping. Not while waiting for the next job (that would burn CPU the other
@@ -53,7 +54,7 @@ _Static_assert(sizeof(mb_budget) <= MB_WORKER_SHM_BYTES, "the shared page holds 
 static mb_config cfg;
 static mb_wreader rd;
 static mb_wbuf wb;
-static mb_budget *shared_budget; /* in the page shared with the server */
+static mb_wpage *shared_page; /* shared with the server: the budget, the claims */
 
 static _Noreturn void die(const char *what)
 {
@@ -338,6 +339,7 @@ static mb_sandbox *run_job(mb_wmsg *m, mb_sandbox *sb)
 	memset(&req, 0, sizeof req);
 	int ahead = (int)u64_or_die(m);
 	uint64_t job_id = u64_or_die(m);
+	uint64_t seq = u64_or_die(m);
 	req.timeout_ms = u64_or_die(m);
 	req.memory_bytes = u64_or_die(m);
 	req.instruction_limit = u64_or_die(m);
@@ -357,7 +359,18 @@ static mb_sandbox *run_job(mb_wmsg *m, mb_sandbox *sb)
 	if (has_ws)
 		req.ws_port = &chan_ws;
 
-	mb_budget *b = shared_budget;
+	/* the job is ours unless the server took it back first (worker_proc.h, claims) */
+	uint64_t want = MB_CLAIM(seq, MB_CLAIM_PENDING);
+	if (!atomic_compare_exchange_strong(&shared_page->claim[seq % MB_WORKER_CLAIMS], &want,
+					    MB_CLAIM(seq, MB_CLAIM_STARTED))) {
+		if (want != MB_CLAIM(seq, MB_CLAIM_REVOKED))
+			die("a job's claim in the shared page is not the server's");
+		mb_wbuf_start(&wb, W_SKIP);
+		mb_wbuf_u64(&wb, seq);
+		send_or_die();
+		return sb; /* the state prepared for it serves the next one */
+	}
+	mb_budget *b = &shared_page->budget;
 	/* a job that starts at once may be cancelled already (the server set the flag); one sent
 	 * ahead is cancelled by id (the server takes it as started when it reads the W_DONE before
 	 * it, which may be before or after this): the id it names survives the reset */
@@ -479,10 +492,10 @@ int mb_worker_main(void)
 		die(err);
 	mb_sandbox_pii_set(d, NULL);
 	mb_sandbox_pii_set_mint(chan_mint);
-	shared_budget = mmap(NULL, MB_WORKER_SHM_BYTES, PROT_READ | PROT_WRITE, MAP_SHARED,
-			     MB_WORKER_SHM_FD, 0);
+	shared_page = mmap(NULL, MB_WORKER_SHM_BYTES, PROT_READ | PROT_WRITE, MAP_SHARED,
+			   MB_WORKER_SHM_FD, 0);
 	close(MB_WORKER_SHM_FD);
-	if (shared_budget == MAP_FAILED)
+	if (shared_page == MAP_FAILED)
 		die("cannot map the page shared with the server");
 	serve();
 }

@@ -9,7 +9,8 @@
  *   server -> worker  W_INIT   the configuration (secrets blanked), once after the start
  *                     W_PROBE  instead of W_INIT, for isolation = auto's probe: the same
  *                              configuration; confine, report W_READY, run nothing
- *                     W_JOB    one execution: its id, limits, code, context JSON, workspace quotas; or
+ *                     W_JOB    one execution: its id, its sequence number on this worker (its
+ *                              claim slot), limits, code, context JSON, workspace quotas; or
  *                              one sent ahead, to start when the running one ends
  *                     W_REPLY  the answer to a W_CALL, W_WS or W_MINT: status, bytes
  *   worker -> server  W_READY  initialised and confined: what took effect
@@ -18,6 +19,8 @@
  *                     W_WS     a workspace operation: op, path, data
  *                     W_MINT   a PII token for (type, value): the key stays in the server
  *                     W_DONE   the result's fields
+ *                     W_SKIP   a job sent ahead that the server took back (its sequence
+ *                              number): not run (worker_proc.h, claims)
  *
  * Thread rules: none of its own; a reader or buffer belongs to one thread.
  */
@@ -31,6 +34,7 @@ enum {
 	W_INIT = 1, W_READY, W_JOB, W_REPLY, W_NOTIFY, W_CALL, W_WS, W_MINT, W_DONE,
 	W_RECALL, /* server -> worker, only while it waits for a reply: drop the jobs sent ahead */
 	W_PROBE,  /* server -> worker, first and only: confine, report, wait for the end */
+	W_SKIP,   /* worker -> server: the job sent ahead with this sequence number was taken back */
 };
 
 /* Workspace operations of W_WS (the sandbox's port, sandbox.h). */

@@ -180,6 +180,8 @@ describe("a compromised worker that forges frames", { skip: NO_WORKERS || NO_HOO
       (sc) => assert.match(sc.error, /broke the protocol/)],
     ["a result that is not JSON (it would be spliced into the answer)", done('1}, "isError": false, "x": {'),
       (sc) => assert.deepEqual([sc.error_type, sc.error], ["result", "the worker process returned a result that is not JSON"])],
+    ["a W_SKIP for a job the server did not take back", frame(12, u64(1)),
+      (sc) => assert.match(sc.error, /broke the protocol/)],
     ["a short W_DONE", frame(W_DONE, u64(1)),
       (sc) => assert.match(sc.error, /broke the protocol/)],
     ["a W_DONE without the counts of what came in", frame(W_DONE, u64(1), bytes(""), bytes(""), bytes(""),
@@ -336,6 +338,79 @@ describe("results too large to shape on the loop", { skip: NO_WORKERS }, () => {
       const sc = msg.result?.structuredContent;
       assert.equal(sc?.success, true, JSON.stringify(sc).slice(0, 300));
       assert.equal(sc.result, "x".repeat(size(i)) + i);
+    }
+    const pool = await p.pool();
+    assert.equal(pool.processes_crashed + pool.processes_killed, 0, JSON.stringify(pool));
+    assert.doesNotMatch(p.stderr, /broke the protocol/);
+  });
+});
+
+describe("jobs sent ahead to a busy worker", { skip: NO_WORKERS }, () => {
+  // Under load a busy worker gets jobs ahead (worker_pool.c ahead_room), and an idle one takes
+  // back those a busy one has not started (steal: a compare-and-swap on the job's claim in the
+  // page they share). So a job that turns out long holds up nothing sent after it.
+  const loop = { code: "while true do end", timeout_ms: 4000, instruction_limit: 1e10 };
+
+  test("a long job holds up none of the short ones sent after it: they all answer before it ends", async () => {
+    const p = await start(MOONBOX, ["--workers", "2"]);
+    await refilled(p, 2); // both workers up: the short ones go ahead to both
+    const long = p.send("tools/call", { name: "execute_code", arguments: loop });
+    const shorts = [];
+    for (let i = 1; i <= 40; i++) {
+      shorts.push(p.send("tools/call", { name: "execute_code", arguments: { code: `return ${i}` } }));
+    }
+    const done = [];
+    for (let i = 1; i <= 40; i++) {
+      const { msg, at } = await p.wait(shorts[i - 1], 20000);
+      assert.equal(msg.result?.structuredContent?.result, i, JSON.stringify(msg).slice(0, 300));
+      done.push(at);
+    }
+    const { msg, at } = await p.wait(long, 20000);
+    assert.equal(msg.result.structuredContent.error_type, "timeout", JSON.stringify(msg).slice(0, 300));
+    assert.ok(Math.max(...done) < at, "every short job answered before the long one ended");
+    const pool = await p.pool();
+    assert.ok(pool.jobs_taken_back >= 1, JSON.stringify(pool));
+    assert.equal(pool.processes_crashed + pool.processes_killed, 0, JSON.stringify(pool));
+    assert.doesNotMatch(p.stderr, /broke the protocol/);
+  });
+
+  test("a job sent ahead and then cancelled is taken back at once; the worker goes on", async () => {
+    const p = await start(MOONBOX, ["--workers", "1"]);
+    await refilled(p, 1);
+    const long = p.send("tools/call", { name: "execute_code", arguments: { ...loop, timeout_ms: 6000 } });
+    const ahead = p.send("tools/call", { name: "execute_code", arguments: { code: "return 1" } });
+    const after = p.send("tools/call", { name: "execute_code", arguments: { code: "return 2" } });
+    await new Promise((r) => setTimeout(r, 100));
+    p.notify("notifications/cancelled", { requestId: ahead, reason: "test" });
+    const t0 = performance.now();
+    for (;;) { // taken back while the long job still runs (it ends at its 6 s deadline)
+      const pool = await p.pool();
+      if (pool.jobs_taken_back >= 1) break;
+      assert.ok(performance.now() - t0 < 10000, JSON.stringify(pool));
+      await new Promise((r) => setTimeout(r, 20));
+    }
+    const l = await p.wait(long, 20000);
+    assert.equal(l.msg.result.structuredContent.error_type, "timeout");
+    const a = await p.wait(after, 20000);
+    assert.ok(a.at >= l.at); // (the same read when equal: lines come in order)
+    assert.equal(a.msg.result.structuredContent.result, 2, JSON.stringify(a.msg).slice(0, 300));
+    assert.equal(p.responses.has(ahead), false, "a cancelled request gets no answer");
+    assert.doesNotMatch(p.stderr, /broke the protocol/);
+  });
+
+  test("pipelined jobs of mixed lengths on two workers: each answer is its own job's", async () => {
+    const p = await start(MOONBOX, ["--workers", "2"]);
+    await refilled(p, 2);
+    const n = 600;
+    const ids = [];
+    for (let i = 1; i <= n; i++) {
+      const spin = i % 13 === 0 ? 300000 : i % 5 === 0 ? 20000 : 10;
+      ids.push(p.send("tools/call", { name: "execute_code",
+        arguments: { code: `local s = 0 for k = 1, ${spin} do s = s + 1 end return {i = ${i}, s = s}` } }));
+    }
+    for (let i = 1; i <= n; i++) {
+      const sc = (await p.wait(ids[i - 1], 60000)).msg.result?.structuredContent;
+      assert.equal(sc?.result?.i, i, JSON.stringify(sc).slice(0, 300));
     }
     const pool = await p.pool();
     assert.equal(pool.processes_crashed + pool.processes_killed, 0, JSON.stringify(pool));
