@@ -213,6 +213,16 @@ static void proc_closed(uv_handle_t *h)
 
 /* Ends a worker: killed when sig, reaped; returns its wait status. The pipe closes after. */
 
+/* w has no job running and none sent ahead (its W_DONE was read, its result is being
+ * shaped, or the last job ahead was taken back): it is idle. */
+static void settle(wproc *w)
+{
+	if (w->state == P_BUSY && !w->job && !w->ahead) {
+		w->state = P_IDLE;
+		w->pp->busy--;
+	}
+}
+
 /* The jobs sent ahead to w, never started, go back to the head of the queue, in order (they
  * stay counted in queued): w died, or its job waits on the client (W_RECALL). */
 static void requeue_ahead(wproc *w)
@@ -448,10 +458,7 @@ static void finish(wjob *j, mb_exec_result *res)
 	j->answered = 1;
 	if (j->state == J_RUNNING && j->proc && j->proc->job == j) {
 		j->proc->job = NULL;
-		if (j->proc->state == P_BUSY && !j->proc->ahead) { /* else it starts the next one */
-			j->proc->state = P_IDLE;
-			pp->busy--;
-		}
+		settle(j->proc); /* else it starts the next one */
 	}
 	j->state = J_DONE;
 	pp->unanswered--;
@@ -738,6 +745,7 @@ static int steal(mb_wpool *pp)
 			v->ahead = v->ahead_tail = NULL;
 		}
 		v->nahead = from;
+		settle(v);
 		pp->stolen += (uint64_t)(n - from);
 		any = 1;
 	}
@@ -1004,10 +1012,7 @@ static void detach(wproc *w, wjob *j)
 	j->state = J_FINISHING;
 	uv_timer_stop(&j->timer);
 	w->job = NULL;
-	if (w->state == P_BUSY && !w->ahead) {
-		w->state = P_IDLE;
-		pp->busy--;
-	}
+	settle(w);
 	start_ahead(w);
 	dispatch(pp);
 }
@@ -1251,6 +1256,7 @@ int mb_wpool_cancel(mb_wpool *pp, uint64_t id)
 		if (w->ahead_tail == j)
 			w->ahead_tail = prev;
 		w->nahead--;
+		settle(w);
 		j->next = NULL;
 		unqueue(pp, j);
 		pp->stolen++;

@@ -413,6 +413,8 @@ describe("jobs sent ahead to a busy worker", { skip: NO_WORKERS }, () => {
       assert.equal(sc?.result?.i, i, JSON.stringify(sc).slice(0, 300));
     }
     const pool = await p.pool();
+    // and no worker was left counted busy with nothing to run (all it had ahead taken back)
+    assert.equal(pool.busy, 0, JSON.stringify(pool));
     assert.equal(pool.processes_crashed + pool.processes_killed, 0, JSON.stringify(pool));
     assert.doesNotMatch(p.stderr, /broke the protocol/);
   });
