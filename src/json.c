@@ -399,9 +399,24 @@ static int l_array(lua_State *L)
 	return 1;
 }
 
+void mb_json_expand(lua_State *L, int idx)
+{
+	idx = lua_absindex(L, idx);
+	if (lua_rawgetp(L, LUA_REGISTRYINDEX, &mb_json_expand_key) != LUA_TFUNCTION) {
+		lua_pop(L, 1);
+		return;
+	}
+	lua_pushvalue(L, idx);
+	lua_call(L, 1, 0);
+}
+
 int mb_json_mark_array(lua_State *L, int idx)
 {
 	idx = lua_absindex(L, idx);
+	if (lua_getmetatable(L, idx)) {
+		lua_pop(L, 1);
+		mb_json_expand(L, idx);
+	}
 	json_push_array_mt(L);
 	if (lua_getmetatable(L, idx)) {
 		int same = lua_rawequal(L, -1, -2);

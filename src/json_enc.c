@@ -42,6 +42,7 @@
 
 /* Registry key of the shared array metatable (its address is the key; never written). */
 static const char array_mt_key = 'A';
+const char mb_json_expand_key = 'E';
 /* Registry key of the shared raw-value metatable. */
 static const char raw_mt_key = 'R';
 
@@ -967,6 +968,7 @@ static void enc_table(enc *e, int idx, const seg *path, int depth)
 			enc_array(e, idx, (lua_Integer)lua_rawlen(L, idx), path, depth);
 			return;
 		}
+		mb_json_expand(L, idx);
 	}
 	int memo = e->has_memo ? memo_get(e, idx) : MEMO_NONE;
 	if (memo == MEMO_DEDUP) {
