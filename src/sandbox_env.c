@@ -1342,9 +1342,11 @@ static void set_field(lua_State *L, const char *name, lua_CFunction f)
  * a plain table, as before.
  *
  * Every way to observe the globals other than by reading a name materialises everything first
- * (expand_all), so sandbox code sees the eager table: reading `_G`, getmetatable or setmetatable
- * on it, next/pairs on it, rawget of a pending name (that name), the JSON encoder and the PII
- * policy walking it (through mb_json_expand_key / mb_sandbox_env_expand). Misses (reads of names
+ * (expand_all), so sandbox code sees the eager table: getmetatable or setmetatable on it,
+ * next/pairs on it (the only ways to list its keys), the JSON encoder, json.array and the PII
+ * policy walking it (through mb_json_expand_key / mb_sandbox_env_expand); rawget of a pending
+ * name makes that name, rawset of one claims it. `_G` is an ordinary lazy name (the globals
+ * themselves), so `_G.math` costs what `math` does. Misses (reads of names
  * that are not globals) and assignments to new names go through C while the metatable is on;
  * after LAZY_MISSES of them everything is materialised, so a loop reading an undefined global
  * pays a bounded cost. The lazy metatable, its functions and lazy_state are reachable only from
@@ -1369,7 +1371,6 @@ typedef struct {
 static lazy_name lazy_names[LAZY_MAX];
 static int lazy_count;
 static short lazy_slots[LAZY_HASH]; /* index + 1 into lazy_names; 0: empty */
-static int lazy_g = -1;             /* the entry of `_G` */
 
 /* The extension globals, by file: each adds its names to the table at the top of the stack.
  * mb_sandbox_env_init learns their names by running each once in a scratch state. */
@@ -1456,8 +1457,6 @@ static int lazy_init(char *err, size_t errlen)
 		int kind = strcmp(e->name, "setmetatable") == 0 ? LZ_SETMT : LZ_BASE;
 		if (lazy_add(e->name, e->len, kind, i, NULL) != 0)
 			goto full;
-		if (e->kind == E_REF)
-			lazy_g = lazy_find(e->name, e->len);
 	}
 	for (int i = 0; i < LIB_N; i++)
 		if (i != LIB_BASE && i != LIB_STRING && i != LIB_STRMETA &&
@@ -1487,10 +1486,6 @@ static int lazy_init(char *err, size_t errlen)
 	lua_close(H);
 	if (!ok)
 		goto full;
-	if (lazy_g < 0) {
-		snprintf(err, errlen, "no _G in the base library");
-		return -1;
-	}
 	return 0;
 full:
 	snprintf(err, errlen, "more than %d lazy global names", LAZY_MAX);
@@ -1734,8 +1729,8 @@ void mb_sandbox_env_claim(lua_State *L, int key)
 	lua_pop(L, 1);
 }
 
-/* Reading name k (a string at idx k) of the lazy globals at g: materialises it when pending
- * (all of them for `_G`). Returns 1 when it did. */
+/* Reading name k (a string at idx k) of the lazy globals at g: materialises it when pending.
+ * Returns 1 when it did. */
 static int lazy_touch(lua_State *L, int g, int k, lazy_state *st)
 {
 	size_t n;
@@ -1743,12 +1738,8 @@ static int lazy_touch(lua_State *L, int g, int k, lazy_state *st)
 	int i = lazy_find(s, n);
 	if (i < 0 || !st->pending[i])
 		return 0;
-	if (i == lazy_g)
-		expand_all(L, g, st);
-	else {
-		materialise(L, g, st, i);
-		lua_pop(L, 1);
-	}
+	materialise(L, g, st, i);
+	lua_pop(L, 1);
 	return 1;
 }
 
@@ -1880,8 +1871,9 @@ int mb_sandbox_env_open(lua_State *L)
 	mb_sandbox_ctx *c = mb_sandbox_ctx_of(L);
 	if (!env_ready)
 		return luaL_error(L, "sandbox: the stock libraries were not read (mb_sandbox_env_init)");
-	/* The globals hold few names at first; the hash grows as names are materialised. */
-	lua_createtable(L, 0, 16);
+	/* Room for every name (56, and the code's own): with few names made, a smaller table saved
+	 * ~300 instructions, and cost ~9,000 more whenever all of them were made (rehashes). */
+	lua_createtable(L, 0, 64);
 	lua_pushvalue(L, -1);
 	lua_rawseti(L, LUA_REGISTRYINDEX, LUA_RIDX_GLOBALS);
 	int g = lua_gettop(L);
