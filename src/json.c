@@ -399,17 +399,6 @@ static int l_array(lua_State *L)
 	return 1;
 }
 
-void mb_json_expand(lua_State *L, int idx)
-{
-	idx = lua_absindex(L, idx);
-	if (lua_rawgetp(L, LUA_REGISTRYINDEX, &mb_json_expand_key) != LUA_TFUNCTION) {
-		lua_pop(L, 1);
-		return;
-	}
-	lua_pushvalue(L, idx);
-	lua_call(L, 1, 0);
-}
-
 int mb_json_mark_array(lua_State *L, int idx)
 {
 	idx = lua_absindex(L, idx);

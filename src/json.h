@@ -79,6 +79,9 @@ int mb_json_open(lua_State *L, const mb_json_limits *lim);
 /// fills it if it is such a table (else does nothing; it may raise only a memory error). The
 /// encoder and mb_json_mark_array call it on a table that has a metatable before they look at it.
 extern const char mb_json_expand_key;
+/// Calls that function, if the registry holds one, on the table at idx (may raise a memory
+/// error). For other walkers of sandbox values (the PII policy).
+void mb_json_expand(lua_State *L, int idx);
 
 /// Pushes json.null (lightuserdata NULL).
 /// @param L the state

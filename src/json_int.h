@@ -25,8 +25,6 @@ void json_depth_message(char *err, size_t errlen, int max_depth, int encoding);
 
 /// Pushes the shared array metatable (made on first use; may raise a Lua memory error).
 void json_push_array_mt(lua_State *L);
-/* Calls the registry's mb_json_expand_key function (json.h) on the table at idx, if there is one. */
-void mb_json_expand(lua_State *L, int idx);
 
 /// Replaces the bytes of msg that are not valid UTF-8 with '?', in place (jansson quotes input
 /// text in its messages), so every error message can itself be sent as JSON.

@@ -15,7 +15,10 @@
  *     refuses the empty-string trick; find/match/gmatch/gsub are the budget-aware matcher;
  *   - table.sort, move, insert and remove are reimplemented with budget polls, since __len can
  *     make the stock versions loop 2^62 times inside C.
- * Then json, re and mcp (log, progress) are added. docs/sandbox.md is the reference for agents.
+ * Then json, re and mcp (log, progress) are added, and the other files' globals (skills, PII,
+ * workspace, servers, the prelude stubs). All of it but the string library and `next` is built
+ * lazily, on a name's first touch, and whole as soon as code could list or inspect the globals
+ * (below, "the lazy environment"). docs/sandbox.md is the reference for agents.
  */
 #include <lauxlib.h>
 #include <lualib.h>
@@ -1372,13 +1375,19 @@ static lazy_name lazy_names[LAZY_MAX];
 static int lazy_count;
 static short lazy_slots[LAZY_HASH]; /* index + 1 into lazy_names; 0: empty */
 
+static int servers_open(lua_State *L)
+{
+	lua_pushcfunction(L, mb_sandbox_next);
+	return mb_sandbox_mcp_open(L);
+}
+
 /* The extension globals, by file: each adds its names to the table at the top of the stack.
  * mb_sandbox_env_init learns their names by running each once in a scratch state. */
 static const lua_CFunction lazy_groups[] = {
 	mb_sandbox_host_open,      /* require, skills, save_skill, load_skill, list_skills */
 	mb_sandbox_pii_open,       /* pii, tokenize_pii, detokenize_pii */
 	mb_sandbox_ws_open,        /* read_file, write_file, list_files, delete_file, file_exists */
-	mb_sandbox_mcp_open,       /* servers */
+	servers_open,              /* servers */
 	mb_sandbox_testhooks_open, /* __test, in the test build only */
 };
 

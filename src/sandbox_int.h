@@ -146,8 +146,8 @@ int mb_sandbox_testhooks_open(lua_State *L);
 int mb_sandbox_host_open(lua_State *L);
 void mb_sandbox_host_mcp(lua_State *L);
 
-/// Adds servers (upstream MCP tools, sandbox_upstream.c) to the table at the top of the stack (the
-/// globals, lazily). mb_sandbox_upstream_mcp: with [mcp, coroutine.create, coroutine.resume] at
+/// With [table, next] at the top of the stack, pops next and adds servers (upstream MCP tools,
+/// sandbox_upstream.c; `pairs(servers)` hands out that next) to the table (the globals, lazily). mb_sandbox_upstream_mcp: with [mcp, coroutine.create, coroutine.resume] at
 /// the top, pops the two functions and adds mcp.call, mcp.parallel (over them) and mcp.tools.
 int mb_sandbox_mcp_open(lua_State *L);
 void mb_sandbox_upstream_mcp(lua_State *L);

@@ -11,7 +11,7 @@
  *
  * `mcp.parallel{...}` runs several calls at once. Items are call specs ({server, tool, args} or
  * {server=, tool=, args=}) or functions. Each function runs in a coroutine (made and resumed with
- * the sandbox's own coroutine functions, captured at open, so the budget hook and the deadline
+ * the sandbox's own coroutine functions, captured when mcp is made, so the budget hook and the deadline
  * signal follow it); an upstream call inside one yields the call's spec to the scheduler instead
  * of waiting. The scheduler sends every spec collected in a round as one "upstream_batch" host
  * call, so the upstream sees them concurrently, resumes each function with its answer, and
@@ -492,12 +492,12 @@ void mb_sandbox_upstream_mcp(lua_State *L)
 
 int mb_sandbox_mcp_open(lua_State *L)
 {
-	/* the globals table (or the table they are made in) is at the top of the stack */
+	/* [the globals table (or the table they are made in), the sandbox's next] */
 	lua_newtable(L);
 	lua_createtable(L, 0, 4);
 	lua_pushcfunction(L, servers_index);
 	lua_setfield(L, -2, "__index");
-	lua_pushcfunction(L, mb_sandbox_next);
+	lua_pushvalue(L, -3);
 	lua_pushcclosure(L, servers_pairs, 1);
 	lua_setfield(L, -2, "__pairs");
 	lua_pushcfunction(L, readonly);
@@ -505,6 +505,7 @@ int mb_sandbox_mcp_open(lua_State *L)
 	lua_pushboolean(L, 0);
 	lua_setfield(L, -2, "__metatable");
 	lua_setmetatable(L, -2);
-	lua_setfield(L, -2, "servers");
+	lua_setfield(L, -3, "servers");
+	lua_pop(L, 1); /* next */
 	return 0;
 }
