@@ -1474,6 +1474,10 @@ static int lazy_init(char *err, size_t errlen)
 	if (lazy_add("json", 4, LZ_JSON, 0, NULL) || lazy_add("re", 2, LZ_RE, 0, NULL) ||
 	    lazy_add("mcp", 3, LZ_MCP, 0, NULL))
 		goto full;
+	if (!find_entry(&env_libs[LIB_CO], "create") || !find_entry(&env_libs[LIB_CO], "resume")) {
+		snprintf(err, errlen, "coroutine: no create or resume for mcp.parallel");
+		return -1;
+	}
 	lua_State *H = luaL_newstate();
 	if (!H) {
 		snprintf(err, errlen, "cannot make a Lua state");
