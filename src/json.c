@@ -402,6 +402,10 @@ static int l_array(lua_State *L)
 int mb_json_mark_array(lua_State *L, int idx)
 {
 	idx = lua_absindex(L, idx);
+	if (lua_getmetatable(L, idx)) {
+		lua_pop(L, 1);
+		mb_json_expand(L, idx);
+	}
 	json_push_array_mt(L);
 	if (lua_getmetatable(L, idx)) {
 		int same = lua_rawequal(L, -1, -2);

@@ -74,6 +74,15 @@ void mb_json_global_init(void);
 /// @returns 1 (the number of values pushed)
 int mb_json_open(lua_State *L, const mb_json_limits *lim);
 
+/// A table may be filled on first use (the sandbox's lazy globals, sandbox_env.c): while one is,
+/// the registry holds under this key (lua_rawgetp) a C function that, called with a table,
+/// fills it if it is such a table (else does nothing; it may raise only a memory error). The
+/// encoder and mb_json_mark_array call it on a table that has a metatable before they look at it.
+extern const char mb_json_expand_key;
+/// Calls that function, if the registry holds one, on the table at idx (may raise a memory
+/// error). For other walkers of sandbox values (the PII policy).
+void mb_json_expand(lua_State *L, int idx);
+
 /// Pushes json.null (lightuserdata NULL).
 /// @param L the state
 void mb_json_push_null(lua_State *L);

@@ -4,7 +4,9 @@
  * Encoding (enc_*, put_*, out_*) walks the Lua value with raw access only (lua_rawgeti,
  * lua_next, lua_getmetatable - no metamethod can run) and writes the text straight into one
  * growing buffer whose capacity is charged to the budget; there is no intermediate tree. The
- * walk runs inside lua_pcall (enc_run/enc_protected): every failure (a limit, an unencodable
+ * walk runs inside lua_pcall (enc_run/enc_protected); a table with a metatable is first handed to
+ * the registry's mb_json_expand_key function when there is one (the sandbox's lazy globals are
+ * filled before they are walked; our C, not a metamethod). Every failure (a limit, an unencodable
  * value, a budget stop, a Lua memory error) is a Lua error that unwinds to enc_run, which frees
  * the buffer and reports the message kept in the enc struct. A stop therefore costs one free(),
  * whatever the size of the value. Strings are escaped and their UTF-8 checked in one pass
@@ -42,6 +44,18 @@
 
 /* Registry key of the shared array metatable (its address is the key; never written). */
 static const char array_mt_key = 'A';
+const char mb_json_expand_key = 'E';
+
+void mb_json_expand(lua_State *L, int idx)
+{
+	idx = lua_absindex(L, idx);
+	if (lua_rawgetp(L, LUA_REGISTRYINDEX, &mb_json_expand_key) != LUA_TFUNCTION) {
+		lua_pop(L, 1);
+		return;
+	}
+	lua_pushvalue(L, idx);
+	lua_call(L, 1, 0);
+}
 /* Registry key of the shared raw-value metatable. */
 static const char raw_mt_key = 'R';
 
@@ -967,6 +981,7 @@ static void enc_table(enc *e, int idx, const seg *path, int depth)
 			enc_array(e, idx, (lua_Integer)lua_rawlen(L, idx), path, depth);
 			return;
 		}
+		mb_json_expand(L, idx);
 	}
 	int memo = e->has_memo ? memo_get(e, idx) : MEMO_NONE;
 	if (memo == MEMO_DEDUP) {

@@ -42,6 +42,7 @@ typedef struct {
 } prelude_chunk;
 static prelude_chunk prelude[16];
 static int prelude_count;
+static int prelude_stub(lua_State *L);
 
 /* Fault injection for tests only (docs/testing.md): with MOONBOX_TEST_STALL_MS=N in the
  * environment, an execution whose code contains the text MOONBOX_TEST_STALL sleeps N ms in C
@@ -166,6 +167,13 @@ int mb_sandbox_global_init(void)
 		prelude_count++;
 	}
 	lua_close(L);
+	/* each exported name is a lazy global: its stub, made on first touch (sandbox_env.c) */
+	for (int i = 0; i < prelude_count; i++)
+		for (char **e = prelude[i].exports; *e; e++)
+			if (mb_sandbox_env_add_stub(*e, prelude_stub, i) != 0) {
+				fprintf(stderr, "moonbox: prelude %s: cannot export %s\n", prelude[i].name, *e);
+				return -1;
+			}
 	return 0;
 }
 
@@ -239,22 +247,12 @@ static int prelude_stub(lua_State *L)
 	return lua_gettop(L);
 }
 
-/* Runs inside lua_pcall while preparing: libraries, the restricted environment, prelude stubs. */
+/* Runs inside lua_pcall while preparing: the restricted environment, whose globals (the prelude
+ * stubs too, registered by mb_sandbox_global_init) are made on first touch. */
 static int sb_setup(lua_State *L)
 {
 	if (mb_sandbox_env_open(L) != 0)
 		return luaL_error(L, "sandbox: environment setup failed");
-	lua_pushglobaltable(L);
-	for (int i = 0; i < prelude_count; i++) {
-		for (char **e = prelude[i].exports; *e; e++) {
-			lua_pushlstring(L, *e, strlen(*e)); /* the key, and the stub's upvalue 2 */
-			lua_pushinteger(L, i);
-			lua_pushvalue(L, -2);
-			lua_pushcclosure(L, prelude_stub, 2);
-			lua_rawset(L, -3);
-		}
-	}
-	lua_pop(L, 1);
 	return 0;
 }
 
@@ -275,6 +273,7 @@ static int sb_context(lua_State *L)
 			lua_pushvalue(L, -2);
 			lua_insert(L, -2);
 			lua_rawset(L, -4);
+			mb_sandbox_env_claim(L, -1); /* over a lazy global of that name, for good */
 		} else {
 			lua_pop(L, 1);
 		}

@@ -15,7 +15,10 @@
  *     refuses the empty-string trick; find/match/gmatch/gsub are the budget-aware matcher;
  *   - table.sort, move, insert and remove are reimplemented with budget polls, since __len can
  *     make the stock versions loop 2^62 times inside C.
- * Then json, re and mcp (log, progress) are added. docs/sandbox.md is the reference for agents.
+ * Then json, re and mcp (log, progress) are added, and the other files' globals (skills, PII,
+ * workspace, servers, the prelude stubs). All of it but the string library and `next` is built
+ * lazily, on a name's first touch, and whole as soon as code could list or inspect the globals
+ * (below, "the lazy environment"). docs/sandbox.md is the reference for agents.
  */
 #include <lauxlib.h>
 #include <lualib.h>
@@ -318,6 +321,7 @@ static int sb_load(lua_State *L)
 static int sb_setmetatable(lua_State *L)
 {
 	luaL_checktype(L, 1, LUA_TTABLE);
+	mb_sandbox_env_expand(L, 1); /* the lazy globals: made whole, then as before */
 	luaL_argexpected(L, lua_type(L, 2) == LUA_TNIL || lua_type(L, 2) == LUA_TTABLE, 2, "nil or table");
 	if (lua_type(L, 2) == LUA_TTABLE) {
 		lua_pushliteral(L, "__gc");
@@ -988,6 +992,13 @@ static int sb_mcp_progress(lua_State *L)
  * in a stock table (a Lua other than the one this was written for) fails the start, rather than
  * being copied wrongly. */
 
+/* next, pairs, rawget, rawset, getmetatable: the stock ones, seeing the lazy globals whole
+ * (below, after the lazy environment) */
+static int sb_pairs(lua_State *L);
+static int sb_rawget(lua_State *L);
+static int sb_rawset(lua_State *L);
+static int sb_getmetatable(lua_State *L);
+
 enum { R_KEEP, R_DROP, R_OWN, R_WRAP, R_WRAP_NAMED };
 typedef struct {
 	const char *name;
@@ -1025,7 +1036,10 @@ static const env_rule base_rules[] = {
 	{ "warn", R_DROP, NULL },	{ "require", R_DROP, NULL },
 	{ "load", R_OWN, sb_load },	{ "pcall", R_OWN, sb_pcall },
 	{ "xpcall", R_OWN, sb_xpcall }, { "collectgarbage", R_OWN, sb_collectgarbage },
-	{ "print", R_OWN, sb_print },	{ NULL, 0, NULL },
+	{ "print", R_OWN, sb_print },	{ "next", R_OWN, mb_sandbox_next },
+	{ "pairs", R_OWN, sb_pairs },	{ "rawget", R_OWN, sb_rawget },
+	{ "rawset", R_OWN, sb_rawset },	{ "getmetatable", R_OWN, sb_getmetatable },
+	{ NULL, 0, NULL },
 };
 static const env_rule string_rules[] = {
 	{ "dump", R_DROP, NULL },
@@ -1221,6 +1235,276 @@ oom:
 	return -1;
 }
 
+/* Seeds for math.random, one pair per fresh state: splitmix64 over a per-thread start, the
+ * process's random base (getrandom once in mb_sandbox_env_init, before a worker process is
+ * confined: its seccomp filter refuses getrandom) mixed with the thread's own address.
+ * luaopen_math seeds from the time and the state's address, and the arena gives consecutive
+ * states one address, so executions on one worker within a second drew the same numbers. */
+static uint64_t next_seed(void)
+{
+	static _Thread_local uint64_t s;
+	static _Thread_local int ready;
+	if (!ready) {
+		s = seed_base ^ (uint64_t)(uintptr_t)&s;
+		ready = 1;
+	}
+	uint64_t z = (s += 0x9e3779b97f4a7c15ULL);
+	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+	z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+	return z ^ (z >> 31);
+}
+
+/* Pushes the value of one recorded entry (ref: the table an E_REF names; rnd: the index of the
+ * random state an E_RANDOM closes over). */
+static void push_entry(lua_State *L, const env_entry *e, int ref, int rnd)
+{
+	switch (e->kind) {
+	case E_FUNC:
+		lua_pushcfunction(L, e->f);
+		break;
+	case E_WRAP:
+		lua_pushcfunction(L, e->stock);
+		lua_pushcclosure(L, e->f, 1);
+		break;
+	case E_WRAP_NAMED:
+		lua_pushcfunction(L, e->stock);
+		lua_pushlstring(L, e->name, e->len);
+		lua_pushcclosure(L, e->f, 2);
+		break;
+	case E_RANDOM:
+		lua_pushvalue(L, rnd);
+		lua_pushcclosure(L, e->f, 1);
+		break;
+	case E_INT:
+		lua_pushinteger(L, e->i);
+		break;
+	case E_NUM:
+		lua_pushnumber(L, e->n);
+		break;
+	case E_STR:
+		lua_pushlstring(L, e->s, e->slen);
+		break;
+	case E_BOOL:
+		lua_pushboolean(L, (int)e->i);
+		break;
+	default: /* E_REF */
+		lua_pushvalue(L, ref);
+		break;
+	}
+}
+
+static void fill_lib(lua_State *L, const env_lib *lib, int t, int ref)
+{
+	int rnd = 0;
+	if (lib->random_size) {
+		lua_newuserdatauv(L, lib->random_size, 0);
+		rnd = lua_gettop(L);
+	}
+	for (int i = 0; i < lib->n; i++) {
+		const env_entry *e = &lib->e[i];
+		lua_pushlstring(L, e->name, e->len);
+		push_entry(L, e, ref, rnd);
+		lua_rawset(L, t);
+	}
+	if (rnd) { /* a seed of its own: math.randomseed(a, b) */
+		lua_getfield(L, t, "randomseed");
+		lua_pushinteger(L, (lua_Integer)next_seed());
+		lua_pushinteger(L, (lua_Integer)next_seed());
+		lua_call(L, 2, 0);
+		lua_remove(L, rnd);
+	}
+}
+
+static const env_entry *find_entry(const env_lib *lib, const char *name)
+{
+	for (int i = 0; i < lib->n; i++)
+		if (strcmp(lib->e[i].name, name) == 0)
+			return &lib->e[i];
+	return NULL;
+}
+
+static void set_field(lua_State *L, const char *name, lua_CFunction f)
+{
+	lua_pushcfunction(L, f);
+	lua_setfield(L, -2, name);
+}
+
+/* ---- the lazy environment -------------------------------------------------------------------
+ *
+ * Filling every library into every fresh state was most of an execution's cost (`return 1+1`:
+ * ~62% of its instructions in mb_sandbox_env_open), and most executions touch a few names. So a
+ * state starts with only the string library (the string metatable's __index must be a plain
+ * table), `next`, and the registry's loaded table; every other global name - base functions,
+ * libraries, json, re, mcp, the extension globals, the prelude stubs - is *pending*: listed in
+ * a process-wide table of names (lazy_names, made by mb_sandbox_env_init and
+ * mb_sandbox_env_add_stub) and in a per-state byte array (lazy_state), and absent from the
+ * globals table. The globals carry a metatable (the lazy metatable) whose __index builds a
+ * pending name on first read, exactly as the eager assembly built it, stores it with rawset and
+ * clears its byte; its __newindex clears the byte of a pending name the code assigns (so
+ * `math = nil` stays nil). Once nothing is pending the metatable is removed and the globals are
+ * a plain table, as before.
+ *
+ * Every way to observe the globals other than by reading a name materialises everything first
+ * (expand_all), so sandbox code sees the eager table: getmetatable or setmetatable on it,
+ * next/pairs on it (the only ways to list its keys), the JSON encoder, json.array and the PII
+ * policy walking it (through mb_json_expand_key / mb_sandbox_env_expand); rawget of a pending
+ * name makes that name, rawset of one claims it. `_G` is an ordinary lazy name (the globals
+ * themselves), so `_G.math` costs what `math` does. Misses (reads of names
+ * that are not globals) and assignments to new names go through C while the metatable is on;
+ * after LAZY_MISSES of them everything is materialised, so a loop reading an undefined global
+ * pays a bounded cost. The lazy metatable, its functions and lazy_state are reachable only from
+ * the registry and from C; the functions check their arguments (the globals table, a string key)
+ * and do nothing otherwise. A name is stored only once fully built: a memory error while
+ * building leaves it pending and the globals unchanged. */
+
+#define LAZY_MAX 160
+#define LAZY_HASH 512 /* a power of two, over twice LAZY_MAX */
+#define LAZY_MISSES 1000
+
+enum { LZ_BASE, LZ_SETMT, LZ_LIB, LZ_JSON, LZ_RE, LZ_MCP, LZ_GROUP, LZ_STUB };
+typedef struct {
+	char *name;
+	size_t len;
+	unsigned char kind;
+	int arg;          /* LZ_BASE: entry of the base record; LZ_LIB: env_libs index; LZ_GROUP:
+			   * lazy_groups index; LZ_STUB: the stub's first upvalue */
+	lua_CFunction f;  /* LZ_STUB: the stub, closing over (arg, name) */
+} lazy_name;
+
+static lazy_name lazy_names[LAZY_MAX];
+static int lazy_count;
+static short lazy_slots[LAZY_HASH]; /* index + 1 into lazy_names; 0: empty */
+
+static int servers_open(lua_State *L)
+{
+	lua_pushcfunction(L, mb_sandbox_next);
+	return mb_sandbox_mcp_open(L);
+}
+
+/* The extension globals, by file: each adds its names to the table at the top of the stack.
+ * mb_sandbox_env_init learns their names by running each once in a scratch state. */
+static const lua_CFunction lazy_groups[] = {
+	mb_sandbox_host_open,      /* require, skills, save_skill, load_skill, list_skills */
+	mb_sandbox_pii_open,       /* pii, tokenize_pii, detokenize_pii */
+	mb_sandbox_ws_open,        /* read_file, write_file, list_files, delete_file, file_exists */
+	servers_open,              /* servers */
+	mb_sandbox_testhooks_open, /* __test, in the test build only */
+};
+
+typedef struct {
+	int pending_count;
+	unsigned misses;
+	mb_regex_limits rl; /* re's limits, taken from the configuration the state was prepared for */
+	unsigned char pending[LAZY_MAX];
+} lazy_state;
+
+static const char lazy_key = 0;      /* registry: the lazy_state userdata */
+static const char lazy_mt_key = 0;   /* registry: the lazy metatable */
+static const char co_resume_key = 0; /* registry: coroutine.resume as built (mcp.parallel's too) */
+
+static uint32_t lazy_hash(const char *s, size_t n)
+{
+	uint32_t h = 2166136261u;
+	for (size_t i = 0; i < n; i++)
+		h = (h ^ (unsigned char)s[i]) * 16777619u;
+	return h;
+}
+
+static int lazy_find(const char *s, size_t n)
+{
+	for (uint32_t h = lazy_hash(s, n);; h++) {
+		int k = lazy_slots[h & (LAZY_HASH - 1)];
+		if (k == 0)
+			return -1;
+		const lazy_name *z = &lazy_names[k - 1];
+		if (z->len == n && memcmp(z->name, s, n) == 0)
+			return k - 1;
+	}
+}
+
+/* Adds a name (or redefines it: a later definition wins, as a later rawset did when the
+ * environment was assembled eagerly). Returns 0, or -1 when full or out of memory. */
+static int lazy_add(const char *name, size_t len, int kind, int arg, lua_CFunction f)
+{
+	int i = lazy_find(name, len);
+	if (i < 0) {
+		if (lazy_count == LAZY_MAX)
+			return -1;
+		char *d = dup_bytes(name, len);
+		if (!d)
+			return -1;
+		i = lazy_count++;
+		lazy_names[i].name = d;
+		lazy_names[i].len = len;
+		uint32_t h = lazy_hash(name, len);
+		while (lazy_slots[h & (LAZY_HASH - 1)])
+			h++;
+		lazy_slots[h & (LAZY_HASH - 1)] = (short)(i + 1);
+	}
+	lazy_names[i].kind = (unsigned char)kind;
+	lazy_names[i].arg = arg;
+	lazy_names[i].f = f;
+	return 0;
+}
+
+int mb_sandbox_env_add_stub(const char *name, lua_CFunction f, int arg)
+{
+	size_t n = strlen(name);
+	if (strcmp(name, "next") == 0 || strcmp(name, LUA_STRLIBNAME) == 0)
+		return -1; /* eager names (mb_sandbox_env_open) */
+	return lazy_add(name, n, LZ_STUB, arg, f);
+}
+
+/* The names of the eager assembly, in its order. */
+static int lazy_init(char *err, size_t errlen)
+{
+	const env_lib *base = &env_libs[LIB_BASE];
+	for (int i = 0; i < base->n; i++) {
+		const env_entry *e = &base->e[i];
+		if (strcmp(e->name, "next") == 0)
+			continue; /* eager */
+		int kind = strcmp(e->name, "setmetatable") == 0 ? LZ_SETMT : LZ_BASE;
+		if (lazy_add(e->name, e->len, kind, i, NULL) != 0)
+			goto full;
+	}
+	for (int i = 0; i < LIB_N; i++)
+		if (i != LIB_BASE && i != LIB_STRING && i != LIB_STRMETA &&
+		    lazy_add(env_libs[i].name, strlen(env_libs[i].name), LZ_LIB, i, NULL) != 0)
+			goto full;
+	if (lazy_add("json", 4, LZ_JSON, 0, NULL) || lazy_add("re", 2, LZ_RE, 0, NULL) ||
+	    lazy_add("mcp", 3, LZ_MCP, 0, NULL))
+		goto full;
+	if (!find_entry(&env_libs[LIB_CO], "create") || !find_entry(&env_libs[LIB_CO], "resume")) {
+		snprintf(err, errlen, "coroutine: no create or resume for mcp.parallel");
+		return -1;
+	}
+	lua_State *H = luaL_newstate();
+	if (!H) {
+		snprintf(err, errlen, "cannot make a Lua state");
+		return -1;
+	}
+	int ok = 1;
+	for (int g = 0; ok && g < (int)(sizeof lazy_groups / sizeof lazy_groups[0]); g++) {
+		lua_newtable(H);
+		lazy_groups[g](H);
+		lua_pushnil(H);
+		while (ok && lua_next(H, -2)) {
+			lua_pop(H, 1);
+			size_t n;
+			const char *k = lua_tolstring(H, -1, &n);
+			ok = lua_type(H, -1) == LUA_TSTRING && lazy_add(k, n, LZ_GROUP, g, NULL) == 0;
+		}
+		lua_settop(H, 0);
+	}
+	lua_close(H);
+	if (!ok)
+		goto full;
+	return 0;
+full:
+	snprintf(err, errlen, "more than %d lazy global names", LAZY_MAX);
+	return -1;
+}
+
 int mb_sandbox_env_init(void)
 {
 	if (env_ready)
@@ -1247,6 +1531,8 @@ int mb_sandbox_env_init(void)
 	}
 	if (H)
 		lua_close(H);
+	if (ok && lazy_init(err, sizeof err) != 0)
+		ok = 0;
 	if (!ok) {
 		mb_log(MB_LOG_ERROR, "sandbox: reading the stock Lua libraries: %s", err);
 		return -1;
@@ -1255,139 +1541,383 @@ int mb_sandbox_env_init(void)
 	return 0;
 }
 
-/* Fills the table at t from lib's record; ref: the table an E_REF names. */
-
-/* Seeds for math.random, one pair per fresh state: splitmix64 over a per-thread start, the
- * process's random base (getrandom once in mb_sandbox_env_init, before a worker process is
- * confined: its seccomp filter refuses getrandom) mixed with the thread's own address.
- * luaopen_math seeds from the time and the state's address, and the arena gives consecutive
- * states one address, so executions on one worker within a second drew the same numbers. */
-static uint64_t next_seed(void)
+static lazy_state *lazy_of(lua_State *L)
 {
-	static _Thread_local uint64_t s;
-	static _Thread_local int ready;
-	if (!ready) {
-		s = seed_base ^ (uint64_t)(uintptr_t)&s;
-		ready = 1;
-	}
-	uint64_t z = (s += 0x9e3779b97f4a7c15ULL);
-	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-	z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-	return z ^ (z >> 31);
+	lua_rawgetp(L, LUA_REGISTRYINDEX, &lazy_key);
+	lazy_state *st = lua_touserdata(L, -1); /* anchored by the registry */
+	lua_pop(L, 1);
+	return st;
 }
 
-static void fill_lib(lua_State *L, const env_lib *lib, int t, int ref)
+/* Is the table at idx the globals while they are lazy? (The lazy metatable is never on another
+ * table: getmetatable hands it to no one.) */
+static int is_lazy(lua_State *L, int idx)
 {
-	int rnd = 0;
-	if (lib->random_size) {
-		lua_newuserdatauv(L, lib->random_size, 0);
-		rnd = lua_gettop(L);
-	}
-	for (int i = 0; i < lib->n; i++) {
-		const env_entry *e = &lib->e[i];
-		lua_pushlstring(L, e->name, e->len);
-		switch (e->kind) {
-		case E_FUNC:
-			lua_pushcfunction(L, e->f);
-			break;
-		case E_WRAP:
-			lua_pushcfunction(L, e->stock);
-			lua_pushcclosure(L, e->f, 1);
-			break;
-		case E_WRAP_NAMED:
-			lua_pushcfunction(L, e->stock);
-			lua_pushvalue(L, -2);
-			lua_pushcclosure(L, e->f, 2);
-			break;
-		case E_RANDOM:
-			lua_pushvalue(L, rnd);
-			lua_pushcclosure(L, e->f, 1);
-			break;
-		case E_INT:
-			lua_pushinteger(L, e->i);
-			break;
-		case E_NUM:
-			lua_pushnumber(L, e->n);
-			break;
-		case E_STR:
-			lua_pushlstring(L, e->s, e->slen);
-			break;
-		case E_BOOL:
-			lua_pushboolean(L, (int)e->i);
-			break;
-		default: /* E_REF */
-			lua_pushvalue(L, ref);
-			break;
+	if (!lua_getmetatable(L, idx))
+		return 0;
+	lua_rawgetp(L, LUA_REGISTRYINDEX, &lazy_mt_key);
+	int r = lua_rawequal(L, -1, -2);
+	lua_pop(L, 2);
+	return r;
+}
+
+static int is_globals(lua_State *L, int idx)
+{
+	lua_rawgeti(L, LUA_REGISTRYINDEX, LUA_RIDX_GLOBALS);
+	int r = lua_rawequal(L, -1, idx);
+	lua_pop(L, 1);
+	return r;
+}
+
+/* Name i is no longer pending; with nothing pending the globals become a plain table. Neither
+ * step allocates. */
+static void lazy_clear(lua_State *L, int g, lazy_state *st, int i)
+{
+	if (!st->pending[i])
+		return;
+	st->pending[i] = 0;
+	if (--st->pending_count > 0)
+		return;
+	lua_pushnil(L);
+	lua_setmetatable(L, g);
+	lua_pushnil(L);
+	lua_rawsetp(L, LUA_REGISTRYINDEX, &mb_json_expand_key);
+}
+
+/* Pushes library li's table: the one in the loaded table if it was made already (the coroutine
+ * library, for mcp), else a new one, recorded there. */
+static void push_lib(lua_State *L, int li)
+{
+	const env_lib *lib = &env_libs[li];
+	lua_getfield(L, LUA_REGISTRYINDEX, LUA_LOADED_TABLE);
+	if (lib->loaded) {
+		if (lua_getfield(L, -1, lib->name) == LUA_TTABLE) {
+			lua_remove(L, -2);
+			return;
 		}
-		lua_rawset(L, t);
+		lua_pop(L, 1);
 	}
-	if (rnd) { /* a seed of its own: math.randomseed(a, b) */
-		lua_getfield(L, t, "randomseed");
-		lua_pushinteger(L, (lua_Integer)next_seed());
-		lua_pushinteger(L, (lua_Integer)next_seed());
-		lua_call(L, 2, 0);
-		lua_remove(L, rnd);
+	lua_createtable(L, 0, lib->n + lib->extra + (li == LIB_CO));
+	int t = lua_gettop(L);
+	fill_lib(L, lib, t, t);
+	if (li == LIB_CO) { /* wrap closes over our resume, which mcp.parallel shares */
+		lua_getfield(L, t, "resume");
+		lua_pushvalue(L, -1);
+		lua_rawsetp(L, LUA_REGISTRYINDEX, &co_resume_key);
+		lua_pushcclosure(L, sb_wrap, 1);
+		lua_setfield(L, t, "wrap");
 	}
+	if (lib->loaded) {
+		lua_pushvalue(L, t);
+		lua_setfield(L, t - 1, lib->name);
+	}
+	lua_remove(L, t - 1);
+}
+
+/* Pushes the value of pending name i, built as the eager assembly built it. g: the globals. */
+static void lazy_build(lua_State *L, int g, lazy_state *st, int i)
+{
+	const lazy_name *z = &lazy_names[i];
+	switch (z->kind) {
+	case LZ_BASE:
+		push_entry(L, &env_libs[LIB_BASE].e[z->arg], g, 0);
+		break;
+	case LZ_SETMT: /* over the stock one and its metatable anchors */
+		lua_pushcfunction(L, env_libs[LIB_BASE].e[z->arg].f);
+		mb_sandbox_weak_keys(L);
+		lua_pushcclosure(L, sb_setmetatable, 2);
+		break;
+	case LZ_LIB:
+		push_lib(L, z->arg);
+		break;
+	case LZ_JSON:
+		mb_json_open(L, &mb_sandbox_ctx_of(L)->json_lim);
+		mb_sandbox_ws_json(L); /* json.read_file, json.write_file */
+		break;
+	case LZ_RE:
+		mb_regex_open(L, &st->rl);
+		break;
+	case LZ_MCP: {
+		/* log, progress; sample, elicit, roots, ask, client_capabilities: sandbox_skills.c;
+		 * call, parallel, tools: sandbox_upstream.c, over the coroutine library's own create
+		 * and resume (not whatever the code made of the coroutine table) */
+		lua_createtable(L, 0, 10);
+		set_field(L, "log", sb_mcp_log);
+		set_field(L, "progress", sb_mcp_progress);
+		mb_sandbox_host_mcp(L);
+		push_lib(L, LIB_CO);
+		lua_pop(L, 1);
+		lua_pushcfunction(L, find_entry(&env_libs[LIB_CO], "create")->f);
+		lua_rawgetp(L, LUA_REGISTRYINDEX, &co_resume_key);
+		mb_sandbox_upstream_mcp(L);
+		break;
+	}
+	case LZ_STUB:
+		lua_pushinteger(L, z->arg);
+		lua_pushlstring(L, z->name, z->len);
+		lua_pushcclosure(L, z->f, 2);
+		break;
+	default: /* LZ_GROUP: materialise() */
+		lua_pushnil(L);
+		break;
+	}
+}
+
+/* Stores a value for pending name i: first everything it needs is made (a memory error leaves
+ * the name pending and the globals as they were), then the rawset, then the byte is cleared.
+ * Pushes the value. A group's other pending names are stored with it. */
+static void materialise(lua_State *L, int g, lazy_state *st, int i)
+{
+	luaL_checkstack(L, 12, "globals");
+	const lazy_name *z = &lazy_names[i];
+	if (z->kind == LZ_GROUP) {
+		lua_createtable(L, 0, 8);
+		int s = lua_gettop(L);
+		lazy_groups[z->arg](L);
+		for (int j = 0; j < lazy_count; j++) {
+			const lazy_name *y = &lazy_names[j];
+			if (j == i || !st->pending[j] || y->kind != LZ_GROUP || y->arg != z->arg)
+				continue;
+			lua_pushlstring(L, y->name, y->len);
+			lua_pushvalue(L, -1);
+			lua_rawget(L, s);
+			lua_rawset(L, g);
+			lazy_clear(L, g, st, j);
+		}
+		lua_pushlstring(L, z->name, z->len);
+		lua_rawget(L, s);
+		lua_remove(L, s);
+	} else {
+		lazy_build(L, g, st, i);
+	}
+	lua_pushlstring(L, z->name, z->len);
+	lua_pushvalue(L, -2);
+	lua_rawset(L, g);
+	lazy_clear(L, g, st, i);
+}
+
+/* Materialises every pending name: the globals become the table the eager assembly made, less
+ * what the code assigned, and a plain table again. */
+static void expand_all(lua_State *L, int g, lazy_state *st)
+{
+	for (int i = 0; i < lazy_count && st->pending_count > 0; i++) {
+		if (st->pending[i]) {
+			materialise(L, g, st, i);
+			lua_pop(L, 1);
+		}
+	}
+}
+
+void mb_sandbox_env_expand(lua_State *L, int idx)
+{
+	if (lua_type(L, idx) != LUA_TTABLE || !is_lazy(L, idx))
+		return;
+	lazy_state *st = lazy_of(L);
+	if (st)
+		expand_all(L, lua_absindex(L, idx), st);
+}
+
+/* The registry's mb_json_expand_key while the globals are lazy (the encoder calls it on a
+ * table with a metatable before walking it). */
+static int lazy_expand(lua_State *L)
+{
+	mb_sandbox_env_expand(L, 1);
+	return 0;
+}
+
+void mb_sandbox_env_claim(lua_State *L, int key)
+{
+	if (lua_type(L, key) != LUA_TSTRING)
+		return;
+	size_t n;
+	const char *s = lua_tolstring(L, key, &n);
+	int i = lazy_find(s, n);
+	if (i < 0)
+		return;
+	lazy_state *st = lazy_of(L);
+	if (!st || !st->pending[i])
+		return;
+	lua_pushglobaltable(L);
+	lazy_clear(L, lua_gettop(L), st, i);
+	lua_pop(L, 1);
+}
+
+/* Reading name k (a string at idx k) of the lazy globals at g: materialises it when pending.
+ * Returns 1 when it did. */
+static int lazy_touch(lua_State *L, int g, int k, lazy_state *st)
+{
+	size_t n;
+	const char *s = lua_tolstring(L, k, &n);
+	int i = lazy_find(s, n);
+	if (i < 0 || !st->pending[i])
+		return 0;
+	materialise(L, g, st, i);
+	lua_pop(L, 1);
+	return 1;
+}
+
+/* A miss or a new name while lazy: past LAZY_MISSES, the globals stop being lazy. */
+static void lazy_miss(lua_State *L, int g, lazy_state *st)
+{
+	if (++st->misses > LAZY_MISSES)
+		expand_all(L, g, st);
+}
+
+/* __index of the lazy metatable (upvalue 1: the lazy_state). */
+static int lazy_index(lua_State *L)
+{
+	lazy_state *st = lua_touserdata(L, lua_upvalueindex(1));
+	lua_settop(L, 2);
+	if (!st || lua_type(L, 2) != LUA_TSTRING || !is_globals(L, 1) || !is_lazy(L, 1)) {
+		lua_pushnil(L);
+		return 1;
+	}
+	if (!lazy_touch(L, 1, 2, st))
+		lazy_miss(L, 1, st);
+	lua_rawget(L, 1);
+	return 1;
+}
+
+/* __newindex: the code's value wins over a pending name, which is then never made. */
+static int lazy_newindex(lua_State *L)
+{
+	lazy_state *st = lua_touserdata(L, lua_upvalueindex(1));
+	lua_settop(L, 3);
+	if (!st || !is_globals(L, 1))
+		return 0;
+	lua_pushvalue(L, 2);
+	lua_pushvalue(L, 3);
+	lua_rawset(L, 1); /* raises as rawset would: a nil or NaN key */
+	if (!is_lazy(L, 1))
+		return 0;
+	mb_sandbox_env_claim(L, 2);
+	lazy_miss(L, 1, st);
+	return 0;
+}
+
+/* ---- base functions that see the lazy globals whole ----------------------------------------- */
+
+int mb_sandbox_next(lua_State *L)
+{
+	luaL_checktype(L, 1, LUA_TTABLE);
+	if (lua_getmetatable(L, 1)) { /* a plain table pays this one check */
+		lua_pop(L, 1);
+		mb_sandbox_env_expand(L, 1);
+	}
+	lua_settop(L, 2);
+	if (lua_next(L, 1))
+		return 2;
+	lua_pushnil(L);
+	return 1;
+}
+
+static int pairs_cont(lua_State *L, int status, lua_KContext k)
+{
+	(void)L;
+	(void)status;
+	(void)k;
+	return 3;
+}
+
+/* pairs: the stock one, returning the sandbox's next */
+static int sb_pairs(lua_State *L)
+{
+	luaL_checkany(L, 1);
+	if (luaL_getmetafield(L, 1, "__pairs") == LUA_TNIL) {
+		lua_pushcfunction(L, mb_sandbox_next);
+		lua_pushvalue(L, 1);
+		lua_pushnil(L);
+	} else {
+		lua_pushvalue(L, 1);
+		lua_callk(L, 1, 3, 0, pairs_cont);
+	}
+	return 3;
+}
+
+static int sb_rawget(lua_State *L)
+{
+	luaL_checktype(L, 1, LUA_TTABLE);
+	luaL_checkany(L, 2);
+	lua_settop(L, 2);
+	if (lua_type(L, 2) == LUA_TSTRING && is_lazy(L, 1)) {
+		lazy_state *st = lazy_of(L);
+		if (st)
+			lazy_touch(L, 1, 2, st);
+	}
+	lua_rawget(L, 1);
+	return 1;
+}
+
+static int sb_rawset(lua_State *L)
+{
+	luaL_checktype(L, 1, LUA_TTABLE);
+	luaL_checkany(L, 2);
+	luaL_checkany(L, 3);
+	lua_settop(L, 3);
+	int lazy = lua_type(L, 2) == LUA_TSTRING && is_lazy(L, 1);
+	lua_pushvalue(L, 2);
+	lua_pushvalue(L, 3);
+	lua_rawset(L, 1);
+	if (lazy)
+		mb_sandbox_env_claim(L, 2);
+	lua_settop(L, 1);
+	return 1;
+}
+
+static int sb_getmetatable(lua_State *L)
+{
+	luaL_checkany(L, 1);
+	if (lua_type(L, 1) == LUA_TTABLE)
+		mb_sandbox_env_expand(L, 1);
+	if (!lua_getmetatable(L, 1)) {
+		lua_pushnil(L);
+		return 1;
+	}
+	luaL_getmetafield(L, 1, "__metatable");
+	return 1;
 }
 
 /* ---- assembly ------------------------------------------------------------------------ */
-
-static void set_field(lua_State *L, const char *name, lua_CFunction f)
-{
-	lua_pushcfunction(L, f);
-	lua_setfield(L, -2, name);
-}
 
 int mb_sandbox_env_open(lua_State *L)
 {
 	mb_sandbox_ctx *c = mb_sandbox_ctx_of(L);
 	if (!env_ready)
 		return luaL_error(L, "sandbox: the stock libraries were not read (mb_sandbox_env_init)");
-	/* A globals table sized for everything we add (56 names, with room for context variables
-	 * and the code's own), so building the environment does not rehash it several times (what
-	 * that cost: docs/benchmarks.md, "Session 2"). */
-	lua_createtable(L, 0, 96);
+	/* Room for every name (56, and the code's own): with few names made, a smaller table saved
+	 * ~300 instructions, and cost ~9,000 more whenever all of them were made (rehashes). */
+	lua_createtable(L, 0, 64);
 	lua_pushvalue(L, -1);
 	lua_rawseti(L, LUA_REGISTRYINDEX, LUA_RIDX_GLOBALS);
 	int g = lua_gettop(L);
 	/* The registry's loaded table, as luaL_requiref left it: luaL_traceback and luaL_argerror
 	 * look functions up there for their names ("function 'string.format'"). Not reachable from
-	 * sandbox code. */
+	 * sandbox code. A library is added when it is made (push_lib). */
 	lua_createtable(L, 0, LIB_N);
 	lua_pushvalue(L, -1);
 	lua_setfield(L, LUA_REGISTRYINDEX, LUA_LOADED_TABLE);
-	int loaded = g + 1;
-	for (int i = 0; i < LIB_N; i++) {
-		const env_lib *lib = &env_libs[i];
-		if (i == LIB_BASE) {
-			fill_lib(L, lib, g, g);
-			lua_pushvalue(L, g);
-		} else if (i == LIB_STRMETA) { /* the string table is at the top */
-			lua_createtable(L, 0, lib->n + lib->extra);
-			fill_lib(L, lib, lua_gettop(L), lua_gettop(L) - 1);
-			/* locked: getmetatable("") is false */
-			lua_pushboolean(L, 0);
-			lua_setfield(L, -2, "__metatable");
-			lua_pushliteral(L, "");
-			lua_insert(L, -2);
-			lua_setmetatable(L, -2);
-			lua_pop(L, 2);
-			continue;
-		} else {
-			lua_createtable(L, 0, lib->n + lib->extra);
-			fill_lib(L, lib, lua_gettop(L), lua_gettop(L));
-		}
-		if (lib->loaded) {
-			lua_pushvalue(L, -1);
-			lua_setfield(L, loaded, lib->name);
-		}
-		if (i != LIB_BASE) {
-			lua_pushvalue(L, -1);
-			lua_setfield(L, g, lib->name);
-		}
-		if (i != LIB_STRING) /* kept for its metatable, next */
-			lua_pop(L, 1);
-	}
+	lua_pushvalue(L, g);
+	lua_setfield(L, -2, LUA_GNAME);
+
+	/* eager: next (pairs hands it out without a global read) and string with its metatable */
+	lua_pushcfunction(L, mb_sandbox_next);
+	lua_setfield(L, g, "next");
+	const env_lib *lib = &env_libs[LIB_STRING];
+	lua_createtable(L, 0, lib->n + lib->extra);
+	fill_lib(L, lib, lua_gettop(L), lua_gettop(L));
+	lua_pushvalue(L, -1);
+	lua_setfield(L, -3, lib->name);
+	lua_pushvalue(L, -1);
+	lua_setfield(L, g, lib->name);
+	lib = &env_libs[LIB_STRMETA];
+	lua_createtable(L, 0, lib->n + lib->extra);
+	fill_lib(L, lib, lua_gettop(L), lua_gettop(L) - 1);
+	/* locked: getmetatable("") is false */
+	lua_pushboolean(L, 0);
+	lua_setfield(L, -2, "__metatable");
+	lua_pushliteral(L, "");
+	lua_insert(L, -2);
+	lua_setmetatable(L, -2);
 	lua_settop(L, g);
 
 	/* coroutine -> xpcalls it is inside (sb_xpcall, sb_close): weak keys */
@@ -1400,23 +1930,11 @@ int mb_sandbox_env_open(lua_State *L)
 	lua_pushliteral(L, "error in error handling");
 	lua_rawsetp(L, LUA_REGISTRYINDEX, &errerr_key);
 
-	/* base: what the record could not make (closures over per-state values) */
-	lua_getfield(L, -1, "setmetatable");
-	mb_sandbox_weak_keys(L); /* metatable anchors */
-	lua_pushcclosure(L, sb_setmetatable, 2);
-	lua_setfield(L, -2, "setmetatable");
-
-	/* coroutine.wrap, over our resume */
-	lua_getfield(L, -1, LUA_COLIBNAME);
-	lua_getfield(L, -1, "resume");
-	lua_pushcclosure(L, sb_wrap, 1);
-	lua_setfield(L, -2, "wrap");
-	lua_pop(L, 1);
-
-	/* json and re */
-	mb_json_open(L, &c->json_lim);
-	lua_setfield(L, -2, "json");
-	mb_regex_limits rl = {
+	/* everything else is pending: the lazy state and metatable */
+	lazy_state *st = lua_newuserdatauv(L, sizeof *st, 0);
+	st->pending_count = lazy_count;
+	st->misses = 0;
+	st->rl = (mb_regex_limits){
 		.max_pattern_bytes = (size_t)c->cfg->regex_max_pattern_bytes,
 		.max_subject_bytes = (size_t)c->cfg->regex_max_subject_bytes,
 		.match_limit = (uint32_t)c->cfg->regex_match_limit,
@@ -1425,22 +1943,21 @@ int mb_sandbox_env_open(lua_State *L)
 		.max_patterns = 128,
 		.parens_nest_limit = 50,
 	};
-	mb_regex_open(L, &rl);
-	lua_setfield(L, -2, "re");
-
-	/* mcp: host calls (log, progress; sample, elicit, roots, ask, client_capabilities:
-	 * sandbox_skills.c; call, parallel, tools: sandbox_upstream.c) */
-	lua_createtable(L, 0, 10);
-	set_field(L, "log", sb_mcp_log);
-	set_field(L, "progress", sb_mcp_progress);
-	lua_setfield(L, -2, "mcp");
-	mb_sandbox_host_open(L); /* require, skills, save_skill, load_skill, list_skills */
-	mb_sandbox_pii_open(L);  /* pii.scan, tokenize_pii, detokenize_pii */
-	mb_sandbox_ws_open(L); /* read_file, write_file, list_files, ..., json.read_file/write_file */
-	mb_sandbox_mcp_open(L); /* servers.<server>.<tool>, mcp.call, mcp.parallel */
-	mb_sandbox_testhooks_open(L); /* __test, in the test build only */
-
-	/* loaded libraries stay reachable only through globals */
-	lua_pop(L, 1);
+	memset(st->pending, 1, (size_t)lazy_count);
+	lua_pushvalue(L, -1);
+	lua_rawsetp(L, LUA_REGISTRYINDEX, &lazy_key);
+	lua_createtable(L, 0, 2);
+	lua_pushvalue(L, -2);
+	lua_pushcclosure(L, lazy_index, 1);
+	lua_setfield(L, -2, "__index");
+	lua_pushvalue(L, -2);
+	lua_pushcclosure(L, lazy_newindex, 1);
+	lua_setfield(L, -2, "__newindex");
+	lua_pushvalue(L, -1);
+	lua_rawsetp(L, LUA_REGISTRYINDEX, &lazy_mt_key);
+	lua_setmetatable(L, g);
+	lua_pushcfunction(L, lazy_expand);
+	lua_rawsetp(L, LUA_REGISTRYINDEX, &mb_json_expand_key);
+	lua_settop(L, g - 1);
 	return 0;
 }

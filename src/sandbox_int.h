@@ -118,21 +118,38 @@ int mb_sandbox_env_open(lua_State *L);
 /// Reads the stock libraries once (sandbox_env.c), before any state is built: called by
 /// mb_sandbox_global_init before any worker starts; read-only afterwards. Returns 0 or -1.
 int mb_sandbox_env_init(void);
+/// Adds a lazy global (after mb_sandbox_env_init, before any worker starts): on first touch
+/// the global `name` becomes the C closure f over (integer arg, name). Returns 0 or -1.
+int mb_sandbox_env_add_stub(const char *name, lua_CFunction f, int arg);
+/// The globals are lazy (sandbox_env.c, "the lazy environment"): when the table at idx is the
+/// lazy globals, materialises every pending name (may raise a memory error; else a no-op).
+void mb_sandbox_env_expand(lua_State *L, int idx);
+/// C code stored a value under the key at idx in the globals with a raw set: a pending name of
+/// that key is then never materialised (the stored value wins).
+void mb_sandbox_env_claim(lua_State *L, int key);
+/// The sandbox's next (materialises the lazy globals first); pairs returns it.
+int mb_sandbox_next(lua_State *L);
 
-/// Registers read_file, write_file, list_files, delete_file, file_exists and json.read_file,
-/// json.write_file in the sandbox state L (sandbox_workspace.c). They act on the running execution's
-/// request->workspace, looked up at call time. Leaves the stack as it found it. Returns 0.
+/// Adds read_file, write_file, list_files, delete_file and file_exists to the table at the top of
+/// the stack (the globals, lazily: sandbox_env.c), and json.read_file, json.write_file to the json
+/// table at the top (sandbox_workspace.c). They act on the running execution's
+/// request->workspace, looked up at call time. Leave the stack as they found it; return 0.
 int mb_sandbox_ws_open(lua_State *L);
+int mb_sandbox_ws_json(lua_State *L);
 
 /* sandbox_testhooks.c: the global __test, only in a -DMB_TEST_HOOKS build (else nothing) */
 int mb_sandbox_testhooks_open(lua_State *L);
 
 /// Adds require, skills, save_skill, load_skill and list_skills (host calls, sandbox_skills.c) to
-/// the globals table at the top of the stack.
+/// the table at the top of the stack (the globals, lazily); mb_sandbox_host_mcp adds mcp.sample,
+/// elicit, roots, ask and client_capabilities to the mcp table at the top.
 int mb_sandbox_host_open(lua_State *L);
+void mb_sandbox_host_mcp(lua_State *L);
 
-/// Adds servers (upstream MCP tools), mcp.call and mcp.parallel (sandbox_upstream.c) to the globals
-/// table at the top of the stack; after the coroutine library and the mcp table are in place.
+/// With [table, next] at the top of the stack, pops next and adds servers (upstream MCP tools,
+/// sandbox_upstream.c; `pairs(servers)` hands out that next) to the table (the globals, lazily). mb_sandbox_upstream_mcp: with [mcp, coroutine.create, coroutine.resume] at
+/// the top, pops the two functions and adds mcp.call, mcp.parallel (over them) and mcp.tools.
 int mb_sandbox_mcp_open(lua_State *L);
+void mb_sandbox_upstream_mcp(lua_State *L);
 
 #endif

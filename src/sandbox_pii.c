@@ -450,6 +450,10 @@ static void walk_table(lua_State *L, int t, int depth)
 	if (depth > mb_sandbox_ctx_of(L)->json_lim.max_depth)
 		return; /* the encoder refuses it anyway */
 	luaL_checkstack(L, 12, "pii policy");
+	if (lua_getmetatable(L, t)) { /* the lazy globals are walked whole (json.h, sandbox_env.c) */
+		lua_pop(L, 1);
+		mb_json_expand(L, t);
+	}
 	lua_rawgetp(L, LUA_REGISTRYINDEX, &walked_key);
 	lua_pushvalue(L, t);
 	if (lua_rawget(L, -2) != LUA_TNIL) {

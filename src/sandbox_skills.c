@@ -345,24 +345,25 @@ static int sb_client_capabilities(lua_State *L)
 	return 1;
 }
 
-int mb_sandbox_host_open(lua_State *L)
+void mb_sandbox_host_mcp(lua_State *L)
 {
 	/* mcp.sample, mcp.elicit, mcp.roots, mcp.ask, mcp.client_capabilities next to mcp.log and
-	 * mcp.progress */
-	if (lua_getfield(L, -1, "mcp") == LUA_TTABLE) {
-		lua_pushcfunction(L, sb_sample);
-		lua_setfield(L, -2, "sample");
-		lua_pushcfunction(L, sb_elicit);
-		lua_setfield(L, -2, "elicit");
-		lua_pushcfunction(L, sb_roots);
-		lua_setfield(L, -2, "roots");
-		lua_pushcfunction(L, sb_ask);
-		lua_setfield(L, -2, "ask");
-		lua_pushcfunction(L, sb_client_capabilities);
-		lua_setfield(L, -2, "client_capabilities");
-	}
-	lua_pop(L, 1);
-	/* the globals table is at the top of the stack */
+	 * mcp.progress: the mcp table is at the top of the stack */
+	lua_pushcfunction(L, sb_sample);
+	lua_setfield(L, -2, "sample");
+	lua_pushcfunction(L, sb_elicit);
+	lua_setfield(L, -2, "elicit");
+	lua_pushcfunction(L, sb_roots);
+	lua_setfield(L, -2, "roots");
+	lua_pushcfunction(L, sb_ask);
+	lua_setfield(L, -2, "ask");
+	lua_pushcfunction(L, sb_client_capabilities);
+	lua_setfield(L, -2, "client_capabilities");
+}
+
+int mb_sandbox_host_open(lua_State *L)
+{
+	/* the globals table (or the table they are made in) is at the top of the stack */
 	lua_pushcfunction(L, sb_require);
 	lua_setfield(L, -2, "require");
 	lua_pushcfunction(L, sb_save_skill);

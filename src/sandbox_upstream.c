@@ -11,7 +11,7 @@
  *
  * `mcp.parallel{...}` runs several calls at once. Items are call specs ({server, tool, args} or
  * {server=, tool=, args=}) or functions. Each function runs in a coroutine (made and resumed with
- * the sandbox's own coroutine functions, captured at open, so the budget hook and the deadline
+ * the sandbox's own coroutine functions, captured when mcp is made, so the budget hook and the deadline
  * signal follow it); an upstream call inside one yields the call's spec to the scheduler instead
  * of waiting. The scheduler sends every spec collected in a round as one "upstream_batch" host
  * call, so the upstream sees them concurrently, resumes each function with its answer, and
@@ -479,27 +479,25 @@ static int sb_parallel(lua_State *L)
 	}
 }
 
+void mb_sandbox_upstream_mcp(lua_State *L)
+{
+	/* [mcp, create, resume] at the top of the stack */
+	lua_pushcfunction(L, sb_call);
+	lua_setfield(L, -4, "call");
+	lua_pushcclosure(L, sb_parallel, 2);
+	lua_setfield(L, -2, "parallel");
+	lua_pushcfunction(L, sb_tools);
+	lua_setfield(L, -2, "tools");
+}
+
 int mb_sandbox_mcp_open(lua_State *L)
 {
-	/* the globals table is at the top of the stack */
-	if (lua_getfield(L, -1, "mcp") == LUA_TTABLE) {
-		lua_pushcfunction(L, sb_call);
-		lua_setfield(L, -2, "call");
-		lua_getfield(L, -2, "coroutine");
-		lua_getfield(L, -1, "create");
-		lua_getfield(L, -2, "resume");
-		lua_remove(L, -3);
-		lua_pushcclosure(L, sb_parallel, 2);
-		lua_setfield(L, -2, "parallel");
-		lua_pushcfunction(L, sb_tools);
-		lua_setfield(L, -2, "tools");
-	}
-	lua_pop(L, 1);
+	/* [the globals table (or the table they are made in), the sandbox's next] */
 	lua_newtable(L);
 	lua_createtable(L, 0, 4);
 	lua_pushcfunction(L, servers_index);
 	lua_setfield(L, -2, "__index");
-	lua_getfield(L, -3, "next");
+	lua_pushvalue(L, -3);
 	lua_pushcclosure(L, servers_pairs, 1);
 	lua_setfield(L, -2, "__pairs");
 	lua_pushcfunction(L, readonly);
@@ -507,6 +505,7 @@ int mb_sandbox_mcp_open(lua_State *L)
 	lua_pushboolean(L, 0);
 	lua_setfield(L, -2, "__metatable");
 	lua_setmetatable(L, -2);
-	lua_setfield(L, -2, "servers");
+	lua_setfield(L, -3, "servers");
+	lua_pop(L, 1); /* next */
 	return 0;
 }

@@ -332,14 +332,15 @@ int mb_sandbox_ws_open(lua_State *L)
 		{ "list_files", sb_list_files },   { "delete_file", sb_delete_file },
 		{ "file_exists", sb_file_exists }, { NULL, NULL },
 	};
-	lua_pushglobaltable(L);
 	luaL_setfuncs(L, globals, 0);
-	if (lua_getfield(L, -1, "json") == LUA_TTABLE) {
-		lua_pushcfunction(L, sb_json_read_file);
-		lua_setfield(L, -2, "read_file");
-		lua_pushcfunction(L, sb_json_write_file);
-		lua_setfield(L, -2, "write_file");
-	}
-	lua_pop(L, 2);
+	return 0;
+}
+
+int mb_sandbox_ws_json(lua_State *L)
+{
+	lua_pushcfunction(L, sb_json_read_file);
+	lua_setfield(L, -2, "read_file");
+	lua_pushcfunction(L, sb_json_write_file);
+	lua_setfield(L, -2, "write_file");
 	return 0;
 }

@@ -10,6 +10,7 @@
 #include "config.h"
 #include "json.h"
 #include "sandbox.h"
+#include "sandbox_int.h"
 #include "sandbox_setup.h"
 #include "unit.h"
 
@@ -327,6 +328,320 @@ TEST(env_from_the_record)
 		      "[true,3,\"mine\"]");
 }
 
+/* ---- the lazy environment (sandbox_env.c): what code sees is the eager environment ---------- */
+
+/* Every global of the eager environment (main before the lazy one, 2026-11), with its type:
+ * pairs, next and json see them all, whatever the code touched first. */
+static const char eager_globals[] =
+	"\"_G:table _VERSION:string aggregate_stats:function assert:function collectgarbage:function "
+	"coroutine:table count_by:function delete_file:function detokenize_pii:function error:function "
+	"file_exists:function filter_by_field:function format_output:function getmetatable:function "
+	"group_by:function ipairs:function json:table list_files:function list_skills:function "
+	"load:function load_skill:function math:table mcp:table next:function os:table pairs:function "
+	"pcall:function pii:table pluck:function print:function rawequal:function rawget:function "
+	"rawlen:function rawset:function re:table read_file:function require:function "
+	"run_workflow:function save_skill:function select:function servers:table setmetatable:function "
+	"skills:table sort_by:function string:table summarize_list:function table:table take:function "
+	"tokenize_pii:function tonumber:function tostring:function type:function unique:function "
+	"utf8:table write_file:function xpcall:function\"";
+
+#define LIST_GLOBALS(iter) \
+	"local t = {} for k, v in " iter " do t[#t + 1] = k .. ':' .. type(v) end table.sort(t)" \
+	" return table.concat(t, ' ')"
+
+TEST(lazy_env_lists_every_name)
+{
+	/* whichever way the globals are listed, first thing or after touching some names */
+	expect_result(LIST_GLOBALS("pairs(_G)"), eager_globals);
+	expect_result(LIST_GLOBALS("next, _ENV"), eager_globals);
+	expect_result("local e = _ENV " LIST_GLOBALS("pairs(e)"), eager_globals);
+	expect_result("local m, j, g = math.pi, json.null, group_by " LIST_GLOBALS("pairs(_G)"), eager_globals);
+	expect_result("local k = next(_ENV) " LIST_GLOBALS("pairs(_G)"), eager_globals);
+	expect_result("getmetatable(_ENV) " LIST_GLOBALS("next, _G"), eager_globals);
+	/* each name's value, after listing, is what a plain read gives */
+	expect_result("local n, same = 0, true for k, v in pairs(_ENV) do n = n + 1"
+		      " same = same and rawget(_ENV, k) == v end return {n, same}", "[56,true]");
+	/* the encoder and json.array walk them whole (json.array marks the globals as eagerly) */
+	expect_result("json.array(_ENV) return {getmetatable(_ENV), type(rawget(_ENV, 'math'))}",
+		      "[\"json.array\",\"table\"]");
+	expect_result("local ok, e = pcall(json.encode, {g = _ENV}) return {ok, e:match('cannot encode function') ~= nil}",
+		      "[false,true]");
+	/* the result encoder meets _G inside the globals (a cycle) as it did */
+	run_out *o = run("return {g = _ENV}");
+	CHECK(!o->r.success && o->r.error && strstr(o->r.error, "json_max_depth"));
+	done(o);
+}
+
+TEST(lazy_env_reads)
+{
+	expect_result("return {math.floor(2.5), _G.math.pi == math.pi, _ENV.string.upper('a'),"
+		      " (function() local t = table return t.concat({1, 2}, ',') end)(),"
+		      " type(os.time()), utf8.char(72), coroutine.wrap(function() return 7 end)(),"
+		      " json.encode({1}), type(re.match), type(mcp.call), type(mcp.log), type(servers),"
+		      " type(pii.scan), type(read_file), type(json.read_file), type(require), type(save_skill),"
+		      " type(skills), type(group_by), type(run_workflow), _VERSION, _G._G == _G}",
+		      "[2,true,\"A\",\"1,2\",\"number\",\"H\",7,\"[1]\",\"function\",\"function\",\"function\","
+		      "\"table\",\"function\",\"function\",\"function\",\"function\",\"function\",\"table\","
+		      "\"function\",\"function\",\"Lua 5.4\",true]");
+	/* string methods through the string metatable, whose __index is the string table */
+	expect_result("return {('x'):upper(), ('%d'):format(3), getmetatable('') == false}", "[\"X\",\"3\",true]");
+	/* names are made once per execution: the same object on every read */
+	expect_result("return {math == math, json == _G.json, rawget(_ENV, 'os') == os, print == print,"
+		      " group_by == group_by, pairs({}) == next}", "[true,true,true,true,true,true]");
+	/* first touch inside a coroutine, from a prelude helper, in a loaded chunk */
+	expect_result("return coroutine.wrap(function() return type(json) end)()", "\"table\"");
+	expect_result("return load('return type(utf8)')()", "\"table\"");
+	expect_result("return #take({1, 2, 3}, 2)", "2");
+	/* mcp.parallel keeps the coroutine library's own create and resume */
+	expect_result("coroutine.create = nil coroutine.resume = nil"
+		      " return {type(mcp.parallel), type(coroutine.wrap), coroutine.status == nil}",
+		      "[\"function\",\"function\",false]");
+	/* rawget sees a name never read */
+	expect_result("return {type(rawget(_ENV, 'math')), rawget(_ENV, 'nope') == nil,"
+		      " type(rawget(_G, 'group_by')), rawget(_ENV, 1) == nil}", "[\"table\",true,\"function\",true]");
+	/* undefined globals read many times (past the misses that make the globals plain) */
+	expect_result("for i = 1, 5000 do x = undefined_global end return {x == nil, type(math)}", "[true,\"table\"]");
+	/* argument errors and tracebacks name library functions made lazily */
+	expect_result("return select(2, pcall(math.floor))",
+		      "\"bad argument #1 to 'math.floor' (number expected, got no value)\"");
+	expect_result("return select(2, pcall(table.concat))",
+		      "\"bad argument #1 to 'table.concat' (table expected, got no value)\"");
+	run_out *o = run("local function f() return os.date(('x'):rep(2000)) end f()");
+	CHECK(!o->r.success && o->r.traceback && strstr(o->r.traceback, "in function 'os.date'") == NULL &&
+	      strstr(o->r.traceback, "'date'"));
+	done(o);
+	o = run("local function f() utf8.char(-1) end f()");
+	CHECK(!o->r.success && o->r.traceback && strstr(o->r.traceback, "in function 'utf8.char'"));
+	done(o);
+}
+
+TEST(lazy_env_writes)
+{
+	/* assigning or removing a name, before or after it was read */
+	expect_result("math = nil return {math == nil, rawget(_ENV, 'math') == nil}", "[true,true]");
+	expect_result("local m = math math = nil return {type(m), math == nil}", "[\"table\",true]");
+	expect_result("string = 5 return {string, ('a'):upper()}", "[5,\"A\"]");
+	expect_result("json = nil group_by = 1 local n = 0 for k in pairs(_G) do n = n + 1 end"
+		      " return {n, json == nil, group_by}", "[55,true,1]");
+	expect_result("rawset(_ENV, 'os', nil) rawset(_ENV, 're', 7) local n = 0 for k in next, _ENV do n = n + 1 end"
+		      " return {os == nil, re, n}", "[true,7,55]");
+	expect_result("print = nil return {print == nil, type(tostring)}", "[true,\"function\"]");
+	expect_result("_G = nil return {_G == nil, type(_ENV)}", "[true,\"table\"]");
+	/* globals of one execution still do not reach the next */
+	expect_result("math = nil string.upper = nil table = 1", "null");
+	expect_result("return {type(math), type(string.upper), type(table)}",
+		      "[\"table\",\"function\",\"table\"]");
+}
+
+TEST(lazy_env_metatables)
+{
+	expect_result("return {getmetatable(_ENV) == nil, getmetatable(_G) == nil}", "[true,true]");
+	/* the strict-mode idiom: every library is then a plain field */
+	expect_result("setmetatable(_ENV, {__index = function(_, k) error('undefined global ' .. k, 2) end})"
+		      " local ok, e = pcall(function() return undefined_x end)"
+		      " return {type(math), type(json), type(group_by), type(rawget(_ENV, 'servers')), ok,"
+		      " e:match('undefined global undefined_x') ~= nil}",
+		      "[\"table\",\"table\",\"function\",\"table\",false,true]");
+	expect_result("local mt = {} setmetatable(_G, mt) return {getmetatable(_G) == mt, type(os)}", "[true,\"table\"]");
+	expect_result("setmetatable(_G, {__newindex = function(t, k, v) rawset(t, k, v .. '!') end})"
+		      " x = 'a' math = 'b' return {x, math}", "[\"a!\",\"b\"]");
+	expect_result("setmetatable(_ENV, {__metatable = 'locked'}) return {getmetatable(_G), pcall(setmetatable, _G, nil)}",
+		      "[\"locked\",false,\"cannot change a protected metatable\"]");
+}
+
+TEST(lazy_env_context_vars)
+{
+	/* context variables named like lazy globals override them, as they did */
+	static const char ctx[] = "{\"math\":5,\"json\":\"j\",\"group_by\":[1],\"servers\":null}";
+	mb_budget b;
+	mb_budget_init(&b, 32u << 20, 100000000, 2000);
+	const char *code = "local a = {math, json, #group_by, servers == json} local n = 0"
+			   " for k in pairs(_G) do n = n + 1 end"
+			   " return {a[1], a[2], a[3], a[4], math, n, type(string)}";
+	mb_exec_request req = { .code = code, .code_len = strlen(code), .context_json = ctx,
+				.context_len = sizeof ctx - 1, .timeout_ms = 2000, .memory_bytes = 32u << 20,
+				.instruction_limit = 100000000, .cfg = &cfg };
+	mb_exec_result r;
+	mb_sandbox_run(&req, &b, &r);
+	if (!r.success)
+		fprintf(stderr, "  %s\n", r.error);
+	CHECK(r.success);
+	CHECK_STR(r.result_json, "[5,\"j\",1,false,5,56,\"table\"]");
+	mb_exec_result_free(&r);
+}
+
+/* Materialising under a nearly exhausted memory cap: a memory error, or the whole environment;
+ * never a crash, a half-made name, or another outcome (ASan runs this too). The fill leaves
+ * `slack` bytes below the 1 MB cap, stepping through the sizes where making names runs out. */
+TEST(lazy_env_memory)
+{
+	static const char code_fmt[] =
+		"local cap, keep = 1048576 - %d, {} "
+		"local count, rep = collectgarbage, string.rep "
+		"while count('count') * 1024 < cap - 2048 do keep[#keep + 1] = rep('x', 200) .. #keep end "
+		"while count('count') * 1024 < cap - 64 do keep[#keep + 1] = {} end "
+		"local ok, e = pcall(function() return %s end) "
+		"local n = 0 for k in pairs(_G) do n = n + 1 end "
+		"return n";
+	static const char *const touch[] = { "math", "json", "_G.re", "mcp", "servers", "group_by",
+					     "coroutine", "read_file", "os", NULL };
+	int memory = 0, whole = 0;
+	for (int t = 0; touch[t]; t++) {
+		for (int slack = 0; slack <= 40000; slack += 1000) {
+			char code[1024];
+			snprintf(code, sizeof code, code_fmt, slack, touch[t]);
+			run_out *o = run_with(code, 5000, 1, 1000000000);
+			if (o->r.success) {
+				whole++;
+				if (strcmp(o->r.result_json, "56") != 0)
+					fprintf(stderr, "  slack %d, %s: %s\n", slack, touch[t], o->r.result_json);
+				CHECK_STR(o->r.result_json, "56");
+			} else {
+				memory++;
+				if (!o->r.error_type || strcmp(o->r.error_type, "memory") != 0)
+					fprintf(stderr, "  slack %d, %s: %s %s\n", slack, touch[t],
+						o->r.error_type, o->r.error);
+				CHECK(o->r.error_type && strcmp(o->r.error_type, "memory") == 0);
+				CHECK(o->r.error && strstr(o->r.error, "memory_mb=1"));
+			}
+			done(o);
+		}
+	}
+	CHECK(memory > 0 && whole > 0); /* the sweep crossed the boundary */
+}
+
+/* The lazy machinery's functions called directly with anything (sandbox code cannot reach them:
+ * they live in the lazy metatable, which getmetatable never returns, and in the registry). */
+TEST(lazy_env_hooks_hostile)
+{
+	mb_budget b;
+	mb_budget_init(&b, 32u << 20, 0, 0);
+	lua_State *L = luaL_newstate();
+	mb_sandbox_ctx c;
+	memset(&c, 0, sizeof c);
+	c.cfg = &cfg;
+	c.b = &b;
+	c.json_lim.max_depth = 32;
+	*(mb_budget **)lua_getextraspace(L) = &b;
+	mb_sandbox_ctx_bind(L, &c);
+	lua_pushcfunction(L, mb_sandbox_env_open);
+	CHECK(lua_pcall(L, 0, 0, 0) == LUA_OK);
+	lua_pushglobaltable(L);
+	int g = lua_gettop(L);
+	CHECK(lua_getmetatable(L, g));
+	int mt = lua_gettop(L);
+	lua_getfield(L, mt, "__index");
+	int idx = lua_gettop(L);
+	lua_getfield(L, mt, "__newindex");
+	int nidx = lua_gettop(L);
+	lua_rawgetp(L, LUA_REGISTRYINDEX, &mb_json_expand_key);
+	int exp = lua_gettop(L);
+	CHECK(lua_isfunction(L, idx) && lua_isfunction(L, nidx) && lua_isfunction(L, exp));
+	CHECK(lua_rawgetp(L, LUA_REGISTRYINDEX, &mb_json_expand_key) == LUA_TFUNCTION);
+	lua_pop(L, 1);
+
+	/* __index: nil for anything but (the globals, a string) */
+	lua_newtable(L);
+	int other = lua_gettop(L);
+	const int argsets[][2] = { { 0, 0 }, { other, 0 }, { g, 0 } };
+	for (size_t i = 0; i < sizeof argsets / sizeof argsets[0]; i++) {
+		lua_pushvalue(L, idx);
+		int n = 0;
+		if (argsets[i][0]) {
+			lua_pushvalue(L, argsets[i][0]);
+			n++;
+		}
+		CHECK(lua_pcall(L, n, 1, 0) == LUA_OK && lua_isnil(L, -1));
+		lua_pop(L, 1);
+	}
+	lua_pushvalue(L, idx);
+	lua_pushinteger(L, 5);
+	lua_pushliteral(L, "math");
+	CHECK(lua_pcall(L, 2, 1, 0) == LUA_OK && lua_isnil(L, -1));
+	lua_pop(L, 1);
+	lua_pushvalue(L, idx);
+	lua_pushvalue(L, other);
+	lua_pushliteral(L, "math");
+	CHECK(lua_pcall(L, 2, 1, 0) == LUA_OK && lua_isnil(L, -1));
+	lua_pop(L, 1);
+	CHECK(lua_getfield(L, other, "math") == LUA_TNIL); /* nothing was stored in it */
+	lua_pop(L, 1);
+	lua_pushvalue(L, idx);
+	lua_pushvalue(L, g);
+	lua_pushinteger(L, 1);
+	CHECK(lua_pcall(L, 2, 1, 0) == LUA_OK && lua_isnil(L, -1));
+	lua_pop(L, 1);
+	lua_pushvalue(L, idx);
+	lua_pushvalue(L, g);
+	lua_pushliteral(L, "math");
+	CHECK(lua_pcall(L, 2, 1, 0) == LUA_OK && lua_istable(L, -1));
+	lua_rawgetp(L, LUA_REGISTRYINDEX, &mb_json_expand_key);
+	lua_getfield(L, g, "math"); /* now a plain field: the same table */
+	CHECK(lua_rawequal(L, -1, -3));
+	lua_pop(L, 3);
+
+	/* __newindex: nothing for another table; a nil key raises as rawset does */
+	lua_pushvalue(L, nidx);
+	lua_pushvalue(L, other);
+	lua_pushliteral(L, "x");
+	lua_pushinteger(L, 1);
+	CHECK(lua_pcall(L, 3, 0, 0) == LUA_OK);
+	CHECK(lua_getfield(L, other, "x") == LUA_TNIL);
+	lua_pop(L, 1);
+	lua_pushvalue(L, nidx);
+	CHECK(lua_pcall(L, 0, 0, 0) == LUA_OK);
+	lua_pushvalue(L, nidx);
+	lua_pushvalue(L, g);
+	lua_pushnil(L);
+	lua_pushinteger(L, 1);
+	CHECK(lua_pcall(L, 3, 0, 0) != LUA_OK);
+	lua_pop(L, 1);
+	lua_pushvalue(L, nidx); /* claims os: it stays nil */
+	lua_pushvalue(L, g);
+	lua_pushliteral(L, "os");
+	lua_pushnil(L);
+	CHECK(lua_pcall(L, 3, 0, 0) == LUA_OK);
+	CHECK(lua_getfield(L, g, "os") == LUA_TNIL);
+	lua_pop(L, 1);
+
+	/* the expand hook: nothing for anything but the globals, then everything */
+	lua_pushvalue(L, exp);
+	CHECK(lua_pcall(L, 0, 0, 0) == LUA_OK);
+	lua_pushvalue(L, exp);
+	lua_pushinteger(L, 3);
+	CHECK(lua_pcall(L, 1, 0, 0) == LUA_OK);
+	lua_pushvalue(L, exp);
+	lua_pushvalue(L, other);
+	CHECK(lua_pcall(L, 1, 0, 0) == LUA_OK);
+	CHECK(lua_getmetatable(L, g)); /* still lazy */
+	lua_pop(L, 1);
+	lua_pushvalue(L, exp);
+	lua_pushvalue(L, g);
+	CHECK(lua_pcall(L, 1, 0, 0) == LUA_OK);
+	CHECK(!lua_getmetatable(L, g)); /* plain now */
+	CHECK(lua_rawgetp(L, LUA_REGISTRYINDEX, &mb_json_expand_key) == LUA_TNIL);
+	lua_pop(L, 1);
+	int n = 0;
+	lua_pushnil(L);
+	while (lua_next(L, g)) {
+		n++;
+		lua_pop(L, 1);
+	}
+	CHECK(n == 55); /* all but os */
+	CHECK(lua_getfield(L, g, "os") == LUA_TNIL);
+	lua_pop(L, 1);
+	/* and the old functions, still held, do nothing harmful on the plain globals */
+	lua_pushvalue(L, idx);
+	lua_pushvalue(L, g);
+	lua_pushliteral(L, "os");
+	CHECK(lua_pcall(L, 2, 1, 0) == LUA_OK && lua_isnil(L, -1));
+	lua_pop(L, 1);
+	lua_pushvalue(L, exp);
+	lua_pushvalue(L, g);
+	CHECK(lua_pcall(L, 1, 0, 0) == LUA_OK);
+	lua_close(L);
+}
+
 TEST(limits)
 {
 	uint64_t big = 1000000000;
@@ -531,6 +846,13 @@ int main(void)
 	RUN(escapes);
 	RUN(env_from_the_record);
 	RUN(math_random_differs_between_executions);
+	RUN(lazy_env_lists_every_name);
+	RUN(lazy_env_reads);
+	RUN(lazy_env_writes);
+	RUN(lazy_env_metatables);
+	RUN(lazy_env_context_vars);
+	RUN(lazy_env_memory);
+	RUN(lazy_env_hooks_hostile);
 	RUN(limits);
 	RUN(timeout_cannot_be_swallowed);
 	RUN(long_c_calls);

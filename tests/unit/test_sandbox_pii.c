@@ -55,6 +55,18 @@ TEST(integers_are_scanned_with_their_own_digits)
 	CHECK_STR(run("return 12345678"), "12345678"); /* under 9 digits: left alone */
 }
 
+/* The policy walks the lazy globals whole (sandbox_env.c): a value stored in them is scanned,
+ * and the globals' own cycle (_G) ends in the encoder's depth error, as it did. */
+TEST(the_lazy_globals_are_walked_whole)
+{
+	const char *r = run("secret = 'mail me at jane.doe@example.com' return {env = _ENV}");
+	CHECK(strstr(r, "ERR: ") == r && strstr(r, "json_max_depth"));
+	CHECK_STR(run("secret = 'jane.doe@example.com' local n = 0 for k in pairs(_ENV) do n = n + 1 end"
+		      " return {n, type(math)}"), "[57,\"table\"]");
+	r = run("result = {who = 'jane.doe@example.com', n = #tostring(_ENV)}");
+	CHECK(strstr(r, "[EMAIL_") != NULL && strstr(r, "jane.doe") == NULL);
+}
+
 int main(void)
 {
 	if (sandbox_setup(&cfg) != 0)
@@ -69,6 +81,7 @@ int main(void)
 	mb_sandbox_pii_set(d, key);
 	RUN(floats_beyond_the_integer_range_stay_numbers);
 	RUN(integers_are_scanned_with_their_own_digits);
+	RUN(the_lazy_globals_are_walked_whole);
 	mb_sandbox_thread_exit();
 	mb_sandbox_pii_set(NULL, NULL);
 	mb_pii_detector_free(d);
