@@ -835,29 +835,36 @@ static int l_tx(lua_State *L)
 }
 
 /* migrate(list) -> true */
-static int l_migrate(lua_State *L)
+const char **mb_store_migration_steps(lua_State *L, const char *label, int *n_out)
 {
-	mb_store *s = store_of(L);
 	luaL_checktype(L, 1, LUA_TTABLE);
 	lua_settop(L, 1);
 	lua_Integer n = (lua_Integer)lua_rawlen(L, 1);
 	if (n > 100000)
-		return raise_msg(L, s, "migrate: more than 100000 migrations");
+		luaL_error(L, "store: migrate: more than 100000 migrations (%s)", label);
 	const char **steps = lua_newuserdatauv(L, (size_t)(n ? n : 1) * sizeof *steps, 0);
 	for (lua_Integer i = 1; i <= n; i++) {
 		/* The strings stay referenced by the table (argument 1) for the whole call. */
 		if (lua_rawgeti(L, 1, i) != LUA_TSTRING)
-			return luaL_error(L, "store: migration %d is a %s; expected a string of SQL (%s)",
-					  (int)i, luaL_typename(L, -1), s->path);
+			luaL_error(L, "store: migration %d is a %s; expected a string of SQL (%s)", (int)i,
+				   luaL_typename(L, -1), label);
 		size_t len;
 		steps[i - 1] = lua_tolstring(L, -1, &len);
 		if (strlen(steps[i - 1]) != len)
-			return luaL_error(L, "store: migration %d contains a NUL byte (%s)", (int)i,
-					  s->path);
+			luaL_error(L, "store: migration %d contains a NUL byte (%s)", (int)i, label);
 		lua_pop(L, 1);
 	}
+	*n_out = (int)n;
+	return steps;
+}
+
+static int l_migrate(lua_State *L)
+{
+	mb_store *s = store_of(L);
+	int n;
+	const char **steps = mb_store_migration_steps(L, s->path, &n);
 	char err[MB_ERR_MAX];
-	if (mb_store_migrate(s, steps, (int)n, err, sizeof err) != 0)
+	if (mb_store_migrate(s, steps, n, err, sizeof err) != 0)
 		return luaL_error(L, "store: %s", err);
 	lua_pushboolean(L, 1);
 	return 1;

@@ -114,4 +114,10 @@ void mb_store_get_stats(const mb_store *s, mb_store_stats *out);
 /// @param s the store
 void mb_store_push_lua(lua_State *L, mb_store *s);
 
+/// mb.db.migrate's argument for either store (store_pg.c too): the table of SQL strings at index
+/// 1 as an array of n pointers into them (a userdata pushed on L; valid while the table is on
+/// the stack). Raises a Lua error naming label when an entry is not a string or holds a NUL
+/// byte (the engines read SQL up to the first NUL), or there are more than 100000.
+const char **mb_store_migration_steps(lua_State *L, const char *label, int *n);
+
 #endif

@@ -27,6 +27,7 @@
 
 #include "json.h"
 #include "log.h"
+#include "store.h"
 
 #define MAX_PARAMS 32767
 #define BACKOFF_MIN_MS 100
@@ -1370,21 +1371,10 @@ static int l_depth(lua_State *L)
 static int l_migrate(lua_State *L)
 {
 	mb_pg *s = store_of(L);
-	luaL_checktype(L, 1, LUA_TTABLE);
-	lua_settop(L, 1);
-	lua_Integer n = (lua_Integer)lua_rawlen(L, 1);
-	if (n > 100000)
-		return luaL_error(L, "store: migrate: more than 100000 migrations");
-	const char **steps = lua_newuserdatauv(L, (size_t)(n ? n : 1) * sizeof *steps, 0);
-	for (lua_Integer i = 1; i <= n; i++) {
-		if (lua_rawgeti(L, 1, i) != LUA_TSTRING)
-			return luaL_error(L, "store: migration %d is a %s; expected a string of SQL (%s)",
-					  (int)i, luaL_typename(L, -1), s->label);
-		steps[i - 1] = lua_tostring(L, -1);
-		lua_pop(L, 1);
-	}
+	int n;
+	const char **steps = mb_store_migration_steps(L, s->label, &n);
 	char err[1024];
-	if (mb_pg_migrate(s, steps, (int)n, err, sizeof err) != 0)
+	if (mb_pg_migrate(s, steps, n, err, sizeof err) != 0)
 		return luaL_error(L, "store: %s", err);
 	lua_pushboolean(L, 1);
 	return 1;

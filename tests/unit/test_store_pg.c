@@ -265,6 +265,14 @@ TEST(blocking_path_outside_coroutines)
 	mb_pg_get_stats(S, &b);
 	CHECK(b.blocking >= a.blocking + 4);
 	OK("return db.row('SELECT count(*) AS n FROM k WHERE v = 10').n", "1");
+	/* migrate's list is read as on SQLite (store.c): a NUL byte would cut the SQL short */
+	CHECK(luaL_dostring(L, "return db.migrate({'SELECT 1', 'SELECT 1\\0; DROP TABLE k'})") != LUA_OK);
+	CHECK(strstr(lua_tostring(L, -1), "store: migration 2 contains a NUL byte"));
+	lua_pop(L, 1);
+	CHECK(luaL_dostring(L, "return db.migrate({'SELECT 1', 42})") != LUA_OK);
+	CHECK(strstr(lua_tostring(L, -1), "store: migration 2 is a number; expected a string of SQL"));
+	lua_pop(L, 1);
+	OK("return db.row('SELECT count(*) AS n FROM k WHERE v = 10').n", "1");
 }
 
 TEST(blocking_statement_does_not_wait_long_for_a_request_lock)
