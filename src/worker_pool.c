@@ -525,6 +525,19 @@ static void on_timer(uv_timer_t *t)
 	if (j->state != J_RUNNING || !j->proc)
 		return;
 	wproc *w = j->proc;
+	if (w->job != j) {
+		/* never (a running job is its worker's job until it is answered); were it lost, the
+		 * slot may run another job in another process by now, which this timer must not
+		 * signal or kill: the lost job is answered alone */
+		mb_log(MB_LOG_ERROR, "pool: execution %llu lost its worker process",
+		       (unsigned long long)j->id);
+		j->proc = NULL;
+		mb_exec_result res;
+		memset(&res, 0, sizeof res);
+		mb_worker_set_failure(&res, "crashed", "its worker process was lost");
+		finish(j, &res);
+		return;
+	}
 	if (j->timer_stage == 1) {
 		/* the deadline: the worker's hook fires on its next instruction; a call it waits on
 		 * ends */
@@ -1081,13 +1094,16 @@ static void on_frame(wproc *w, mb_wmsg *m)
 			bad = rc < 0;
 			if (bad) {
 				mb_exec_result_free(&res);
+			} else if (rc > 0) {
+				/* answered, but the worker is not to be trusted again: it ends first (the
+				 * jobs sent ahead to it go back to the queue), so that finish, which lets
+				 * the pool hand out work, never sees it idle and gives it a job that its
+				 * end would then lose */
+				end_worker(w, SIGKILL);
+				finish(j, &res);
 			} else {
 				finish(j, &res);
-				if (rc > 0) /* answered, but the worker is not to be trusted again: the jobs
-					     * sent ahead to it go back to the queue (end_worker) */
-					end_worker(w, SIGKILL);
-				else
-					start_ahead(w);
+				start_ahead(w);
 			}
 		}
 		break;

@@ -212,6 +212,26 @@ describe("a compromised worker that forges frames", { skip: NO_WORKERS || NO_HOO
     assert.equal(n.result, 9, JSON.stringify(n));
     assert.ok((await refilled(p, 2)).processes_started >= 2);
   });
+
+  test("a result that is not JSON with a job queued behind it (not sent ahead): that job runs on a fresh worker, once", async () => {
+    // the bad result makes the worker idle for a moment (its job answered) before it is
+    // stopped: the queued job must not be given to it then, and lost with it (it ran into its
+    // deadline, and that timer then killed whatever process its worker slot had by then)
+    const p = await start(HOOKS, ["--workers", "1"]);
+    assert.equal((await p.exec({ code: "return 1" })).sc.result, 1);
+    const spin = "local t = os.clock() while os.clock() - t < 0.3 do end "; // the next one is queued meanwhile
+    const bad = p.send("tools/call", { name: "execute_code",
+      arguments: { code: spin + lua(done('1}, "x": {')), timeout_ms: 5000, instruction_limit: 1e10 } });
+    await new Promise((r) => setTimeout(r, 50)); // (well past the 2 ms of jobs sent ahead)
+    const next = p.send("tools/call", { name: "execute_code", arguments: { code: "return 9", timeout_ms: 3000 } });
+    const b = (await p.wait(bad, 20000)).msg.result.structuredContent;
+    assert.equal(b.error_type, "result", JSON.stringify(b));
+    const n = (await p.wait(next, 20000)).msg.result.structuredContent;
+    assert.equal(n.result, 9, JSON.stringify(n));
+    const pool = await refilled(p, 2);
+    assert.equal(pool.processes_killed, 0, JSON.stringify(pool));
+    assert.equal(pool.busy, 0, JSON.stringify(pool));
+  });
 });
 
 describe("a compromised worker that inflates its context-saved counts", { skip: NO_WORKERS || NO_HOOKS }, () => {
