@@ -397,9 +397,14 @@ describe("jobs sent ahead to a busy worker", { skip: NO_WORKERS }, () => {
   test("a job sent ahead and then cancelled is taken back at once; the worker goes on", async () => {
     const p = await start(MOONBOX, ["--workers", "1"]);
     await refilled(p, 1);
+    // one write: the server reads the three together, so the two short ones go ahead while the
+    // long one has just started (ahead_room sends none behind a job that ran 2 ms already: three
+    // separate writes were read too far apart on a busy machine, and then nothing was sent ahead)
+    p.child.stdin.cork();
     const long = p.send("tools/call", { name: "execute_code", arguments: { ...loop, timeout_ms: 6000 } });
     const ahead = p.send("tools/call", { name: "execute_code", arguments: { code: "return 1" } });
     const after = p.send("tools/call", { name: "execute_code", arguments: { code: "return 2" } });
+    p.child.stdin.uncork();
     await new Promise((r) => setTimeout(r, 100));
     p.notify("notifications/cancelled", { requestId: ahead, reason: "test" });
     const t0 = performance.now();
