@@ -374,11 +374,13 @@ describe("jobs sent ahead to a busy worker", { skip: NO_WORKERS }, () => {
   test("a long job holds up none of the short ones sent after it: they all answer before it ends", async () => {
     const p = await start(MOONBOX, ["--workers", "2"]);
     await refilled(p, 2); // both workers up: the short ones go ahead to both
+    p.child.stdin.cork(); // one write: some short ones go ahead behind the long one (it has just started)
     const long = p.send("tools/call", { name: "execute_code", arguments: loop });
     const shorts = [];
     for (let i = 1; i <= 40; i++) {
       shorts.push(p.send("tools/call", { name: "execute_code", arguments: { code: `return ${i}` } }));
     }
+    p.child.stdin.uncork();
     const done = [];
     for (let i = 1; i <= 40; i++) {
       const { msg, at } = await p.wait(shorts[i - 1], 20000);
