@@ -234,6 +234,35 @@ describe("a compromised worker that forges frames", { skip: NO_WORKERS || NO_HOO
   });
 });
 
+describe("a compromised worker's large result that is not JSON, checked off the loop", { skip: NO_WORKERS || NO_HOOKS }, () => {
+  // The worker sends a large result that is not JSON (checked on the thread pool, the worker
+  // detached meanwhile) and dies at once; its slot gets a new process, which runs the next job
+  // before the check ends. The check's verdict (stop that worker) is about the process that
+  // sent the result, never the one that has its slot now.
+  test("stops only the process that sent it: the next job, on the new process, is answered", async () => {
+    const p = await start(HOOKS, ["--workers", "1"]);
+    assert.equal((await p.exec({ code: "return 1" })).sc.result, 1);
+    const N = 4000000; // "[1,1,1,..." unterminated: 8 MB that take the check a while to refuse
+    const resultLen = 1 + 2 * N;
+    const head = Buffer.concat([Buffer.from([9]), u64(1), bytes(""), bytes(""), bytes(""), u64(1), u64(resultLen)]);
+    const tail = Buffer.concat([bytes(""), u64(0), u64(0), u64(0), u64(0), ...Array.from({ length: 13 }, () => u64(0))]);
+    const len = Buffer.alloc(4);
+    len.writeUInt32LE(head.length + resultLen + tail.length);
+    const esc = (buf) => [...buf].map((c) => "\\" + c).join("");
+    const code = `__test.channel("${esc(Buffer.concat([len, head]))}" .. "[" .. ("1,"):rep(${N}) .. "${esc(tail)}") ` +
+      `__test.crash("null")`;
+    const bad = p.send("tools/call", { name: "execute_code",
+      arguments: { code, timeout_ms: 10000, instruction_limit: 1e10, memory_mb: 64 } });
+    await refilled(p, 2); // the new process of the slot is started
+    const next = p.send("tools/call", { name: "execute_code",
+      arguments: { code: "local t = os.clock() while os.clock() - t < 1 do end return 5", timeout_ms: 10000 } });
+    const b = (await p.wait(bad, 30000)).msg.result.structuredContent;
+    assert.equal(b.error_type, "result", JSON.stringify(b));
+    const n = (await p.wait(next, 30000)).msg.result.structuredContent;
+    assert.equal(n.result, 5, JSON.stringify(n));
+  });
+});
+
 describe("a compromised worker that inflates its context-saved counts", { skip: NO_WORKERS || NO_HOOKS }, () => {
   // every source claims 10^12 bytes and as many tokens, the result 10^12 tokens
   const huge = Array.from({ length: 13 }, () => u64(1e12));
