@@ -726,6 +726,11 @@ static int take_back(wproc *w, wjob *j)
 static int steal(mb_wpool *pp)
 {
 	int any = 0;
+	for (wproc *a = pp->procs; a && !any; a = a->next)
+		any = a->state == P_BUSY && a->nahead > 0;
+	if (!any) /* the usual case under light load: one pass, not one per idle worker */
+		return 0;
+	any = 0;
 	for (wproc *b = pp->procs; b; b = b->next) {
 		if (b->state != P_IDLE || !slot_free(b))
 			continue;
