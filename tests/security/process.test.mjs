@@ -476,6 +476,52 @@ describe("jobs sent ahead to a busy worker", { skip: NO_WORKERS }, () => {
   });
 });
 
+describe("cancels racing the claims of jobs sent ahead", { skip: NO_WORKERS }, () => {
+  // A cancel takes back a job sent ahead with a compare-and-swap on its claim while the worker
+  // may be claiming it; idle workers steal meanwhile. Whoever wins, each job runs once or not
+  // at all, and every answer is its own job's.
+  test("pipelined jobs with every few cancelled: each answer is its own, the counters settle", async () => {
+    const p = await start(MOONBOX, ["--workers", "2"]);
+    await refilled(p, 2);
+    for (let round = 0; round < 3; round++) {
+      const n = 300, ids = [], cancelled = new Set();
+      p.child.stdin.cork();
+      for (let i = 1; i <= n; i++) {
+        const spin = i % 17 === 0 ? 200000 : i % 3 === 0 ? 3000 : 10;
+        ids.push(p.send("tools/call", { name: "execute_code",
+          arguments: { code: `local s = 0 for k = 1, ${spin} do s = s + 1 end return {i = ${i}, s = s}` } }));
+      }
+      p.child.stdin.uncork();
+      for (let i = 1; i <= n; i += 1 + (i % 4)) {
+        if (i % 2 === 0) await new Promise((r) => setImmediate(r)); // some after others ran
+        p.notify("notifications/cancelled", { requestId: ids[i - 1], reason: "test" });
+        cancelled.add(i);
+      }
+      for (let i = 1; i <= n; i++) {
+        if (cancelled.has(i)) continue;
+        const sc = (await p.wait(ids[i - 1], 60000)).msg.result?.structuredContent;
+        assert.equal(sc?.result?.i, i, JSON.stringify(sc).slice(0, 300));
+      }
+      const t0 = performance.now();
+      let pool;
+      for (;;) { // the cancelled ones that had started end soon after
+        pool = await p.pool();
+        if (pool.busy === 0 && pool.queued === 0) break;
+        assert.ok(performance.now() - t0 < 10000, JSON.stringify(pool));
+        await new Promise((r) => setTimeout(r, 20));
+      }
+      for (const i of cancelled) { // (a cancelled request may still be answered, with its own result)
+        const r = p.responses.get(ids[i - 1]);
+        const sc = r?.msg.result?.structuredContent;
+        if (r) assert.ok(sc?.result?.i === i || sc?.error_type === "cancelled", JSON.stringify(sc));
+      }
+      assert.equal(pool.completed, pool.submitted, JSON.stringify(pool)); // each answered once
+      assert.equal(pool.processes_crashed + pool.processes_killed, 0, JSON.stringify(pool));
+    }
+    assert.doesNotMatch(p.stderr, /broke the protocol|not the server's|lost its worker/);
+  });
+});
+
 describe("workers that cannot start", { skip: NO_WORKERS || NO_HOOKS }, () => {
   test("an execution gets the reason, new ones are refused at once, the server keeps serving", async () => {
     const p = await start(HOOKS, ["--workers", "1"], { MOONBOX_TEST_WORKER_FAIL: "1" });
