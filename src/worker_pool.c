@@ -93,6 +93,7 @@ struct wproc {
 	uint64_t seq_done;      /* every job up to this one it has passed (run or skipped) */
 	uint64_t pace_ns;       /* a running average of its jobs' times, start to W_DONE */
 	uint64_t revoked[MB_WORKER_CLAIMS]; /* per slot: a job taken back, until its W_SKIP */
+	uint64_t gen;           /* counts the processes of this slot (offload: the one that sent) */
 	uv_work_t work;         /* the spawn */
 	int spawn_rc;
 	char spawn_err[MB_ERR_MAX];
@@ -416,6 +417,7 @@ static void start_worker(mb_wpool *pp, wproc *w)
 	w->sp.fd = -1;
 	w->sp.pid = 0;
 	w->sp.shared = NULL;
+	w->gen++;
 	w->seq_next = w->seq_done = w->pace_ns = 0; /* a new process, a new page */
 	memset(w->revoked, 0, sizeof w->revoked);
 	size_t max = w->rd.max;
@@ -525,6 +527,19 @@ static void on_timer(uv_timer_t *t)
 	if (j->state != J_RUNNING || !j->proc)
 		return;
 	wproc *w = j->proc;
+	if (w->job != j) {
+		/* never (a running job is its worker's job until it is answered); were it lost, the
+		 * slot may run another job in another process by now, which this timer must not
+		 * signal or kill: the lost job is answered alone */
+		mb_log(MB_LOG_ERROR, "pool: execution %llu lost its worker process",
+		       (unsigned long long)j->id);
+		j->proc = NULL;
+		mb_exec_result res;
+		memset(&res, 0, sizeof res);
+		mb_worker_set_failure(&res, "crashed", "its worker process was lost");
+		finish(j, &res);
+		return;
+	}
 	if (j->timer_stage == 1) {
 		/* the deadline: the worker's hook fires on its next instruction; a call it waits on
 		 * ends */
@@ -711,6 +726,11 @@ static int take_back(wproc *w, wjob *j)
 static int steal(mb_wpool *pp)
 {
 	int any = 0;
+	for (wproc *a = pp->procs; a && !any; a = a->next)
+		any = a->state == P_BUSY && a->nahead > 0;
+	if (!any) /* the usual case under light load: one pass, not one per idle worker */
+		return 0;
+	any = 0;
 	for (wproc *b = pp->procs; b; b = b->next) {
 		if (b->state != P_IDLE || !slot_free(b))
 			continue;
@@ -815,6 +835,7 @@ typedef struct {
 	mb_wpool *pp;
 	uint64_t job_id;
 	wproc *w;
+	uint64_t gen;         /* w's process that sent the frame (w may have a new one by the end) */
 	char *frame;          /* a copy of the payload */
 	size_t len;
 	int type;
@@ -855,15 +876,20 @@ static void offload_done(uv_work_t *req, int status)
 	offload *o = req->data;
 	mb_wpool *pp = o->pp;
 	wjob *j = pp->stopping ? NULL : live_job(pp, o->job_id, o->w, o->type);
+	/* the verdict on the process that sent the frame: if it has died meanwhile, its slot may
+	 * run a new process, with another job (of any tenant: a fresh process takes any) */
+	int same = o->w->gen == o->gen && o->w->state != P_DEAD;
 	if (j && status == 0 && !o->bad) {
 		if (o->type == W_WS) {
 			j->sent += o->out.len;
 			send_frame(o->w, &o->out);
 		} else {
+			/* the process is stopped first: its next job, if it started one, fails with
+			 * the reason, and finish cannot hand it a new one */
+			if (o->untrusted && same)
+				died(o->w, "the worker process sent a result it should not have; it was stopped");
 			finish(j, &o->res);
 			memset(&o->res, 0, sizeof o->res);
-			if (o->untrusted) /* its next job, if it started one, fails with the reason */
-				died(o->w, "the worker process sent a result it should not have; it was stopped");
 		}
 	} else if (j) {
 		if (o->type == W_DONE) { /* the job was detached from its worker: answer it here */
@@ -872,7 +898,8 @@ static void offload_done(uv_work_t *req, int status)
 			mb_worker_set_failure(&res, "crashed", "the worker process broke the protocol; it was stopped");
 			finish(j, &res);
 		}
-		died(o->w, "the worker process broke the protocol; it was stopped");
+		if (same)
+			died(o->w, "the worker process broke the protocol; it was stopped");
 	}
 	mb_exec_result_free(&o->res);
 	mb_wbuf_free(&o->out);
@@ -894,6 +921,7 @@ static int offload_frame(wproc *w, wjob *j, mb_wmsg *m)
 	o->pp = w->pp;
 	o->job_id = j->id;
 	o->w = w;
+	o->gen = w->gen;
 	o->frame = copy;
 	o->len = len;
 	o->type = m->type;
@@ -1081,13 +1109,16 @@ static void on_frame(wproc *w, mb_wmsg *m)
 			bad = rc < 0;
 			if (bad) {
 				mb_exec_result_free(&res);
+			} else if (rc > 0) {
+				/* answered, but the worker is not to be trusted again: it ends first (the
+				 * jobs sent ahead to it go back to the queue), so that finish, which lets
+				 * the pool hand out work, never sees it idle and gives it a job that its
+				 * end would then lose */
+				end_worker(w, SIGKILL);
+				finish(j, &res);
 			} else {
 				finish(j, &res);
-				if (rc > 0) /* answered, but the worker is not to be trusted again: the jobs
-					     * sent ahead to it go back to the queue (end_worker) */
-					end_worker(w, SIGKILL);
-				else
-					start_ahead(w);
+				start_ahead(w);
 			}
 		}
 		break;

@@ -212,6 +212,55 @@ describe("a compromised worker that forges frames", { skip: NO_WORKERS || NO_HOO
     assert.equal(n.result, 9, JSON.stringify(n));
     assert.ok((await refilled(p, 2)).processes_started >= 2);
   });
+
+  test("a result that is not JSON with a job queued behind it (not sent ahead): that job runs on a fresh worker, once", async () => {
+    // the bad result makes the worker idle for a moment (its job answered) before it is
+    // stopped: the queued job must not be given to it then, and lost with it (it ran into its
+    // deadline, and that timer then killed whatever process its worker slot had by then)
+    const p = await start(HOOKS, ["--workers", "1"]);
+    assert.equal((await p.exec({ code: "return 1" })).sc.result, 1);
+    const spin = "local t = os.clock() while os.clock() - t < 0.3 do end "; // the next one is queued meanwhile
+    const bad = p.send("tools/call", { name: "execute_code",
+      arguments: { code: spin + lua(done('1}, "x": {')), timeout_ms: 5000, instruction_limit: 1e10 } });
+    await new Promise((r) => setTimeout(r, 50)); // (well past the 2 ms of jobs sent ahead)
+    const next = p.send("tools/call", { name: "execute_code", arguments: { code: "return 9", timeout_ms: 3000 } });
+    const b = (await p.wait(bad, 20000)).msg.result.structuredContent;
+    assert.equal(b.error_type, "result", JSON.stringify(b));
+    const n = (await p.wait(next, 20000)).msg.result.structuredContent;
+    assert.equal(n.result, 9, JSON.stringify(n));
+    const pool = await refilled(p, 2);
+    assert.equal(pool.processes_killed, 0, JSON.stringify(pool));
+    assert.equal(pool.busy, 0, JSON.stringify(pool));
+  });
+});
+
+describe("a compromised worker's large result that is not JSON, checked off the loop", { skip: NO_WORKERS || NO_HOOKS }, () => {
+  // The worker sends a large result that is not JSON (checked on the thread pool, the worker
+  // detached meanwhile) and dies at once; its slot gets a new process, which runs the next job
+  // before the check ends. The check's verdict (stop that worker) is about the process that
+  // sent the result, never the one that has its slot now.
+  test("stops only the process that sent it: the next job, on the new process, is answered", async () => {
+    const p = await start(HOOKS, ["--workers", "1"]);
+    assert.equal((await p.exec({ code: "return 1" })).sc.result, 1);
+    const N = 4000000; // "[1,1,1,..." unterminated: 8 MB that take the check a while to refuse
+    const resultLen = 1 + 2 * N;
+    const head = Buffer.concat([Buffer.from([9]), u64(1), bytes(""), bytes(""), bytes(""), u64(1), u64(resultLen)]);
+    const tail = Buffer.concat([bytes(""), u64(0), u64(0), u64(0), u64(0), ...Array.from({ length: 13 }, () => u64(0))]);
+    const len = Buffer.alloc(4);
+    len.writeUInt32LE(head.length + resultLen + tail.length);
+    const esc = (buf) => [...buf].map((c) => "\\" + c).join("");
+    const code = `__test.channel("${esc(Buffer.concat([len, head]))}" .. "[" .. ("1,"):rep(${N}) .. "${esc(tail)}") ` +
+      `__test.crash("null")`;
+    const bad = p.send("tools/call", { name: "execute_code",
+      arguments: { code, timeout_ms: 10000, instruction_limit: 1e10, memory_mb: 64 } });
+    await refilled(p, 2); // the new process of the slot is started
+    const next = p.send("tools/call", { name: "execute_code",
+      arguments: { code: "local t = os.clock() while os.clock() - t < 1 do end return 5", timeout_ms: 10000 } });
+    const b = (await p.wait(bad, 30000)).msg.result.structuredContent;
+    assert.equal(b.error_type, "result", JSON.stringify(b));
+    const n = (await p.wait(next, 30000)).msg.result.structuredContent;
+    assert.equal(n.result, 5, JSON.stringify(n));
+  });
 });
 
 describe("a compromised worker that inflates its context-saved counts", { skip: NO_WORKERS || NO_HOOKS }, () => {
@@ -354,11 +403,13 @@ describe("jobs sent ahead to a busy worker", { skip: NO_WORKERS }, () => {
   test("a long job holds up none of the short ones sent after it: they all answer before it ends", async () => {
     const p = await start(MOONBOX, ["--workers", "2"]);
     await refilled(p, 2); // both workers up: the short ones go ahead to both
+    p.child.stdin.cork(); // one write: some short ones go ahead behind the long one (it has just started)
     const long = p.send("tools/call", { name: "execute_code", arguments: loop });
     const shorts = [];
     for (let i = 1; i <= 40; i++) {
       shorts.push(p.send("tools/call", { name: "execute_code", arguments: { code: `return ${i}` } }));
     }
+    p.child.stdin.uncork();
     const done = [];
     for (let i = 1; i <= 40; i++) {
       const { msg, at } = await p.wait(shorts[i - 1], 20000);
@@ -377,9 +428,14 @@ describe("jobs sent ahead to a busy worker", { skip: NO_WORKERS }, () => {
   test("a job sent ahead and then cancelled is taken back at once; the worker goes on", async () => {
     const p = await start(MOONBOX, ["--workers", "1"]);
     await refilled(p, 1);
+    // one write: the server reads the three together, so the two short ones go ahead while the
+    // long one has just started (ahead_room sends none behind a job that ran 2 ms already: three
+    // separate writes were read too far apart on a busy machine, and then nothing was sent ahead)
+    p.child.stdin.cork();
     const long = p.send("tools/call", { name: "execute_code", arguments: { ...loop, timeout_ms: 6000 } });
     const ahead = p.send("tools/call", { name: "execute_code", arguments: { code: "return 1" } });
     const after = p.send("tools/call", { name: "execute_code", arguments: { code: "return 2" } });
+    p.child.stdin.uncork();
     await new Promise((r) => setTimeout(r, 100));
     p.notify("notifications/cancelled", { requestId: ahead, reason: "test" });
     const t0 = performance.now();
@@ -417,6 +473,52 @@ describe("jobs sent ahead to a busy worker", { skip: NO_WORKERS }, () => {
     assert.equal(pool.busy, 0, JSON.stringify(pool));
     assert.equal(pool.processes_crashed + pool.processes_killed, 0, JSON.stringify(pool));
     assert.doesNotMatch(p.stderr, /broke the protocol/);
+  });
+});
+
+describe("cancels racing the claims of jobs sent ahead", { skip: NO_WORKERS }, () => {
+  // A cancel takes back a job sent ahead with a compare-and-swap on its claim while the worker
+  // may be claiming it; idle workers steal meanwhile. Whoever wins, each job runs once or not
+  // at all, and every answer is its own job's.
+  test("pipelined jobs with every few cancelled: each answer is its own, the counters settle", async () => {
+    const p = await start(MOONBOX, ["--workers", "2"]);
+    await refilled(p, 2);
+    for (let round = 0; round < 3; round++) {
+      const n = 300, ids = [], cancelled = new Set();
+      p.child.stdin.cork();
+      for (let i = 1; i <= n; i++) {
+        const spin = i % 17 === 0 ? 200000 : i % 3 === 0 ? 3000 : 10;
+        ids.push(p.send("tools/call", { name: "execute_code",
+          arguments: { code: `local s = 0 for k = 1, ${spin} do s = s + 1 end return {i = ${i}, s = s}` } }));
+      }
+      p.child.stdin.uncork();
+      for (let i = 1; i <= n; i += 1 + (i % 4)) {
+        if (i % 2 === 0) await new Promise((r) => setImmediate(r)); // some after others ran
+        p.notify("notifications/cancelled", { requestId: ids[i - 1], reason: "test" });
+        cancelled.add(i);
+      }
+      for (let i = 1; i <= n; i++) {
+        if (cancelled.has(i)) continue;
+        const sc = (await p.wait(ids[i - 1], 60000)).msg.result?.structuredContent;
+        assert.equal(sc?.result?.i, i, JSON.stringify(sc).slice(0, 300));
+      }
+      const t0 = performance.now();
+      let pool;
+      for (;;) { // the cancelled ones that had started end soon after
+        pool = await p.pool();
+        if (pool.busy === 0 && pool.queued === 0) break;
+        assert.ok(performance.now() - t0 < 10000, JSON.stringify(pool));
+        await new Promise((r) => setTimeout(r, 20));
+      }
+      for (const i of cancelled) { // (a cancelled request may still be answered, with its own result)
+        const r = p.responses.get(ids[i - 1]);
+        const sc = r?.msg.result?.structuredContent;
+        if (r) assert.ok(sc?.result?.i === i || sc?.error_type === "cancelled", JSON.stringify(sc));
+      }
+      assert.equal(pool.completed, pool.submitted, JSON.stringify(pool)); // each answered once
+      assert.equal(pool.processes_crashed + pool.processes_killed, 0, JSON.stringify(pool));
+    }
+    assert.doesNotMatch(p.stderr, /broke the protocol|not the server's|lost its worker/);
   });
 });
 
