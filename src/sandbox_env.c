@@ -1373,6 +1373,7 @@ typedef struct {
 
 static lazy_name lazy_names[LAZY_MAX];
 static int lazy_count;
+static size_t lazy_maxlen; /* the longest name: a longer key is none, found without hashing it */
 static short lazy_slots[LAZY_HASH]; /* index + 1 into lazy_names; 0: empty */
 
 static int servers_open(lua_State *L)
@@ -1412,6 +1413,8 @@ static uint32_t lazy_hash(const char *s, size_t n)
 
 static int lazy_find(const char *s, size_t n)
 {
+	if (n > lazy_maxlen) /* sandbox code's key may be hundreds of MB: no pass over it in C */
+		return -1;
 	for (uint32_t h = lazy_hash(s, n);; h++) {
 		int k = lazy_slots[h & (LAZY_HASH - 1)];
 		if (k == 0)
@@ -1436,6 +1439,8 @@ static int lazy_add(const char *name, size_t len, int kind, int arg, lua_CFuncti
 		i = lazy_count++;
 		lazy_names[i].name = d;
 		lazy_names[i].len = len;
+		if (len > lazy_maxlen)
+			lazy_maxlen = len;
 		uint32_t h = lazy_hash(name, len);
 		while (lazy_slots[h & (LAZY_HASH - 1)])
 			h++;
@@ -1768,11 +1773,13 @@ static int lazy_index(lua_State *L)
 {
 	lazy_state *st = lua_touserdata(L, lua_upvalueindex(1));
 	lua_settop(L, 2);
-	if (!st || lua_type(L, 2) != LUA_TSTRING || !is_globals(L, 1) || !is_lazy(L, 1)) {
+	if (!st || !is_globals(L, 1) || !is_lazy(L, 1)) {
 		lua_pushnil(L);
 		return 1;
 	}
-	if (!lazy_touch(L, 1, 2, st))
+	/* a key that is not a string (`_G[i]`) is a miss too: counted, or such reads would go
+	 * through C for the rest of the execution */
+	if (lua_type(L, 2) != LUA_TSTRING || !lazy_touch(L, 1, 2, st))
 		lazy_miss(L, 1, st);
 	lua_rawget(L, 1);
 	return 1;

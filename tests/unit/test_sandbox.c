@@ -642,6 +642,42 @@ TEST(lazy_env_hooks_hostile)
 	lua_close(L);
 }
 
+/* Reads of keys that are not strings are misses too: past 1,000 of them the globals are made
+ * whole and plain (such reads went through C for the rest of the execution). */
+TEST(lazy_env_misses)
+{
+	mb_budget b;
+	mb_budget_init(&b, 32u << 20, 0, 0);
+	lua_State *L = luaL_newstate();
+	mb_sandbox_ctx c;
+	memset(&c, 0, sizeof c);
+	c.cfg = &cfg;
+	c.b = &b;
+	c.json_lim.max_depth = 32;
+	*(mb_budget **)lua_getextraspace(L) = &b;
+	mb_sandbox_ctx_bind(L, &c);
+	lua_pushcfunction(L, mb_sandbox_env_open);
+	CHECK(lua_pcall(L, 0, 0, 0) == LUA_OK);
+	lua_pushglobaltable(L);
+	int g = lua_gettop(L);
+	for (int i = 1; i <= 1001; i++) {
+		if (i % 2)
+			lua_pushinteger(L, i);
+		else
+			lua_pushboolean(L, 1);
+		CHECK(lua_gettable(L, g) == LUA_TNIL); /* through __index while lazy */
+		lua_pop(L, 1);
+	}
+	int lazy = lua_getmetatable(L, g);
+	CHECK(!lazy);
+	CHECK(lua_rawgetp(L, LUA_REGISTRYINDEX, &mb_json_expand_key) == LUA_TNIL);
+	CHECK(lua_getfield(L, g, "os") == LUA_TTABLE); /* made by the expansion */
+	lua_close(L);
+	/* and from sandbox code: `_G[i]` past the count leaves every name made */
+	expect_result("for i = 1, 1001 do local _ = _G[i] end local n = collectgarbage('count')"
+		      " local _ = next(_G) return collectgarbage('count') - n < 1", "true");
+}
+
 TEST(limits)
 {
 	uint64_t big = 1000000000;
@@ -714,6 +750,10 @@ TEST(long_c_calls)
 		/* repeated: one concat of 2^21 floats may finish within 150 ms on a fast machine */
 		"local t = {} for i = 1, 2^21 do t[i] = i + 0.5 end while true do local _ = #table.concat(t, ',') end",
 		"local s = ('x'):rep(2^25) for i = 1, 1e6 do print(s) end",
+		/* a long key while the globals are lazy: not hashed whole among the lazy names on
+		 * every call (~20 ms of C per call for 16 MiB, and neither counted as a miss) */
+		"local s = ('x'):rep(2^24) while true do local _ = rawget(_G, s) end",
+		"local s = ('x'):rep(2^24) while true do rawset(_G, s, nil) end",
 		NULL,
 	};
 	for (int i = 0; scripts[i]; i++) {
@@ -853,6 +893,7 @@ int main(void)
 	RUN(lazy_env_context_vars);
 	RUN(lazy_env_memory);
 	RUN(lazy_env_hooks_hostile);
+	RUN(lazy_env_misses);
 	RUN(limits);
 	RUN(timeout_cannot_be_swallowed);
 	RUN(long_c_calls);
