@@ -701,6 +701,52 @@ TEST(limits)
 }
 
 /* Every way of catching the timeout must still end with the timeout, promptly. */
+/* The __concat guard raises from the call hook, where Lua has hooks off until the error
+ * unwinds: an xpcall handler it reached ran with no count hook and no deadline (here 3e8
+ * instructions past a limit of 1e6; `while true do end` kept the worker for good). The handler
+ * is skipped, as it is once a limit tripped; the error still reaches xpcall. */
+TEST(concat_guard_skips_the_handler)
+{
+	static const char code[] =
+		"local a = setmetatable({}, {__concat = function() return 'x' end}) local n = 0"
+		" local ok, e = xpcall(function() return a .. 'b' end,"
+		" function(m) for i = 1, 3e8 do n = n + 1 end return m end)"
+		" local ok2 = xpcall(function() error('later') end, function(m) n = n + 1 return m end)"
+		" return {ok, e:match('__concat metamethods are not allowed') ~= nil, n}";
+	run_out *o = run_with(code, 150, 32, 1000000);
+	if (!o->r.success)
+		fprintf(stderr, "  %s: %s\n", o->r.error_type, o->r.error);
+	CHECK(o->wall_ms < 1000);
+	CHECK(o->r.success);
+	/* the later handler, reached by an ordinary error, runs as before */
+	CHECK_STR(o->r.result_json, "[false,true,1]");
+	done(o);
+	/* a coroutine the guard error killed keeps hooks off: coroutine.close would run its
+	 * pending __close handlers unhooked (3e8 instructions again), so it is refused */
+	o = run_with("local a = setmetatable({}, {__concat = function() return 'x' end}) local n = 0"
+		     " local co = coroutine.create(function()"
+		     " local x <close> = setmetatable({}, {__close = function() for i = 1, 3e8 do n = n + 1 end end})"
+		     " return a .. 'b' end)"
+		     " local ok = coroutine.resume(co) local ok2, e2 = pcall(coroutine.close, co)"
+		     " return {ok, ok2, tostring(e2):match('cannot close') ~= nil, n}", 150, 32, 1000000);
+	if (!o->r.success)
+		fprintf(stderr, "  %s: %s\n", o->r.error_type, o->r.error);
+	CHECK(o->wall_ms < 1000);
+	CHECK(o->r.success);
+	CHECK_STR(o->r.result_json, "[false,false,true,0]");
+	done(o);
+	/* caught inside the coroutine, the error leaves it as any other: close runs __close */
+	expect_result("local a = setmetatable({}, {__concat = function() return 'x' end}) local n = 0"
+		      " local co = coroutine.create(function()"
+		      " local x <close> = setmetatable({}, {__close = function() n = n + 1 end})"
+		      " pcall(function() return a .. 'b' end) coroutine.yield() end)"
+		      " coroutine.resume(co) return {coroutine.close(co), n}", "[true,1]");
+	/* a guard error inside a coroutine ends at its resume: a handler outside still runs */
+	expect_result("local a = setmetatable({}, {__concat = function() return 'x' end}) local n = 0"
+		      " coroutine.resume(coroutine.create(function() return a .. 'b' end))"
+		      " xpcall(error, function(m) n = n + 1 return m end, 'e') return n", "1");
+}
+
 TEST(timeout_cannot_be_swallowed)
 {
 	static const char *const scripts[] = {
@@ -895,6 +941,7 @@ int main(void)
 	RUN(lazy_env_hooks_hostile);
 	RUN(lazy_env_misses);
 	RUN(limits);
+	RUN(concat_guard_skips_the_handler);
 	RUN(timeout_cannot_be_swallowed);
 	RUN(long_c_calls);
 	RUN(context_vars);
