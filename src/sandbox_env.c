@@ -1393,8 +1393,8 @@ static void set_field(lua_State *L, const char *name, lua_CFunction f)
  * that are not globals) and assignments to new names go through C while the metatable is on;
  * after LAZY_MISSES of them everything is materialised, so a loop reading an undefined global
  * pays a bounded cost. The lazy metatable, its functions and lazy_state are reachable only from
- * the registry and from C; the functions check their arguments (the globals table, a string key)
- * and do nothing otherwise. A name is stored only once fully built: a memory error while
+ * the registry and from C; the functions check their arguments (the globals table; a string key
+ * to make a name, any other key is a miss) and do nothing otherwise. A name is stored only once fully built: a memory error while
  * building leaves it pending and the globals unchanged. */
 
 #define LAZY_MAX 160
