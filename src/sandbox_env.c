@@ -270,10 +270,13 @@ static int sb_close(lua_State *L)
 				     "(Lua before 5.4.8 can run a stale message handler with hooks off: "
 				     "upstream 3fe7be95)");
 	luaL_checkstack(L, 4, "coroutine.close");
-	mb_sandbox_registry_weak(L, &hooks_off_key);
-	lua_pushvalue(L, 1);
-	int hooks_off = lua_rawget(L, -2) != LUA_TNIL;
-	lua_pop(L, 2);
+	int hooks_off = 0;
+	if (lua_rawgetp(L, LUA_REGISTRYINDEX, &hooks_off_key) == LUA_TTABLE) { /* made by a guard error */
+		lua_pushvalue(L, 1);
+		hooks_off = lua_rawget(L, -2) != LUA_TNIL;
+		lua_pop(L, 1);
+	}
+	lua_pop(L, 1);
 	if (hooks_off)
 		return luaL_error(L, "cannot close a coroutine that the __concat guard stopped in this "
 				     "sandbox (its __close handlers would run with hooks off)");
