@@ -45,6 +45,7 @@ void mb_budget_init(mb_budget *b, size_t mem_limit, uint64_t instruction_limit, 
 	b->cstack_base = 0; /* set by the sandbox when the run starts */
 	b->cstack_limit = 0;
 	b->hook_calls = 0;
+	b->hook_raised = 0;
 	atomic_init(&b->stop, MB_STOP_NONE);
 	atomic_init(&b->cancel, 0);
 	b->job_id = 0;

@@ -46,6 +46,10 @@ typedef struct mb_budget {
 	size_t cstack_limit;
 	/* the sandbox's hook also takes call events (the __concat guard, sandbox.c) */
 	int hook_calls;
+	/* the call hook raised an error (the __concat guard): Lua runs the message handler that
+	 * error reaches with hooks off, so sb_xpcall_handler skips the code's handler; cleared by
+	 * that handler and wherever the error can end without one (pcall, a resume) */
+	int hook_raised;
 	/* sticky stop state */
 	atomic_int stop;              /* mb_stop_reason */
 	atomic_int cancel;            /* set by the loop thread */

@@ -65,10 +65,14 @@ static void concat_guard(lua_State *L, lua_Debug *ar)
 	const struct mb_callinfo544 *ci = (const struct mb_callinfo544 *)(void *)ar->i_ci;
 	const struct mb_callinfo544 *caller = ci ? ci->previous : NULL;
 	if (caller && !(caller->callstatus & (CI544_C | CI544_HOOKED | CI544_FIN)) &&
-	    (caller->u.l.savedpc[-1] & 0x7F) == OP544_CONCAT)
+	    (caller->u.l.savedpc[-1] & 0x7F) == OP544_CONCAT) {
+		mb_budget *b = mb_budget_of(L);
+		if (b)
+			b->hook_raised = 1; /* raised inside the hook: see sb_xpcall_handler */
 		luaL_error(L, "__concat metamethods are not allowed in this sandbox (the Lua it runs, "
 			      "5.4.4 as patched by Debian, can corrupt memory after one: upstream "
 			      "603b2c64)");
+	}
 }
 #endif
 

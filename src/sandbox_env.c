@@ -45,6 +45,9 @@
 
 static int finish_pcall(lua_State *L, int status, lua_KContext extra)
 {
+	mb_budget *b = mb_budget_of(L);
+	if (b)
+		b->hook_raised = 0; /* a guard error ends here, if it went no further */
 	mb_budget_poll(L);
 	if (status != LUA_OK && status != LUA_YIELD) {
 		lua_pushboolean(L, 0);
@@ -120,10 +123,16 @@ static int sb_pcall(lua_State *L)
 
 /* The user's message handler, called only while no limit has tripped. An error raised by the
  * count hook runs the handler before unwinding, while Lua still has hooks disabled, so a looping
- * handler would never be interrupted: once the budget has tripped the handler is skipped. */
+ * handler would never be interrupted: once the budget has tripped the handler is skipped. So is
+ * it for the error the call hook raises (the __concat guard, hook_raised): no limit has tripped
+ * then, and the handler ran with no count hook and no deadline. */
 static int sb_xpcall_handler(lua_State *L)
 {
 	mb_budget *b = mb_budget_of(L);
+	if (b && b->hook_raised) {
+		b->hook_raised = 0;
+		return 1;
+	}
 	if (b && mb_budget_check(b) != MB_STOP_NONE)
 		return 1;
 	lua_pushvalue(L, lua_upvalueindex(1));
@@ -200,26 +209,49 @@ static int sb_xpcall(lua_State *L)
 	return finish_xpcall(L, status, 2);
 }
 
+/* coroutines an error raised inside a hook killed (hooks off for good): weak keys */
+static const char hooks_off_key = 0;
+
 /* Calls the original function in upvalue 1 with all arguments, under lua_pcall so that the
- * running-thread marker is always restored, then re-raises errors and tripped limits. */
+ * running-thread marker is always restored, then re-raises errors and tripped limits. co: the
+ * coroutine it runs on, argument 1 (or NULL). */
 static int call_original_on(lua_State *L, lua_State *co)
 {
 	mb_budget_poll(L);
 	mb_budget_cstack_check(L);
 	lua_State *prev = mb_sandbox_running();
+	int base = 0;
 	if (co) {
 		mb_sandbox_sync_hook(co); /* a coroutine made before the __concat guard was on */
 		mb_sandbox_set_running(co);
+		lua_pushvalue(L, 1); /* co stays anchored through the call (below) */
+		lua_insert(L, 1);
+		base = 1;
 	}
 	lua_pushvalue(L, lua_upvalueindex(1));
-	lua_insert(L, 1);
-	int status = lua_pcall(L, lua_gettop(L) - 1, LUA_MULTRET, 0);
+	lua_insert(L, base + 1);
+	int status = lua_pcall(L, lua_gettop(L) - base - 1, LUA_MULTRET, 0);
+	mb_budget *b = mb_budget_of(L);
+	if (b && b->hook_raised) {
+		/* a guard error on co ended at its resume, with no handler. When it killed co, co
+		 * still has hooks off (Lua restores them only where a pcall catches the error):
+		 * coroutine.close would run its pending __close handlers unhooked */
+		b->hook_raised = 0;
+		if (co && lua_status(co) != LUA_OK && lua_status(co) != LUA_YIELD) {
+			luaL_checkstack(L, 4, "resume");
+			mb_sandbox_registry_weak(L, &hooks_off_key);
+			lua_pushvalue(L, 1);
+			lua_pushboolean(L, 1);
+			lua_rawset(L, -3);
+			lua_pop(L, 1);
+		}
+	}
 	mb_sandbox_set_running(prev);
 	mb_sandbox_sync_hook(L); /* the coroutine may have turned it on */
 	mb_budget_poll(L);
 	if (status != LUA_OK)
 		return lua_error(L);
-	return lua_gettop(L);
+	return lua_gettop(L) - base;
 }
 
 static int sb_resume(lua_State *L)
@@ -237,6 +269,17 @@ static int sb_close(lua_State *L)
 		return luaL_error(L, "cannot close a coroutine suspended inside xpcall in this sandbox "
 				     "(Lua before 5.4.8 can run a stale message handler with hooks off: "
 				     "upstream 3fe7be95)");
+	luaL_checkstack(L, 4, "coroutine.close");
+	int hooks_off = 0;
+	if (lua_rawgetp(L, LUA_REGISTRYINDEX, &hooks_off_key) == LUA_TTABLE) { /* made by a guard error */
+		lua_pushvalue(L, 1);
+		hooks_off = lua_rawget(L, -2) != LUA_TNIL;
+		lua_pop(L, 1);
+	}
+	lua_pop(L, 1);
+	if (hooks_off)
+		return luaL_error(L, "cannot close a coroutine that the __concat guard stopped in this "
+				     "sandbox (its __close handlers would run with hooks off)");
 	/* its pending __close handlers run on co: the deadline signal must re-arm co's hook */
 	return call_original_on(L, co);
 }
@@ -1353,8 +1396,8 @@ static void set_field(lua_State *L, const char *name, lua_CFunction f)
  * that are not globals) and assignments to new names go through C while the metatable is on;
  * after LAZY_MISSES of them everything is materialised, so a loop reading an undefined global
  * pays a bounded cost. The lazy metatable, its functions and lazy_state are reachable only from
- * the registry and from C; the functions check their arguments (the globals table, a string key)
- * and do nothing otherwise. A name is stored only once fully built: a memory error while
+ * the registry and from C; the functions check their arguments (the globals table; a string key
+ * to make a name, any other key is a miss) and do nothing otherwise. A name is stored only once fully built: a memory error while
  * building leaves it pending and the globals unchanged. */
 
 #define LAZY_MAX 160
@@ -1373,6 +1416,7 @@ typedef struct {
 
 static lazy_name lazy_names[LAZY_MAX];
 static int lazy_count;
+static size_t lazy_maxlen; /* the longest name: a longer key is none, found without hashing it */
 static short lazy_slots[LAZY_HASH]; /* index + 1 into lazy_names; 0: empty */
 
 static int servers_open(lua_State *L)
@@ -1412,6 +1456,8 @@ static uint32_t lazy_hash(const char *s, size_t n)
 
 static int lazy_find(const char *s, size_t n)
 {
+	if (n > lazy_maxlen) /* sandbox code's key may be hundreds of MB: no pass over it in C */
+		return -1;
 	for (uint32_t h = lazy_hash(s, n);; h++) {
 		int k = lazy_slots[h & (LAZY_HASH - 1)];
 		if (k == 0)
@@ -1436,6 +1482,8 @@ static int lazy_add(const char *name, size_t len, int kind, int arg, lua_CFuncti
 		i = lazy_count++;
 		lazy_names[i].name = d;
 		lazy_names[i].len = len;
+		if (len > lazy_maxlen)
+			lazy_maxlen = len;
 		uint32_t h = lazy_hash(name, len);
 		while (lazy_slots[h & (LAZY_HASH - 1)])
 			h++;
@@ -1768,11 +1816,13 @@ static int lazy_index(lua_State *L)
 {
 	lazy_state *st = lua_touserdata(L, lua_upvalueindex(1));
 	lua_settop(L, 2);
-	if (!st || lua_type(L, 2) != LUA_TSTRING || !is_globals(L, 1) || !is_lazy(L, 1)) {
+	if (!st || !is_globals(L, 1) || !is_lazy(L, 1)) {
 		lua_pushnil(L);
 		return 1;
 	}
-	if (!lazy_touch(L, 1, 2, st))
+	/* a key that is not a string (`_G[i]`) is a miss too: counted, or such reads would go
+	 * through C for the rest of the execution */
+	if (lua_type(L, 2) != LUA_TSTRING || !lazy_touch(L, 1, 2, st))
 		lazy_miss(L, 1, st);
 	lua_rawget(L, 1);
 	return 1;

@@ -8,7 +8,8 @@
  * expressions (literals at the edges: maxinteger, -0.0, nan, huge strings; arithmetic, bitwise,
  * comparison and concatenation operators; calls into string, table, math, utf8, coroutine, os,
  * json, re, pii, tokenize_pii/detokenize_pii, select/rawlen/next/tostring/tonumber and the
- * prelude helpers). Every generated name
+ * prelude helpers; the lazy globals read raw, assigned, listed, given a metatable and encoded).
+ * Every generated name
  * is declared first, so most programs run far enough to matter. With bit 0 of byte 0 set the
  * rest of the input is used as Lua source as it is (the parser and its limits).
  *
@@ -102,6 +103,15 @@ static const char *const STRS[] = {
 };
 #define NSTRS (sizeof STRS / sizeof *STRS)
 
+/* global names: lazy ones of each kind (base, library, json/re/mcp, a group, a prelude stub),
+ * the eager ones, and names that are none */
+static const char *const GLOBALS[] = {
+	"math", "os", "json", "re", "mcp", "servers", "require", "skills", "pii", "read_file",
+	"group_by", "take", "coroutine", "table", "utf8", "_G", "print", "pairs", "next", "rawget",
+	"setmetatable", "getmetatable", "string", "_VERSION", "nope_", "a",
+};
+#define NGLOBALS (sizeof GLOBALS / sizeof *GLOBALS)
+
 static void gen_expr(gen *g);
 static void gen_block(gen *g, int n);
 
@@ -121,7 +131,7 @@ static void gen_args(gen *g, int n)
 
 static void gen_call(gen *g)
 {
-	switch (pick(g, 43)) {
+	switch (pick(g, 50)) {
 	case 0: emit(g, "string.rep("); gen_expr(g); emit(g, ", %u, ", pick(g, 64) * pick(g, 64)); gen_expr(g); emit(g, ")"); break;
 	case 1: emit(g, "string.sub("); gen_args(g, 3); emit(g, ")"); break;
 	case 2: emit(g, "string.format(%s, ", STRS[pick(g, NSTRS)]); gen_args(g, 2); emit(g, ")"); break;
@@ -165,6 +175,13 @@ static void gen_call(gen *g)
 	case 39: emit(g, "tokenize_pii("); gen_expr(g); emit(g, " .. ' jane@example.org +44 20 7946 0958')"); break;
 	case 40: emit(g, "detokenize_pii(tokenize_pii("); gen_expr(g); emit(g, "))"); break;
 	case 41: emit(g, "pii.scan("); gen_expr(g); emit(g, ")"); break;
+	/* the lazy globals (sandbox_env.c): raw access, listing, metatables, the encoder over them */
+	case 43: emit(g, "rawget(_G, '%s')", GLOBALS[pick(g, NGLOBALS)]); break;
+	case 44: emit(g, "rawset(_ENV, '%s', ", GLOBALS[pick(g, NGLOBALS)]); gen_expr(g); emit(g, ")"); break;
+	case 45: emit(g, "select('#', next(_G, %s))", pick(g, 2) ? "nil" : "'math'"); break;
+	case 46: emit(g, "getmetatable(_ENV)"); break;
+	case 47: emit(g, "_G[%s]", pick(g, 2) ? "'nope_'" : "1"); break;
+	case 48: emit(g, "json.encode({g = %s})", pick(g, 2) ? "_G" : "rawget(_ENV, 'os')"); break;
 	default: emit(g, "%s(", VARS[6]); gen_args(g, 2); emit(g, ")"); break;
 	}
 }
@@ -234,7 +251,7 @@ static void gen_stmt(gen *g)
 		return;
 	}
 	g->depth++;
-	switch (pick(g, 20)) {
+	switch (pick(g, 23)) {
 	case 0: case 1: gen_var(g); emit(g, " = "); gen_expr(g); emit(g, "\n"); break;
 	case 2: emit(g, "local %s = ", VARS[pick(g, NVARS)]); gen_expr(g); emit(g, "\n"); break;
 	case 3: emit(g, "if "); gen_expr(g); emit(g, " then\n"); gen_block(g, 2); emit(g, "else\n"); gen_block(g, 1); emit(g, "end\n"); break;
@@ -254,6 +271,9 @@ static void gen_stmt(gen *g)
 	case 16: emit(g, "repeat\n"); gen_block(g, 1); emit(g, "until true\n"); break;
 	case 17: emit(g, "xpcall(%s, function(m) %s = m end, ", VARS[6], VARS[pick(g, NVARS)]); gen_expr(g); emit(g, ")\n"); break;
 	case 18: emit(g, "for k_, v_ in pairs(t) do "); gen_stmt(g); emit(g, " end\n"); break;
+	case 19: emit(g, "%s = ", GLOBALS[pick(g, NGLOBALS)]); gen_expr(g); emit(g, "\n"); break;
+	case 20: emit(g, "for k_, v_ in pairs(_G) do "); gen_stmt(g); emit(g, " end\n"); break;
+	case 21: emit(g, "setmetatable(_G, {__index = "); gen_func(g); emit(g, "})\n"); break;
 	default: emit(g, "s = s .. tostring("); gen_expr(g); emit(g, ")\n"); break;
 	}
 	g->depth--;

@@ -90,6 +90,22 @@ return {ok1, tostring(e1), ok2, tostring(e2)}`,
     result((r) => (r[0] === false && CONCAT_REFUSED.test(r[1]) && r[2] === false && CONCAT_REFUSED.test(r[3])) ||
       (r[0] === true && r[1] === "cmm" && r[2] === true && r[3] === "dm2") || `result ${clip(r)}`)));
 
+  test("the guard's error, raised inside the call hook, runs no code with hooks off: an xpcall handler and a killed coroutine's __close", () =>
+    // Lua keeps hooks off until a pcall catches an error raised in a hook: the handler and the
+    // __close handlers below looped with no count hook and no deadline (the worker never came back).
+    run(`local t = setmetatable({}, {__concat = function() return "m" end})
+local ok, e = xpcall(function() return "a" .. t end, function(m) while true do end end)
+local co = coroutine.create(function()
+  local x <close> = setmetatable({}, {__close = function() while true do end end})
+  return "b" .. t
+end)
+local ok2 = coroutine.resume(co)
+local ok3, e3 = pcall(coroutine.close, co)
+return {ok, tostring(e), ok2, ok3, tostring(e3)}`,
+    result((r) => (r[0] === false && CONCAT_REFUSED.test(r[1]) && r[2] === false && r[3] === false &&
+      /cannot close a coroutine that the __concat guard stopped/.test(r[4])) ||
+      (r[0] === true && r[1] === "am" && r[2] === true) || `result ${clip(r)}`), { timeout_ms: 1000 }));
+
   test("other metamethods and plain concatenation are unaffected once the guard is on", () =>
     run(`local V = {}
 V.__index = V

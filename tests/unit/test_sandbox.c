@@ -642,6 +642,42 @@ TEST(lazy_env_hooks_hostile)
 	lua_close(L);
 }
 
+/* Reads of keys that are not strings are misses too: past 1,000 of them the globals are made
+ * whole and plain (such reads went through C for the rest of the execution). */
+TEST(lazy_env_misses)
+{
+	mb_budget b;
+	mb_budget_init(&b, 32u << 20, 0, 0);
+	lua_State *L = luaL_newstate();
+	mb_sandbox_ctx c;
+	memset(&c, 0, sizeof c);
+	c.cfg = &cfg;
+	c.b = &b;
+	c.json_lim.max_depth = 32;
+	*(mb_budget **)lua_getextraspace(L) = &b;
+	mb_sandbox_ctx_bind(L, &c);
+	lua_pushcfunction(L, mb_sandbox_env_open);
+	CHECK(lua_pcall(L, 0, 0, 0) == LUA_OK);
+	lua_pushglobaltable(L);
+	int g = lua_gettop(L);
+	for (int i = 1; i <= 1001; i++) {
+		if (i % 2)
+			lua_pushinteger(L, i);
+		else
+			lua_pushboolean(L, 1);
+		CHECK(lua_gettable(L, g) == LUA_TNIL); /* through __index while lazy */
+		lua_pop(L, 1);
+	}
+	int lazy = lua_getmetatable(L, g);
+	CHECK(!lazy);
+	CHECK(lua_rawgetp(L, LUA_REGISTRYINDEX, &mb_json_expand_key) == LUA_TNIL);
+	CHECK(lua_getfield(L, g, "os") == LUA_TTABLE); /* made by the expansion */
+	lua_close(L);
+	/* and from sandbox code: `_G[i]` past the count leaves every name made */
+	expect_result("for i = 1, 1001 do local _ = _G[i] end local n = collectgarbage('count')"
+		      " local _ = next(_G) return collectgarbage('count') - n < 1", "true");
+}
+
 TEST(limits)
 {
 	uint64_t big = 1000000000;
@@ -665,6 +701,52 @@ TEST(limits)
 }
 
 /* Every way of catching the timeout must still end with the timeout, promptly. */
+/* The __concat guard raises from the call hook, where Lua has hooks off until the error
+ * unwinds: an xpcall handler it reached ran with no count hook and no deadline (here 3e8
+ * instructions past a limit of 1e6; `while true do end` kept the worker for good). The handler
+ * is skipped, as it is once a limit tripped; the error still reaches xpcall. */
+TEST(concat_guard_skips_the_handler)
+{
+	static const char code[] =
+		"local a = setmetatable({}, {__concat = function() return 'x' end}) local n = 0"
+		" local ok, e = xpcall(function() return a .. 'b' end,"
+		" function(m) for i = 1, 3e8 do n = n + 1 end return m end)"
+		" local ok2 = xpcall(function() error('later') end, function(m) n = n + 1 return m end)"
+		" return {ok, e:match('__concat metamethods are not allowed') ~= nil, n}";
+	run_out *o = run_with(code, 150, 32, 1000000);
+	if (!o->r.success)
+		fprintf(stderr, "  %s: %s\n", o->r.error_type, o->r.error);
+	CHECK(o->wall_ms < 1000);
+	CHECK(o->r.success);
+	/* the later handler, reached by an ordinary error, runs as before */
+	CHECK_STR(o->r.result_json, "[false,true,1]");
+	done(o);
+	/* a coroutine the guard error killed keeps hooks off: coroutine.close would run its
+	 * pending __close handlers unhooked (3e8 instructions again), so it is refused */
+	o = run_with("local a = setmetatable({}, {__concat = function() return 'x' end}) local n = 0"
+		     " local co = coroutine.create(function()"
+		     " local x <close> = setmetatable({}, {__close = function() for i = 1, 3e8 do n = n + 1 end end})"
+		     " return a .. 'b' end)"
+		     " local ok = coroutine.resume(co) local ok2, e2 = pcall(coroutine.close, co)"
+		     " return {ok, ok2, tostring(e2):match('cannot close') ~= nil, n}", 150, 32, 1000000);
+	if (!o->r.success)
+		fprintf(stderr, "  %s: %s\n", o->r.error_type, o->r.error);
+	CHECK(o->wall_ms < 1000);
+	CHECK(o->r.success);
+	CHECK_STR(o->r.result_json, "[false,false,true,0]");
+	done(o);
+	/* caught inside the coroutine, the error leaves it as any other: close runs __close */
+	expect_result("local a = setmetatable({}, {__concat = function() return 'x' end}) local n = 0"
+		      " local co = coroutine.create(function()"
+		      " local x <close> = setmetatable({}, {__close = function() n = n + 1 end})"
+		      " pcall(function() return a .. 'b' end) coroutine.yield() end)"
+		      " coroutine.resume(co) return {coroutine.close(co), n}", "[true,1]");
+	/* a guard error inside a coroutine ends at its resume: a handler outside still runs */
+	expect_result("local a = setmetatable({}, {__concat = function() return 'x' end}) local n = 0"
+		      " coroutine.resume(coroutine.create(function() return a .. 'b' end))"
+		      " xpcall(error, function(m) n = n + 1 return m end, 'e') return n", "1");
+}
+
 TEST(timeout_cannot_be_swallowed)
 {
 	static const char *const scripts[] = {
@@ -714,6 +796,10 @@ TEST(long_c_calls)
 		/* repeated: one concat of 2^21 floats may finish within 150 ms on a fast machine */
 		"local t = {} for i = 1, 2^21 do t[i] = i + 0.5 end while true do local _ = #table.concat(t, ',') end",
 		"local s = ('x'):rep(2^25) for i = 1, 1e6 do print(s) end",
+		/* a long key while the globals are lazy: not hashed whole among the lazy names on
+		 * every call (~20 ms of C per call for 16 MiB, and neither counted as a miss) */
+		"local s = ('x'):rep(2^24) while true do local _ = rawget(_G, s) end",
+		"local s = ('x'):rep(2^24) while true do rawset(_G, s, nil) end",
 		NULL,
 	};
 	for (int i = 0; scripts[i]; i++) {
@@ -853,7 +939,9 @@ int main(void)
 	RUN(lazy_env_context_vars);
 	RUN(lazy_env_memory);
 	RUN(lazy_env_hooks_hostile);
+	RUN(lazy_env_misses);
 	RUN(limits);
+	RUN(concat_guard_skips_the_handler);
 	RUN(timeout_cannot_be_swallowed);
 	RUN(long_c_calls);
 	RUN(context_vars);
