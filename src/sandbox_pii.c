@@ -11,7 +11,8 @@
  *
  * Policy: with pii_policy on, mb_sandbox_pii_values replaces strings (values and keys, walked
  * with raw access, each table once) in the returned values before they are encoded, and
- * mb_sandbox_pii_finish replaces the captured output, the error text and the traceback. The
+ * mb_sandbox_pii_finish replaces the captured output, the error text and the traceback; a
+ * notification's table is walked as a copy (the code still holds the original). The
  * sanitizer runs in C without polling the budget, so every call is bounded by
  * regex_max_subject_bytes and the walk polls the budget between strings.
  */
@@ -594,9 +595,58 @@ int mb_sandbox_pii_values(lua_State *L, int base, int msgh)
 	return lua_pcall(L, n, n, msgh);
 }
 
-/* Under lua_pcall: the policy over one value (an error object, a notification payload). */
+/* A copy of the table at t, for the policy over a notification: its replacements must not reach
+ * the code's own tables, which it goes on using after mcp.log. Raw reads; each table copied once
+ * (seen: original -> copy), so shared and cyclic tables stay so; the metatable kept (it marks
+ * arrays and raw values for the encoder); below the encoder's depth limit the original stays,
+ * as the walk stops there too. Pushes the copy. */
+static void copy_table(lua_State *L, int t, int seen, int depth)
+{
+	luaL_checkstack(L, 8, "pii policy");
+	if (depth > mb_sandbox_ctx_of(L)->json_lim.max_depth) {
+		lua_pushvalue(L, t);
+		return;
+	}
+	if (lua_getmetatable(L, t)) { /* the lazy globals are copied whole (json.h, sandbox_env.c) */
+		lua_pop(L, 1);
+		mb_json_expand(L, t);
+	}
+	lua_pushvalue(L, t);
+	if (lua_rawget(L, seen) == LUA_TTABLE)
+		return;
+	lua_pop(L, 1);
+	lua_newtable(L);
+	int c = lua_gettop(L);
+	lua_pushvalue(L, t);
+	lua_pushvalue(L, c);
+	lua_rawset(L, seen);
+	unsigned n = 0;
+	lua_pushnil(L);
+	while (lua_next(L, t)) {
+		if (++n % 1024 == 0)
+			mb_budget_poll(L);
+		if (lua_type(L, -1) == LUA_TTABLE) {
+			copy_table(L, lua_gettop(L), seen, depth + 1);
+			lua_replace(L, -2);
+		}
+		lua_pushvalue(L, -2);
+		lua_insert(L, -2);
+		lua_rawset(L, c);
+	}
+	if (lua_getmetatable(L, t))
+		lua_setmetatable(L, c);
+}
+
+/* Under lua_pcall: the policy over one value (an error object, a notification payload; a table
+ * is walked as a copy, copy_table). */
 static int policy_one(lua_State *L)
 {
+	if (lua_type(L, 1) == LUA_TTABLE) {
+		lua_newtable(L);
+		copy_table(L, 1, 2, 0);
+		lua_replace(L, 1);
+		lua_settop(L, 1);
+	}
 	lua_newtable(L);
 	lua_rawsetp(L, LUA_REGISTRYINDEX, &walked_key);
 	walk(L, 1, 0);
