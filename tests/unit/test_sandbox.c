@@ -510,22 +510,30 @@ TEST(lazy_env_memory)
 	CHECK(memory > 0 && whole > 0); /* the sweep crossed the boundary */
 }
 
+/* A bare state with the sandbox's lazy environment open (the lazy_env_* tests that reach into
+ * it from C); b and c must outlive it. */
+static lua_State *lazy_state(mb_budget *b, mb_sandbox_ctx *c)
+{
+	mb_budget_init(b, 32u << 20, 0, 0);
+	lua_State *L = luaL_newstate();
+	memset(c, 0, sizeof *c);
+	c->cfg = &cfg;
+	c->b = b;
+	c->json_lim.max_depth = 32;
+	*(mb_budget **)lua_getextraspace(L) = b;
+	mb_sandbox_ctx_bind(L, c);
+	lua_pushcfunction(L, mb_sandbox_env_open);
+	CHECK(lua_pcall(L, 0, 0, 0) == LUA_OK);
+	return L;
+}
+
 /* The lazy machinery's functions called directly with anything (sandbox code cannot reach them:
  * they live in the lazy metatable, which getmetatable never returns, and in the registry). */
 TEST(lazy_env_hooks_hostile)
 {
 	mb_budget b;
-	mb_budget_init(&b, 32u << 20, 0, 0);
-	lua_State *L = luaL_newstate();
 	mb_sandbox_ctx c;
-	memset(&c, 0, sizeof c);
-	c.cfg = &cfg;
-	c.b = &b;
-	c.json_lim.max_depth = 32;
-	*(mb_budget **)lua_getextraspace(L) = &b;
-	mb_sandbox_ctx_bind(L, &c);
-	lua_pushcfunction(L, mb_sandbox_env_open);
-	CHECK(lua_pcall(L, 0, 0, 0) == LUA_OK);
+	lua_State *L = lazy_state(&b, &c);
 	lua_pushglobaltable(L);
 	int g = lua_gettop(L);
 	CHECK(lua_getmetatable(L, g));
@@ -647,17 +655,8 @@ TEST(lazy_env_hooks_hostile)
 TEST(lazy_env_misses)
 {
 	mb_budget b;
-	mb_budget_init(&b, 32u << 20, 0, 0);
-	lua_State *L = luaL_newstate();
 	mb_sandbox_ctx c;
-	memset(&c, 0, sizeof c);
-	c.cfg = &cfg;
-	c.b = &b;
-	c.json_lim.max_depth = 32;
-	*(mb_budget **)lua_getextraspace(L) = &b;
-	mb_sandbox_ctx_bind(L, &c);
-	lua_pushcfunction(L, mb_sandbox_env_open);
-	CHECK(lua_pcall(L, 0, 0, 0) == LUA_OK);
+	lua_State *L = lazy_state(&b, &c);
 	lua_pushglobaltable(L);
 	int g = lua_gettop(L);
 	for (int i = 1; i <= 1001; i++) {
