@@ -349,29 +349,21 @@ void mb_sandbox_host_mcp(lua_State *L)
 {
 	/* mcp.sample, mcp.elicit, mcp.roots, mcp.ask, mcp.client_capabilities next to mcp.log and
 	 * mcp.progress: the mcp table is at the top of the stack */
-	lua_pushcfunction(L, sb_sample);
-	lua_setfield(L, -2, "sample");
-	lua_pushcfunction(L, sb_elicit);
-	lua_setfield(L, -2, "elicit");
-	lua_pushcfunction(L, sb_roots);
-	lua_setfield(L, -2, "roots");
-	lua_pushcfunction(L, sb_ask);
-	lua_setfield(L, -2, "ask");
-	lua_pushcfunction(L, sb_client_capabilities);
-	lua_setfield(L, -2, "client_capabilities");
+	static const luaL_Reg fns[] = {
+		{ "sample", sb_sample }, { "elicit", sb_elicit }, { "roots", sb_roots },
+		{ "ask", sb_ask }, { "client_capabilities", sb_client_capabilities }, { NULL, NULL },
+	};
+	luaL_setfuncs(L, fns, 0);
 }
 
 int mb_sandbox_host_open(lua_State *L)
 {
 	/* the globals table (or the table they are made in) is at the top of the stack */
-	lua_pushcfunction(L, sb_require);
-	lua_setfield(L, -2, "require");
-	lua_pushcfunction(L, sb_save_skill);
-	lua_setfield(L, -2, "save_skill");
-	lua_pushcfunction(L, sb_load_skill);
-	lua_setfield(L, -2, "load_skill");
-	lua_pushcfunction(L, sb_list_skills);
-	lua_setfield(L, -2, "list_skills");
+	static const luaL_Reg globals[] = {
+		{ "require", sb_require },       { "save_skill", sb_save_skill },
+		{ "load_skill", sb_load_skill }, { "list_skills", sb_list_skills }, { NULL, NULL },
+	};
+	luaL_setfuncs(L, globals, 0);
 	lua_newtable(L);
 	lua_createtable(L, 0, 3);
 	lua_pushcfunction(L, skills_index);
