@@ -105,6 +105,33 @@ TEST(a_logged_table_is_tokenized_as_a_copy)
 	CHECK(strstr(logged, "\"list\":[]") != NULL);
 }
 
+/* The copy is the code's memory: a table that fits under memory_mb but whose copy does not ends
+ * the execution with the memory limit, cleanly - nothing of the table reaches the log. */
+TEST(a_logged_table_whose_copy_does_not_fit_meets_the_memory_limit)
+{
+	const char *build = "local t = {} for i = 1, 40000 do t[i] = 'jane.doe' .. i .. '@example.com' end ";
+	char code[256];
+	for (int log = 0; log < 2; log++) {
+		snprintf(code, sizeof code, "%s%s return #t", build, log ? "mcp.log('info', t)" : "");
+		mb_budget b;
+		mb_budget_init(&b, 4u << 20, 100000000, 5000);
+		mb_exec_request req = { .code = code, .code_len = strlen(code), .timeout_ms = 5000,
+					.memory_bytes = 4u << 20, .instruction_limit = 100000000,
+					.cfg = &cfg, .pii_policy = 1, .notify = on_notify };
+		mb_exec_result r;
+		logged[0] = 0;
+		mb_sandbox_run(&req, &b, &r);
+		if (!log) { /* the table itself fits */
+			CHECK(r.success && strcmp(r.result_json, "40000") == 0);
+		} else {
+			CHECK(!r.success && strcmp(r.error_type, "memory") == 0);
+			CHECK(r.error && strstr(r.error, "memory_mb=4"));
+			CHECK(logged[0] == 0);
+		}
+		mb_exec_result_free(&r);
+	}
+}
+
 int main(void)
 {
 	if (sandbox_setup(&cfg) != 0)
@@ -121,6 +148,7 @@ int main(void)
 	RUN(integers_are_scanned_with_their_own_digits);
 	RUN(the_lazy_globals_are_walked_whole);
 	RUN(a_logged_table_is_tokenized_as_a_copy);
+	RUN(a_logged_table_whose_copy_does_not_fit_meets_the_memory_limit);
 	mb_sandbox_thread_exit();
 	mb_sandbox_pii_set(NULL, NULL);
 	mb_pii_detector_free(d);
