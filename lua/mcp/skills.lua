@@ -151,6 +151,19 @@ local function load_entry(t, name)
   return e
 end
 
+-- The entry of a skill whose store row is `row`: the cached one when it is that row's content
+-- (same hash, same version in use, same status), else read again from the store. The store is
+-- shared: another process on the same data directory or store may have recorded a new version of
+-- the file we just read, and finding "a row that matches the file" says nothing about what this
+-- process has cached.
+local function current(t, name, row)
+  local e = t.skills[name]
+  if e and e.hash == row.hash and e.version == row.good_version and e.status == row.status then
+    return e
+  end
+  return load_entry(t, name)
+end
+
 -- Indexes one skill from disk. source: "file", "save" or "restore". force: read even when
 -- mtime and size are unchanged. Returns the entry (nil when the skill is gone) and the version
 -- created (nil when the content was already known).
@@ -177,7 +190,7 @@ local function index_skill(t, name, source, force)
     t.problems[name .. ".lua"] = { name = name, error = "skills/" .. name .. ".lua is ignored: the directory skill skills/" .. name .. "/ has the same name" }
   end
   if row and row.status ~= "deleted" and not force and row.mtime == src.mtime and row.size == src.size then
-    return t.skills[name] or load_entry(t, name)
+    return current(t, name, row)
   end
   local hash = mb.hash((src.md or "") .. "\0" .. src.code)
   if row and row.status ~= "deleted" and row.hash == hash then
@@ -185,7 +198,7 @@ local function index_skill(t, name, source, force)
       db.run("UPDATE skills SET mtime = ?, size = ? WHERE tenant = ? AND name = ?",
         src.mtime, src.size, t.tenant, name)
     end
-    return t.skills[name] or load_entry(t, name)
+    return current(t, name, row)
   end
 
   local meta, merr = analyse(name, src)
@@ -306,6 +319,8 @@ local function scan(t, force_names)
   for _, row in ipairs(db.query("SELECT name FROM skills WHERE tenant = ? AND status <> 'deleted'", t.tenant)) do
     names[row.name] = true
   end
+  -- and what this process has cached: a skill another process deleted is in neither list above
+  for n in pairs(t.skills) do names[n] = true end
   local sorted = {}
   for n in pairs(names) do sorted[#sorted + 1] = n end
   table.sort(sorted)
@@ -556,11 +571,30 @@ function M.save(tenant, args, source)
   return d
 end
 
+-- The entry of a skill as the store has it now. On SQLite another process on the same data
+-- directory may have recorded a version since this one cached its entry (its file event still on
+-- the way, or never coming: a watch that could not be set): one indexed read of the row at every
+-- require and load makes the version that process acknowledged the one that runs here. On
+-- PostgreSQL the replicas' announcements refresh the entry (on_announce).
+local function fresh(t, name)
+  local cached = t.skills[name]
+  if SHARED then return cached end
+  local row = db.row("SELECT * FROM skills WHERE tenant = ? AND name = ?", t.tenant, name)
+  local e
+  if row and row.status ~= "deleted" then
+    e = current(t, name, row)
+  else
+    t.skills[name] = nil
+  end
+  if e ~= cached then check_published() end
+  return e
+end
+
 function M.load(tenant, name)
   local n, err = check_name(name)
   if not n then return nil, err end
   local t = get_tenant(tenant)
-  local e = t.skills[n]
+  local e = fresh(t, n)
   if not e then return nil, M.not_found(t, n) end
   return describe(e, true)
 end
@@ -678,7 +712,7 @@ end
 -- The source of a skill in use, for require inside the sandbox.
 function M.source(tenant, name)
   local t = get_tenant(tenant)
-  local e = t.skills[name]
+  local e = fresh(t, name)
   if not e then return nil, "require: " .. M.not_found(t, name) end
   if not e.code then
     return nil, string.format("require: skill %q does not compile (%s) and has no earlier good version",

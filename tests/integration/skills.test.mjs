@@ -19,7 +19,8 @@ import {
 } from "@modelcontextprotocol/sdk/types.js";
 
 import {
-  connectWithSkills, execute, TEST_STORE, TESTS_DIR, toolErrText as errText, toolOk as ok, useServer,
+  connectClient, connectWithSkills, execute, makeDataDir, makeSkillsDir, TEST_STORE, TESTS_DIR,
+  toolErrText as errText, toolOk as ok, useServer,
 } from "../lib/moonbox.mjs";
 
 const T = { timeout: 30000 };
@@ -745,6 +746,75 @@ describe("live editing of the skills directory", () => {
         { name: "bad-name", error: 'skills/bad-name.lua: "bad-name" is not a valid skill name (letters, digits and _, not starting with a digit)' },
       ]);
       assert.equal(l.count, 0);
+    });
+  });
+});
+
+describe("two servers on one data directory and skills directory", () => {
+  // Claude Desktop and Claude Code both default to ~/.local/share/moonbox: two processes share the
+  // store and the files. Each version saved through one is what the other runs within about a
+  // second, whichever process saved it; a deletion and a hand edit reach both.
+  async function withTwo(fn) {
+    const dataDir = makeDataDir();
+    const skillsDir = makeSkillsDir();
+    const opts = { dataDir, args: ["--skills-dir", skillsDir] };
+    try {
+      const a = await connectClient(opts);
+      await useServer(a, async () => {
+        const b = await connectClient(opts);
+        await useServer(b, () => fn(a, b, skillsDir));
+      });
+    } finally {
+      rmSync(dataDir, { recursive: true, force: true });
+      rmSync(path.dirname(skillsDir), { recursive: true, force: true });
+    }
+  }
+
+  /** Polls server s running `code` until it gives `want` (2 s at most); returns the ms it took. */
+  async function sees(s, code, want, what) {
+    return (await until(`${what}: ${code} gives ${JSON.stringify(want)}`, async () => {
+      const sc = await run(s, code);
+      return sc.success === true && sc.result === want;
+    }, 2000)).ms;
+  }
+
+  it("each version saved through A runs in B; a deletion through A reaches B; a hand edit reaches both", T, async () => {
+    await withTwo(async (a, b, skillsDir) => {
+      const code = 'return require("skills.shared")()';
+      for (let v = 1; v <= 3; v++) {
+        const saved = ok(await call(a, "save_skill", {
+          name: "shared", code: `return function() return "v${v}" end\n`, description: `Version ${v}.`,
+        }));
+        assert.equal(saved.saved_version, v);
+        assert.equal(await runOk(a, code), `v${v}`, "A runs what it saved");
+        if (TEST_STORE === "sqlite") { // B reads the skill's row at require: no waiting for its watcher
+          assert.equal(await runOk(b, code), `v${v}`, `B's first run after A saved v${v}`);
+        }
+        await sees(b, code, `v${v}`, `B after A saved v${v}`);
+        assert.equal(ok(await call(b, "load_skill", { name: "shared" })).version, v, "B's load_skill");
+        assert.equal(ok(await call(b, "load_skill", { name: "shared" })).description, `Version ${v}.`);
+      }
+      // and the other way round: B saves, A sees it
+      ok(await call(b, "save_skill", { name: "shared", code: 'return function() return "from B" end\n', description: "From B." }));
+      await sees(a, code, "from B", "A after B saved");
+
+      // a hand edit of the file: both run it
+      writeFileSync(path.join(skillsDir, "shared.lua"), '--- Edited by hand.\nreturn function() return "hand" end\n');
+      await sees(a, code, "hand", "A after the hand edit");
+      await sees(b, code, "hand", "B after the hand edit");
+
+      // deleted through A: gone for B too
+      ok(await call(a, "delete_skill", { name: "shared" }));
+      await until("B no longer lists shared", async () => !skillNamed(await listSkills(b), "shared"), 2000);
+      const r = await run(b, code);
+      assert.equal(r.success, false);
+      assert.match(r.error, /no skill named "shared"/);
+
+      // restored through B after the deletion: A runs it again
+      const h = ok(await call(b, "skill_history", { name: "shared" }));
+      const v2 = h.versions.find((x) => x.description === "Version 2.");
+      ok(await call(b, "restore_skill", { name: "shared", version: v2.version }));
+      await sees(a, code, "v2", "A after B restored version 2");
     });
   });
 });
