@@ -118,7 +118,8 @@ function M.init(tools)
   tools.register({
     name = "restore_skill",
     title = "Restore a skill version",
-    description = "Write an earlier version of a skill back to its file; it becomes a new version.",
+    description = "Write an earlier version of a skill back to its file (also after delete_skill); it "
+      .. "becomes a new version. Only a version that compiled can be restored (skill_history marks them).",
     inputSchema = obj({ name = { type = "string" }, version = { type = "integer", minimum = 1 } },
       { "name", "version" }),
     annotations = { title = "Restore a skill version", readOnlyHint = false, destructiveHint = false,

@@ -682,6 +682,29 @@ function M.history(tenant, name, version)
   return { name = n, status = row and row.status or "deleted", versions = mb.array(out) }
 end
 
+-- Why restore_skill refuses version v (a row of skill_versions that did not compile): its error
+-- again, and the versions that did compile.
+local function never_compiled(t, name, v)
+  local src = { form = v.skill_md and "dir" or "file", code = v.code, md = v.skill_md }
+  local meta, why = analyse(name, src)
+  if meta then
+    local _, cerr = fmt.compile(name, v.code)
+    why = cerr
+  end
+  local good = {}
+  for _, r in ipairs(db.query([[SELECT version FROM skill_versions WHERE tenant = ? AND name = ?
+                                 AND compiled = 1 ORDER BY version DESC]], t.tenant, name)) do
+    good[#good + 1] = tostring(r.version)
+  end
+  local msg = string.format("restore_skill: version %d of skill %q never compiled (%s), so restoring "
+    .. "it would leave the skill broken; nothing was written. ", v.version, name, tostring(why or "no error recorded"))
+  if #good == 0 then
+    return msg .. "No version of it compiled: fix the file or save_skill code that compiles."
+  end
+  return msg .. "Versions that compiled: " .. table.concat(good, ", ", 1, math.min(#good, 20))
+    .. (#good > 20 and ", ..." or "") .. " (skill_history shows their code)."
+end
+
 function M.restore(tenant, name, version)
   local n, err = check_name(name)
   if not n then return nil, err end
@@ -690,6 +713,7 @@ function M.restore(tenant, name, version)
   local v = db.row("SELECT * FROM skill_versions WHERE tenant = ? AND name = ? AND version = ?",
     t.tenant, n, version)
   if not v then return nil, string.format("skill %q has no version %d (skill_history lists them)", n, version) end
+  if v.compiled ~= 1 then return nil, never_compiled(t, n, v) end
   local md, code = v.skill_md, v.code
   local ok, werr
   if md then

@@ -451,6 +451,46 @@ describe("load, list, delete, history, restore", () => {
       assert.equal(errText(await call(s, "restore_skill", { name: "hist" })), "version must be an integer");
     });
   });
+  it("restore_skill refuses a version that never compiled, also after delete_skill, and names those that did", T, async () => {
+    await withServer({}, async (s) => {
+      const file = path.join(s.skillsDir, "fragile.lua");
+      ok(await call(s, "save_skill", { name: "fragile", code: "return 'good 1'\n", description: "Good one." }));
+      writeFileSync(file, "--- Broken by hand.\nlocal x = = 1\nreturn x\n");
+      await until("version 2 (broken) recorded", async () =>
+        ok(await call(s, "skill_history", { name: "fragile" })).versions.length === 2);
+      ok(await call(s, "save_skill", { name: "fragile", code: "return 'good 3'\n", description: "Good three." }));
+      const before = readFileSync(file, "utf8");
+      const h = ok(await call(s, "skill_history", { name: "fragile" }));
+      assert.deepEqual(h.versions.map((v) => [v.version, v.compiled]), [[3, true], [2, false], [1, true]]);
+
+      const refusal = 'restore_skill: version 2 of skill "fragile" never compiled '
+        + "(skills/fragile.lua:2: unexpected symbol near '='), so restoring it would leave the skill "
+        + "broken; nothing was written. Versions that compiled: 3, 1 (skill_history shows their code).";
+      let res = await call(s, "restore_skill", { name: "fragile", version: 2 });
+      assert.equal(errText(res), refusal);
+      assert.equal(res.structuredContent.error, refusal);
+      assert.equal(readFileSync(file, "utf8"), before, "the file is untouched");
+      assert.equal(await runOk(s, 'return require("skills.fragile")'), "good 3");
+      assert.equal(ok(await call(s, "skill_history", { name: "fragile" })).versions.length, 3, "no new version");
+
+      // after delete_skill: the same refusal, and the skill stays deleted (no entry with version null)
+      ok(await call(s, "delete_skill", { name: "fragile" }));
+      assert.equal(errText(await call(s, "restore_skill", { name: "fragile", version: 2 })), refusal);
+      assert.equal(existsSync(file), false);
+      assert.equal(skillNamed(await listSkills(s), "fragile"), undefined);
+      const rs = ok(await call(s, "restore_skill", { name: "fragile", version: 1 }));
+      assert.equal(rs.version, 4);
+      assert.equal(await runOk(s, 'return require("skills.fragile")'), "good 1");
+
+      // a skill none of whose versions compiled
+      writeFileSync(path.join(s.skillsDir, "hopeless.lua"), "--- Never.\nreturn (\n");
+      await until("hopeless recorded", async () => skillNamed(await listSkills(s), "hopeless"));
+      assert.equal(errText(await call(s, "restore_skill", { name: "hopeless", version: 1 })),
+        'restore_skill: version 1 of skill "hopeless" never compiled (skills/hopeless.lua:3: unexpected '
+        + "symbol near <eof>), so restoring it would leave the skill broken; nothing was written. "
+        + "No version of it compiled: fix the file or save_skill code that compiles.");
+    });
+  });
 });
 
 describe("skills inside execute_code", () => {
