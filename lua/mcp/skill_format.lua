@@ -184,13 +184,31 @@ function M.compile(name, code)
   return false, err, tonumber(err:match("^skills/[%w_]+%.lua:(%d+):"))
 end
 
--- Removes a leading documentation block (one that starts with "---") from code.
+-- The tags parse_header reads as metadata.
+local META_TAGS = { param = true, ["return"] = true, returns = true, tool = true, prompt = true,
+                    resource = true, input_schema = true, output_schema = true }
+
+local function comment_line(line)
+  return line:match("^%s*%-%-") and not line:match("^%s*%-%-%[=*%[")
+end
+
+-- Removes a leading documentation block from code: one that starts with "---", or a block of
+-- "--" lines that has a tag parse_header reads (a hand-written "-- @tool" header: kept, it would
+-- stand below the new header and write @tool twice). Other leading comments are code.
 function M.strip_header(code)
   local ls = lines(code)
   local i = 1
   while i <= #ls and ls[i]:match("^%s*$") do i = i + 1 end
-  if not (ls[i] and ls[i]:match("^%s*%-%-%-")) then return code end
-  while i <= #ls and ls[i]:match("^%s*%-%-") and not ls[i]:match("^%s*%-%-%[=*%[") do i = i + 1 end
+  if not (ls[i] and comment_line(ls[i])) then return code end
+  local doc = ls[i]:match("^%s*%-%-%-") ~= nil
+  local j = i
+  while j <= #ls and comment_line(ls[j]) do
+    local tag = ls[j]:match("^%s*%-%-%-? ?@([%w_]+)")
+    if tag and META_TAGS[tag] then doc = true end
+    j = j + 1
+  end
+  if not doc then return code end
+  i = j
   while i <= #ls and ls[i]:match("^%s*$") do i = i + 1 end
   return table.concat(ls, "\n", i) .. (code:sub(-1) == "\n" and "\n" or "")
 end

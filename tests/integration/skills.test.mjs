@@ -174,6 +174,35 @@ describe("save_skill", () => {
     });
   });
 
+  it("over a hand-written skill whose header is -- comments with @tool: one @tool line, and saving again changes nothing", T, async () => {
+    const hand = "-- Greets someone.\n-- @param who string who to greet\n-- @tool Greeter\n"
+      + "return function(a) return 'hello ' .. a.who end\n";
+    await withServer({ skills: { "greet.lua": hand } }, async (s) => {
+      const file = path.join(s.skillsDir, "greet.lua");
+      const sk = ok(await call(s, "load_skill", { name: "greet" }));
+      assert.equal(sk.tool, true);
+      assert.equal(sk.description, "Greets someone.");
+      const args = { name: "greet", code: sk.code, description: sk.description, params: sk.params, tool: true, title: "Greeter" };
+      const first = ok(await call(s, "save_skill", args));
+      const text = readFileSync(file, "utf8");
+      assert.equal(text.match(/@tool/g).length, 1, text);
+      assert.equal(text.match(/@param/g).length, 1, text);
+      assert.equal(text, "--- Greets someone.\n-- @param who string who to greet\n-- @tool Greeter\n"
+        + "return function(a) return 'hello ' .. a.who end\n");
+      // the same save again: the same file, no new version
+      const again = ok(await call(s, "save_skill", { ...args, code: ok(await call(s, "load_skill", { name: "greet" })).code }));
+      assert.equal(readFileSync(file, "utf8"), text);
+      assert.equal(again.version, first.version);
+      const h = ok(await call(s, "skill_history", { name: "greet" }));
+      assert.equal(h.versions.length, 2, "the hand-written version and one save");
+      const r = await s.client.callTool({ name: "greet", arguments: { who: "Ann" } });
+      assert.deepEqual(r.content, [{ type: "text", text: "hello Ann" }], "still published as a tool");
+      // a plain leading comment without tags is code, kept below the header
+      ok(await call(s, "save_skill", { name: "plain", code: "-- just a note\nreturn 1\n", description: "Plain." }));
+      assert.equal(readFileSync(path.join(s.skillsDir, "plain.lua"), "utf8"), "--- Plain.\n\n-- just a note\nreturn 1\n");
+    });
+  });
+
   it("refuses invalid names with the rule in the message and writes nothing", T, async () => {
     await withServer({}, async (s) => {
       for (const name of ["1abc", "a-b", "../x", "", "a b", "x.y", "a/b", "é", "a".repeat(65)]) {

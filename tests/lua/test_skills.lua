@@ -156,6 +156,10 @@ check("strip keeps plain comments", fmt.strip_header("-- plain\nreturn 1\n"), "-
 check("strip keeps a long comment", fmt.strip_header("--- d\n--[[ keep ]]\nreturn 1"), "--[[ keep ]]\nreturn 1")
 check("strip after blank lines", fmt.strip_header("\n\n--- d\n\nreturn 2\n"), "return 2\n")
 check("strip without header", fmt.strip_header("return 3"), "return 3")
+check("strip a -- header with a tag", fmt.strip_header("-- Hand.\n-- @tool T\nreturn 4\n"), "return 4\n")
+check("strip a -- header with @param", fmt.strip_header("--@param x any\n\nreturn 5\n"), "return 5\n")
+check("strip keeps comments whose tags are not metadata", fmt.strip_header("-- note\n-- @todo later\nreturn 6\n"),
+  "-- note\n-- @todo later\nreturn 6\n")
 
 ---------------------------------------------------------------------------------------------
 -- compile
