@@ -6,7 +6,9 @@
  * a skill saved without tool=true, "-- @param" added parameters, a second "-- @tool T" replaced
  * the title), and the next save stripped them from the code as if they were header lines; and a
  * description with a lone carriage return wrote a header whose comment ended there, and a
- * description line starting with "@" was read back as a tag. */
+ * description line starting with "@" was read back as a tag. Since issue 31 a leading block of
+ * "--" lines with such tags is what the indexer reads it as, a header: replaced by the generated
+ * one (kept below it, it wrote "@tool" twice); comments without those tags stay code. */
 #include <lauxlib.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -39,13 +41,23 @@ TEST(leading_comments_of_the_code_are_code)
 		      " local e = skills.get_tenant('default').skills.sneaky"
 		      " return tostring(e.tool) .. ' ' .. #e.params .. ' ' .. e.description"),
 		  "nil 0 Adds one.");
-	/* the comments stay in the code, and survive a second save of the code as load_skill gives it */
+	/* a leading block with tags the indexer reads is a documentation block (a hand-written skill's
+	 * header, as load_skill gives it): replaced by the generated one, not kept below it, where it
+	 * wrote @tool twice (issue 31); a second save of the code as load_skill gives it writes the
+	 * same file */
 	CHECK_STR(run("local e = skills.get_tenant('default').skills.sneaky"
+		      " local before = fs.read(mb.config.skills_dir .. '/sneaky.lua', 100000)"
 		      " local d = skills.save('default', { name = 'sneaky', description = 'Adds one.', code = e.code })"
 		      " local src = fs.read(mb.config.skills_dir .. '/sneaky.lua', 100000)"
-		      " return tostring(src:find('-- @tool Sneaky\\n-- @param x string a value\\nreturn', 1, true) ~= nil)"
+		      " return src .. '|' .. tostring(src == before)"
 		      " .. ' ' .. tostring(skills.get_tenant('default').skills.sneaky.tool)"),
-		  "true nil");
+		  "--- Adds one.\nreturn function(x) return x + 1 end|true nil");
+	/* plain comments (no tag the indexer reads) stay code, below a blank line */
+	CHECK_STR(run("local d, err = skills.save('default', { name = 'noted', description = 'Noted.',"
+		      " code = '-- a note\\n-- @todo later\\nreturn 1' })"
+		      " if not d then return 'ERR ' .. tostring(err) end"
+		      " return fs.read(mb.config.skills_dir .. '/noted.lua', 100000)"),
+		  "--- Noted.\n\n-- a note\n-- @todo later\nreturn 1");
 }
 
 TEST(a_comment_does_not_replace_the_title)
