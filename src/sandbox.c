@@ -191,6 +191,7 @@ static int sb_msgh(lua_State *L)
 {
 	mb_sandbox_ctx *c = mb_sandbox_ctx_of(L);
 	if (c && mb_budget_check(c->b) == MB_STOP_NONE && !c->traceback) {
+		mb_sandbox_skills_explain(L, 1); /* skills.boom() of a skill that does not exist */
 		const char *msg = lua_type(L, 1) == LUA_TSTRING ? lua_tostring(L, 1) : NULL;
 		luaL_traceback(L, L, msg, 1);
 		size_t n;

@@ -95,6 +95,12 @@ void mb_sandbox_host_call(lua_State *L, const char *name);
 /// them raw, see tools.host_calls_raw). Takes ownership of args (malloc'd; freed even on error).
 void mb_sandbox_host_call_raw(lua_State *L, const char *name, char *args, size_t len);
 
+/// The error message at idx, when it comes from using skills.<name> of a skill that does not
+/// exist in this execution ("attempt to call a nil value (field 'boom')"), is replaced by the same
+/// message with the host's reason as a hint (sandbox_skills.c; for the message handler). Anything
+/// else is left alone.
+void mb_sandbox_skills_explain(lua_State *L, int idx);
+
 /// f([text]) as a host call: the one optional argument, a string, is sent as {key = text}; pushes
 /// the reply and returns 1 (for lua_CFunctions such as list_skills and mcp.tools).
 int mb_sandbox_host_call_opt(lua_State *L, const char *name, const char *key);

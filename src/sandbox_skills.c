@@ -6,7 +6,9 @@
  * (lua/mcp/skills.lua). A required skill's source comes back as text and is compiled and run
  * here, in the same state, under the same budget as the caller: a skill is just more sandbox
  * code. Loaded modules are cached per execution; a module that requires itself, directly or
- * through others, gets an error that shows the cycle.
+ * through others, gets an error that shows the cycle. `skills.<name>` of a skill that does not
+ * exist is nil (so code can test for one), and the error of using that nil gets the reason as a
+ * hint (mb_sandbox_skills_explain, called by the message handler).
  */
 #include <lauxlib.h>
 #include <stdio.h>
@@ -20,6 +22,7 @@
 static const char loaded_key = 0;  /* registry: skill name -> module value, or the marker */
 static const char loading_key = 0; /* registry: array of names being loaded (for cycle text) */
 static const char marker = 0;      /* loaded[name] while its chunk runs */
+static const char missing_key = 0; /* registry: skill name -> why skills.<name> was nil */
 
 /* Calls the host with the table at the top of the stack as arguments (popped) and pushes the
  * decoded reply. Raises a Lua error with the host's message, or the sticky budget error. */
@@ -150,8 +153,10 @@ static void push_cycle(lua_State *L, int stack, const char *name)
 	luaL_pushresult(&b);
 }
 
-/* Loads skill `name` (validated) and leaves its module value on the stack. */
-static int load_skill_module(lua_State *L, const char *name)
+/* Loads skill `name` (validated) and leaves its module value on the stack. optional
+ * (skills.<name>): a skill that does not exist is nil, and the host's reason is kept for
+ * mb_sandbox_skills_explain; require raises. */
+static int load_skill_module(lua_State *L, const char *name, int optional)
 {
 	mb_sandbox_ctx *c = mb_sandbox_ctx_of(L);
 	registry_table(L, &loaded_key);
@@ -165,12 +170,38 @@ static int load_skill_module(lua_State *L, const char *name)
 	if (!lua_isnil(L, -1))
 		return 1;
 	lua_pop(L, 1);
+	if (optional) { /* known missing in this execution: no second host call */
+		registry_table(L, &missing_key);
+		if (lua_getfield(L, -1, name) != LUA_TNIL) {
+			lua_pushnil(L);
+			return 1;
+		}
+		lua_pop(L, 2);
+	}
 
-	lua_createtable(L, 0, 1);
+	lua_createtable(L, 0, 2);
 	lua_pushstring(L, name);
 	lua_setfield(L, -2, "name");
+	if (optional) {
+		lua_pushboolean(L, 1);
+		lua_setfield(L, -2, "optional");
+	}
 	mb_sandbox_host_call(L, "skill_source");
 	int reply = lua_gettop(L);
+	if (optional) {
+		int missing = lua_getfield(L, reply, "missing") == LUA_TBOOLEAN && lua_toboolean(L, -1);
+		lua_pop(L, 1);
+		if (missing) {
+			registry_table(L, &missing_key);
+			if (lua_getfield(L, reply, "message") != LUA_TSTRING) {
+				lua_pop(L, 1);
+				lua_pushfstring(L, "no skill named \"%s\"", name);
+			}
+			lua_setfield(L, -2, name);
+			lua_pushnil(L);
+			return 1;
+		}
+	}
 	lua_getfield(L, reply, "code");
 	size_t len;
 	const char *code = lua_tolstring(L, -1, &len);
@@ -221,7 +252,7 @@ static int sb_require(lua_State *L)
 		return luaL_error(L, "require: module '%s' not found: only skills can be required "
 				  "in the sandbox, as require(\"skills.<name>\")", mod);
 	lua_settop(L, 1);
-	return load_skill_module(L, mod + 7);
+	return load_skill_module(L, mod + 7, 0);
 }
 
 static int skills_index(lua_State *L)
@@ -230,7 +261,41 @@ static int skills_index(lua_State *L)
 	const char *name = lua_tolstring(L, 2, &n);
 	if (!name || !valid_name(name, n))
 		return 0;
-	return load_skill_module(L, name);
+	return load_skill_module(L, name, 1);
+}
+
+void mb_sandbox_skills_explain(lua_State *L, int idx)
+{
+	idx = lua_absindex(L, idx);
+	if (lua_type(L, idx) != LUA_TSTRING || !lua_checkstack(L, 4))
+		return;
+	if (lua_rawgetp(L, LUA_REGISTRYINDEX, &missing_key) != LUA_TTABLE) {
+		lua_pop(L, 1);
+		return;
+	}
+	const char *msg = lua_tostring(L, idx);
+	const char *kinds[] = { "a nil value (field '", "a nil value (method '" };
+	const char *at = NULL;
+	for (size_t k = 0; k < sizeof kinds / sizeof kinds[0] && !at; k++) {
+		at = strstr(msg, kinds[k]);
+		if (at)
+			at += strlen(kinds[k]);
+	}
+	const char *end = at ? strchr(at, '\'') : NULL;
+	if (!end || !valid_name(at, (size_t)(end - at))) {
+		lua_pop(L, 1);
+		return;
+	}
+	lua_pushlstring(L, at, (size_t)(end - at));
+	lua_pushvalue(L, -1);
+	if (lua_rawget(L, -3) != LUA_TSTRING) {
+		lua_pop(L, 3);
+		return;
+	}
+	lua_pushfstring(L, "%s (hint: skills.%s is nil: %s)", msg, lua_tostring(L, -2),
+			lua_tostring(L, -1));
+	lua_replace(L, idx);
+	lua_pop(L, 3);
 }
 
 static int skills_newindex(lua_State *L)
@@ -258,6 +323,8 @@ static int sb_save_skill(lua_State *L)
 		lua_setfield(L, -2, "params");
 	}
 	mb_sandbox_host_call(L, "save_skill");
+	lua_pushnil(L); /* a skill found missing earlier in this execution may exist now */
+	lua_rawsetp(L, LUA_REGISTRYINDEX, &missing_key);
 	return 1;
 }
 

@@ -234,8 +234,9 @@ return {
         require = {
           signature = 'require("skills.<name>")',
           description = "Load a skill module by name and return what it returns (usually a table "
-            .. "of functions); skills.<name> does the same. It runs in the same sandbox under the "
-            .. "same limits; skills may require other skills; cycles are an error.",
+            .. "of functions); skills.<name> does the same, and is nil when no skill has that name "
+            .. "(require raises). It runs in the same sandbox under the same limits; skills may "
+            .. "require other skills; cycles are an error.",
           parameters = { P("name", "string", '"skills." followed by the skill\'s name') },
           returns = "the skill module's value",
           use_cases = { "reuse a saved skill", "call a helper library from the skills directory" },

@@ -129,7 +129,7 @@ function M.init(tools)
 
   -- host calls from sandbox code
   tools.host_calls.skill_source = function(a, request)
-    return skills.source(request.tenant or "default", a.name)
+    return skills.source(request.tenant or "default", a.name, a.optional == true)
   end
   tools.host_calls.save_skill = function(a, request)
     local res, err, line = skills.save(request.tenant or "default", a)

@@ -469,8 +469,9 @@ end
 
 -- The header save_skill writes, then the code, with a blank line between them when the code's
 -- first line is a comment: the indexer would otherwise read that comment as part of the header
--- (a "-- @tool" or "-- @param" line of the code would change the saved metadata) and the next
--- save would strip it as a header line.
+-- (its text would join the description) and the next save would strip it as a header line. A
+-- leading block with tags the indexer reads ("-- @tool", "-- @param") is not code but the header
+-- of a hand-written skill: strip_header has already replaced it.
 local function with_header(header, body)
   if header ~= "" and body:match("^[ \t]*%-%-") then return header .. "\n" .. body end
   return header .. body
@@ -733,10 +734,15 @@ function M.restore(tenant, name, version)
   return d
 end
 
--- The source of a skill in use, for require inside the sandbox.
-function M.source(tenant, name)
+-- The source of a skill in use, for require inside the sandbox. optional (skills.<name>): a
+-- skill that does not exist is {missing = true, message = why} instead of an error, so that
+-- `skills.x == nil` can test for it; one whose file is there but cannot be read still raises.
+function M.source(tenant, name, optional)
   local t = get_tenant(tenant)
   local e = fresh(t, name)
+  if not e and optional and not t.problems[name] then
+    return { name = name, missing = true, message = M.not_found(t, name) }
+  end
   if not e then return nil, "require: " .. M.not_found(t, name) end
   if not e.code then
     return nil, string.format("require: skill %q does not compile (%s) and has no earlier good version",

@@ -577,10 +577,46 @@ describe("skills inside execute_code", () => {
       const r = await run(s, 'return require("skills.no_such")');
       assert.equal(r.success, false);
       assert.ok(r.error.includes('require: no skill named "no_such". list_skills shows what exists.'), r.error);
-      const r2 = await run(s, "return skills.nosuch");
-      assert.ok(r2.error.includes('require: no skill named "nosuch"; similar: nosuch_like. list_skills shows what exists.'), r2.error);
+      // skills.<name> of a missing skill is nil; using it says why
+      const r2 = await run(s, "return skills.nosuch()");
+      assert.equal(r2.success, false);
+      assert.equal(r2.error, "code:1: attempt to call a nil value (field 'nosuch') (hint: skills.nosuch is nil: "
+        + 'no skill named "nosuch"; similar: nosuch_like. list_skills shows what exists.)');
       // an invalid name through indexing is just absent
       assert.equal(await runOk(s, 'return skills["a-b"] == nil and skills[1] == nil'), true);
+    });
+  });
+
+  it("skills.<name> of a skill that does not exist is nil, so code can test for one", T, async () => {
+    await withServer({ skills: { "here.lua": "--- Here.\nreturn { run = function() return 'h' end }\n",
+      "broken.lua": "--- Broken.\nreturn (\n" } }, async (s) => {
+      await until("broken listed", async () => skillNamed(await listSkills(s), "broken"));
+      assert.deepEqual(await runOk(s, `
+        return { missing = skills.boom == nil, differs = skills.boom ~= nil, here = skills.here ~= nil,
+                 twice = skills.boom == nil and skills.boom == nil,
+                 picked = (skills.boom or skills.here).run() }`),
+        { missing: true, differs: false, here: true, twice: true, picked: "h" });
+      // indexing the nil, a method call, and require all say there is no such skill
+      let r = await run(s, "return skills.boom.run()");
+      assert.equal(r.error, "code:1: attempt to index a nil value (field 'boom') (hint: skills.boom is nil: "
+        + 'no skill named "boom". list_skills shows what exists.)');
+      r = await run(s, "local x = 1\nreturn skills:boom()");
+      assert.equal(r.error, "code:2: attempt to call a nil value (method 'boom') (hint: skills.boom is nil: "
+        + 'no skill named "boom". list_skills shows what exists.)');
+      r = await run(s, 'return require("skills.boom")');
+      assert.ok(r.error.includes('require: no skill named "boom". list_skills shows what exists.'), r.error);
+      // a field of another name is not blamed on skills
+      r = await run(s, "local _ = skills.boom\nlocal t = {}\nreturn t.other()");
+      assert.equal(r.error, "code:3: attempt to call a nil value (field 'other')");
+      // a skill that exists but never compiled still raises: it is there, and broken
+      r = await run(s, "return skills.broken == nil");
+      assert.equal(r.success, false);
+      assert.match(r.error, /skill "broken" does not compile/);
+      // saved in the same execution: found after the earlier miss
+      assert.equal(await runOk(s, `
+        local before = skills.later == nil
+        save_skill("later", "return 'now'", "Saved while running.")
+        return before and skills.later`), "now");
     });
   });
 

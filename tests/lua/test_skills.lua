@@ -269,7 +269,10 @@ S.save_result = function() return nil, "name is invalid" end
 check("host call save_skill error", { tools.host_calls.save_skill({ name = "!" }, H.request()) },
   { nil, "save_skill: name is invalid" })
 check("host call skill_source", tools.host_calls.skill_source({ name = "x" }, H.request("t3")),
-  { call = "source", tenant = "t3", args = { "x" } })
+  { call = "source", tenant = "t3", args = { "x", false } })
+check("host call skill_source for skills.<name> (optional)",
+  tools.host_calls.skill_source({ name = "x", optional = true }, H.request("t3")),
+  { call = "source", tenant = "t3", args = { "x", true } })
 
 -- a published skill as a tool: schema checks before any execution
 local skill_tools = require("mcp.skill_tools")
