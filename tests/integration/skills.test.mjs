@@ -899,6 +899,13 @@ describe("two servers on one data directory and skills directory", () => {
         assert.equal(ok(await call(b, "load_skill", { name: "shared" })).version, v, "B's load_skill");
         assert.equal(ok(await call(b, "load_skill", { name: "shared" })).description, `Version ${v}.`);
       }
+      // published as a tool through A: in B's tools/list, and B's client is told
+      const changed = watchListChanged(b);
+      ok(await call(a, "save_skill", { name: "pub", code: "return function() return 'p' end\n", description: "Pub.", tool: true }));
+      await until("pub in B's tools/list", async () => (await b.client.listTools()).tools.some((t) => t.name === "pub"), 2000);
+      await waitCount(changed, 1, "list_changed on B");
+      assert.deepEqual((await b.client.callTool({ name: "pub", arguments: {} })).content, [{ type: "text", text: "p" }]);
+
       // and the other way round: B saves, A sees it
       ok(await call(b, "save_skill", { name: "shared", code: 'return function() return "from B" end\n', description: "From B." }));
       await sees(a, code, "from B", "A after B saved");
@@ -921,6 +928,28 @@ describe("two servers on one data directory and skills directory", () => {
       ok(await call(b, "restore_skill", { name: "shared", version: v2.version }));
       await sees(a, code, "v2", "A after B restored version 2");
     });
+  });
+
+  it("with their own data directories and one skills directory, each runs what the other saved", T, async () => {
+    const skillsDir = makeSkillsDir();
+    const opts = { args: ["--skills-dir", skillsDir] };
+    try {
+      const a = await connectClient(opts);
+      await useServer(a, async () => {
+        const b = await connectClient(opts);
+        await useServer(b, async () => {
+          const code = 'return require("skills.own")()';
+          for (let v = 1; v <= 3; v++) {
+            ok(await call(a, "save_skill", { name: "own", code: `return function() return "v${v}" end\n`, description: `V${v}.` }));
+            await sees(b, code, `v${v}`, `B after A saved v${v}`);
+          }
+          ok(await call(a, "delete_skill", { name: "own" }));
+          await until("B no longer lists own", async () => !skillNamed(await listSkills(b), "own"), 2000);
+        });
+      });
+    } finally {
+      rmSync(path.dirname(skillsDir), { recursive: true, force: true });
+    }
   });
 });
 
