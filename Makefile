@@ -50,13 +50,17 @@ all: deps
 	@$(MAKE) --no-print-directory $(BUILD)/moonbox
 
 # ---- dependencies -------------------------------------------------------------------------
+# apt-get through tools/apt-wait.sh, which waits (MOONBOX_APT_LOCK_TIMEOUT s, default 300) for a
+# lock another apt-get or dpkg holds - unattended-upgrades on a fresh cloud machine - instead of
+# failing; the variable is passed explicitly because sudo drops the environment.
+APT_GET := env MOONBOX_APT_LOCK_TIMEOUT=$${MOONBOX_APT_LOCK_TIMEOUT:-300} tools/apt-wait.sh
 # Installs any missing Debian package; silent and idempotent when all are present.
 deps:
 	@missing=$$(for p in $(DEB_PKGS); do dpkg-query -W -f='$${Status}\n' $$p 2>/dev/null | grep -q 'install ok installed' || echo $$p; done); \
 	if [ -n "$$missing" ]; then \
 	  echo "installing Debian packages: $$missing"; \
 	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
-	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq $$missing >/dev/null; \
+	  $$SUDO $(APT_GET) update -qq && $$SUDO $(APT_GET) install -y -qq $$missing >/dev/null; \
 	fi
 
 # A service that one of these packages starts as it is installed here (nginx on port 80, the
@@ -68,7 +72,7 @@ test-deps: deps
 	if [ -n "$$missing" ]; then \
 	  echo "installing Debian packages: $$missing"; \
 	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
-	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq $$missing >/dev/null || exit 1; \
+	  $$SUDO $(APT_GET) update -qq && $$SUDO $(APT_GET) install -y -qq $$missing >/dev/null || exit 1; \
 	  for svc in $(TEST_DEB_SERVICES); do \
 	    case " $$missing " in *" $$svc "*) ;; *) continue ;; esac; \
 	    if [ -d /run/systemd/system ]; then $$SUDO systemctl disable --now $$svc >/dev/null 2>&1 || true; \
@@ -116,8 +120,8 @@ run:
 # /usr/local) and DESTDIR. The layout under PREFIX is fixed: bin/moonbox finds its examples in
 # ../share/moonbox from its own path (/proc/self/exe), so the same build works in /usr/local, in
 # /usr (the package), in /opt or in a DESTDIR. `make deb` builds the Debian package from an
-# installed tree with dpkg-deb; Depends comes from dpkg-shlibdeps (libcurl4, opened with dlopen,
-# is declared by hand as Recommends).
+# installed tree with dpkg-deb; Depends comes from dpkg-shlibdeps (libcurl4 and libpq5, opened
+# with dlopen, are declared by hand as Recommends in dist/deb/control.in).
 PREFIX     ?= /usr/local
 SYSCONFDIR ?= $(if $(filter /usr,$(PREFIX)),/etc,$(PREFIX)/etc)
 UNITDIR    ?= $(PREFIX)/lib/systemd/system
@@ -165,7 +169,7 @@ package-deps:
 	if [ -n "$$missing" ]; then \
 	  echo "installing Debian packages: $$missing"; \
 	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
-	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq $$missing >/dev/null; \
+	  $$SUDO $(APT_GET) update -qq && $$SUDO $(APT_GET) install -y -qq $$missing >/dev/null; \
 	fi
 
 # $(BUILD)/moonbox_VERSION_ARCH.deb, for `apt install ./$(BUILD)/moonbox_*.deb`.
@@ -192,8 +196,10 @@ deb: deps package-deps all $(BUILD)/moonbox.1
 # The installed tree, tested (docs/testing.md): tests/install/destdir.sh installs into a
 # temporary DESTDIR, drives the installed binary with the SDK client and uninstalls;
 # tests/install/deb.sh builds the package, installs it with apt, runs it and removes it (as root
-# with apt only; otherwise it says it is skipped). make test-fresh calls deb.sh too.
+# with apt only; otherwise it says it is skipped). make test-fresh calls deb.sh too. First,
+# tests/install/apt_wait.sh: every apt-get goes through tools/apt-wait.sh, which waits for a held lock.
 test-install: test-deps all
+	@tests/install/apt_wait.sh
 	@BUILD=$(BUILD) tests/install/destdir.sh
 	@BUILD=$(BUILD) tests/install/deb.sh
 

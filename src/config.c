@@ -7,6 +7,7 @@
  * out-of-range values. docs/configuration.md mirrors this table.
  */
 #include "config.h"
+#include "protocol.h"
 
 #include <ctype.h>
 #include <errno.h>
@@ -127,10 +128,19 @@ static void usage(FILE *f)
 	fprintf(f,
 		"moonbox %s - a code-execution MCP server: runs Lua 5.4 in a restricted sandbox.\n\n"
 		"usage: moonbox [--data-dir DIR] [--config FILE] [--log-level L] [--OPTION VALUE]...\n"
-		"       moonbox --help | --version\n\n"
-		"Serves MCP (2025-11-25) on stdin/stdout. Options (flag, MOONBOX_* variable, or key in\n"
-		"the JSON config file; flags win over the environment, which wins over the file):\n\n",
+		"       moonbox --help | --version\n\n",
 		MB_VERSION);
+	/* The revisions come from protocol.h, the list initialize and server/discover use. */
+	fprintf(f, "Serves MCP ");
+	for (int i = 0; mb_protocol_served[i]; i++)
+		fprintf(f, "%s%s", i ? ", " : "", mb_protocol_served[i]);
+	fprintf(f, " (with initialize) and ");
+	for (int i = 0; mb_protocol_modern[i]; i++)
+		fprintf(f, "%s%s", i ? ", " : "", mb_protocol_modern[i]);
+	fprintf(f, " (stateless)\n"
+		"on stdin/stdout, or Streamable HTTP with --http. Options (flag, MOONBOX_* variable,\n"
+		"or key in the JSON config file; flags win over the environment, which wins over the\n"
+		"file):\n\n");
 	for (size_t i = 0; i < NOPTS; i++) {
 		const option *o = &options[i];
 		char flag[64];

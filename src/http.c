@@ -96,6 +96,36 @@ static int is_legacy_version(const char *v)
 	return 0;
 }
 
+/* The 401 answers. WWW-Authenticate: Bearer makes an MCP client start OAuth (which moonbox does
+ * not offer yet: the Inspector CLI then says "Interactive OAuth requires a TTY"), so both the
+ * header's error_description and the body say which header to send instead. RFC 6750 section
+ * 3.1: error="invalid_token" when a bearer token was sent and refused, no error code when none
+ * was sent. */
+static const char auth_none[] =
+	"WWW-Authenticate: Bearer realm=\"moonbox\", error_description=\"send the header "
+	"Authorization: Bearer <token> with a token of this server's http_tokens (OAuth is not "
+	"offered)\"\r\n";
+static const char auth_refused[] =
+	"WWW-Authenticate: Bearer realm=\"moonbox\", error=\"invalid_token\", error_description=\""
+	"the bearer token is not one of this server's http_tokens: send Authorization: Bearer "
+	"<token> with a configured token (OAuth is not offered)\"\r\n";
+static const char auth_msg_none[] =
+	"Unauthorized: send Authorization: Bearer <token> with a token of this server's http_tokens "
+	"(moonbox does not offer OAuth: configure the client to send that header)";
+static const char auth_msg_refused[] =
+	"Unauthorized: the bearer token is not valid: send Authorization: Bearer <token> with a token "
+	"of this server's http_tokens (moonbox does not offer OAuth)";
+static const char auth_msg_scheme[] =
+	"Unauthorized: the Authorization header must be Bearer <token> with a token of this server's "
+	"http_tokens (moonbox does not offer OAuth)";
+
+/* Whether an Authorization value carries a bearer token: the scheme Bearer, then a space, a
+ * tab or nothing. */
+static int is_bearer(const char *v, size_t n)
+{
+	return n >= 6 && strncasecmp(v, "Bearer", 6) == 0 && (n == 6 || v[6] == ' ' || v[6] == '\t');
+}
+
 static const char allow_mcp[] = "Allow: GET, POST, DELETE, OPTIONS\r\n";
 static const char allow_get[] = "Allow: GET\r\n";
 
@@ -168,9 +198,12 @@ static int on_headers_complete(http_parser *p)
 							   c->hlen[H_AUTH]);
 	if (!c->tenant) {
 		h->st.auth_failures++;
-		reject(c, 401, -32000, "WWW-Authenticate: Bearer realm=\"moonbox\"\r\n",
-		       c->hcount[H_AUTH] ? "Unauthorized: the bearer token is not valid"
-					 : "Unauthorized: send Authorization: Bearer <token>", NULL);
+		if (!c->hcount[H_AUTH])
+			reject(c, 401, -32000, auth_none, auth_msg_none, NULL);
+		else if (c->hover[H_AUTH] || is_bearer(hval(c, H_AUTH), c->hlen[H_AUTH]))
+			reject(c, 401, -32000, auth_refused, auth_msg_refused, NULL);
+		else
+			reject(c, 401, -32000, auth_none, auth_msg_scheme, NULL);
 		goto checked;
 	}
 	if (c->route == R_METRICS) {

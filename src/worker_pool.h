@@ -1,6 +1,7 @@
 /* worker_pool.h - the execution pool in worker processes (isolation = process), driven from the
  * loop thread: the mb_pool API of pool.h under another name. pool.c hands every call here when
- * the configuration asks for worker processes, so the rest of the server sees one pool.
+ * the configuration asks for worker processes, so the rest of the server sees one pool; what
+ * both share (callbacks, counters, admission) is pool_admit.h, below both.
  *
  * Thread rules: loop thread only.
  */
@@ -9,7 +10,7 @@
 
 #include <uv.h>
 
-#include "pool.h"
+#include "pool_admit.h"
 
 typedef struct mb_wpool mb_wpool;
 

@@ -17,7 +17,7 @@ BASE="$OUT/base"
 MIRROR=${FRESH_MIRROR:-http://deb.debian.org/debian}
 RUNS=${FRESH_RUNS:-1}
 [ "$(id -u)" = 0 ] || { echo "test-fresh: needs root (debootstrap, chroot, mounts)" >&2; exit 2; }
-command -v debootstrap >/dev/null || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq debootstrap >/dev/null; }
+command -v debootstrap >/dev/null || { "$ROOT_DIR/tools/apt-wait.sh" update -qq && "$ROOT_DIR/tools/apt-wait.sh" install -y -qq debootstrap >/dev/null; }
 
 mkdir -p "$OUT"
 if [ ! -f "$BASE/.complete" ]; then
@@ -60,7 +60,9 @@ mnt --rbind /dev "$ROOT/dev"
 mnt -t tmpfs -o size=8g tmpfs "$ROOT/tmp"
 
 echo "test-fresh: installing what a user has: nodejs npm make gcc pkg-config git"
-chroot "$ROOT" /bin/sh -c 'apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq nodejs npm make gcc pkg-config git >/dev/null && update-ca-certificates >/dev/null'
+# (apt-get through tools/apt-wait.sh, as everywhere: it waits for a lock instead of failing)
+cp "$ROOT_DIR/tools/apt-wait.sh" "$ROOT/tmp/apt-wait.sh"
+chroot "$ROOT" /bin/sh -c '/tmp/apt-wait.sh update -qq && /tmp/apt-wait.sh install -y -qq nodejs npm make gcc pkg-config git >/dev/null && update-ca-certificates >/dev/null'
 echo "test-fresh: $(chroot "$ROOT" node --version) on PATH"
 git clone -q --no-local "$ROOT_DIR" "$ROOT/work/moonbox"
 echo "test-fresh: commit $(git -C "$ROOT/work/moonbox" log --oneline -1)"

@@ -39,7 +39,7 @@ tmp=$(mktemp -d /tmp/moonbox-deb-XXXXXX)
 server=
 cleanup() {
 	[ -n "$server" ] && kill "$server" 2>/dev/null
-	DEBIAN_FRONTEND=noninteractive apt-get purge -y -qq moonbox >/dev/null 2>&1
+	tools/apt-wait.sh purge -y -qq moonbox >/dev/null 2>&1
 	rm -rf "$tmp"
 }
 trap cleanup EXIT
@@ -67,11 +67,13 @@ check "every library the binary loads belongs to a package in Depends (ldd + dpk
 		[ -n \"\$pkg\" ] || { echo \"no package owns \$lib\"; exit 1; }
 		echo \"\$dep\" | grep -qE \"(^|, )\$pkg( |,|\$)\" || { echo \"\$lib is in \$pkg, which Depends lacks\"; exit 1; }
 	done"
-check "dpkg-deb: Recommends libcurl4 (opened with dlopen)" sh -c "[ \"\$(dpkg-deb -f '$deb' Recommends)\" = libcurl4 ]"
+# Both are opened with dlopen, so dpkg-shlibdeps cannot see them: libcurl4 for HTTP upstreams,
+# libpq5 (the soname src/pq_load.h names) for store_url=postgres://...
+check "dpkg-deb: Recommends libcurl4, libpq5 (opened with dlopen)" sh -c "[ \"\$(dpkg-deb -f '$deb' Recommends)\" = 'libcurl4, libpq5' ]"
 check "dpkg-deb: /etc/moonbox/moonbox.env is a conffile" sh -c "
 	dpkg-deb --ctrl-tarfile '$deb' | tar -xO ./conffiles | grep -qx /etc/moonbox/moonbox.env"
 
-check "apt-get install ./$deb" env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "./$deb"
+check "apt-get install ./$deb" tools/apt-wait.sh install -y -qq "./$deb"
 check "dpkg: moonbox is installed" sh -c "dpkg-query -W -f='\${Status}' moonbox | grep -qx 'install ok installed'"
 check "moonbox is on PATH" sh -c "[ \"\$(command -v moonbox)\" = /usr/bin/moonbox ] && moonbox --version"
 check "/etc/moonbox/moonbox.env is root's, mode 0600" sh -c "[ \"\$(stat -c '%U %a' /etc/moonbox/moonbox.env)\" = 'root 600' ]"
@@ -112,12 +114,12 @@ else
 	not_ok "SDK smoke test: $NODE is missing (make test-deps)"
 fi
 
-check "apt-get remove moonbox" env DEBIAN_FRONTEND=noninteractive apt-get remove -y -qq moonbox
+check "apt-get remove moonbox" tools/apt-wait.sh remove -y -qq moonbox
 check "remove: files gone" sh -c "for f in /usr/bin/moonbox /usr/share/moonbox /usr/share/doc/moonbox \
 	/usr/share/man/man1/moonbox.1.gz /lib/systemd/system/moonbox.service; do [ ! -e \$f ] || { echo \"\$f is left\"; exit 1; }; done"
 check "remove: the conffile stays (status config-files)" sh -c "
 	[ -f /etc/moonbox/moonbox.env ] && dpkg-query -W -f='\${Status}' moonbox | grep -qx 'deinstall ok config-files'"
-check "apt-get purge moonbox" env DEBIAN_FRONTEND=noninteractive apt-get purge -y -qq moonbox
+check "apt-get purge moonbox" tools/apt-wait.sh purge -y -qq moonbox
 check "purge: /etc/moonbox gone, package unknown to dpkg" sh -c "
 	[ ! -e /etc/moonbox ] && ! dpkg-query -W -f='\${Status}' moonbox 2>/dev/null | grep -q ok"
 

@@ -85,7 +85,8 @@ describe("installed moonbox", { skip: PREFIX ? false : "MOONBOX_PREFIX is not se
 
   it("the shipped examples are in PREFIX/share/moonbox", T, () => {
     const shipped = files(SHARE);
-    for (const f of ["skills/text_stats.lua", "skills/csv/SKILL.md", "skills/csv/init.lua", "catalog/README.md"])
+    for (const f of ["skills/text_stats.lua", "skills/csv/SKILL.md", "skills/csv/init.lua", "catalog/README.md",
+      "catalog/osv.json", "catalog/semgrep.json"])
       assert.ok(shipped.includes(f), `${f} in ${shipped.join(", ")}`);
   });
 
@@ -111,6 +112,9 @@ describe("installed moonbox", { skip: PREFIX ? false : "MOONBOX_PREFIX is not se
       // the catalog answers (its index is built from the copied catalog_dir and the built-in API)
       const found = ok(await s.client.callTool({ name: "search_tools", arguments: { query: "regular expression" } }));
       assert.ok(JSON.stringify(found).includes("re."), JSON.stringify(found).slice(0, 300));
+      // and the copied example catalog: a vulnerability tool of the OSV, Semgrep or GitHub server
+      const vuln = ok(await s.client.callTool({ name: "search_tools", arguments: { query: "vulnerability" } }));
+      assert.match(vuln.tools[0]?.category ?? "", /^example_(osv|semgrep|github)$/, JSON.stringify(vuln).slice(0, 300));
 
       // saving writes into the user's copy, never into the shipped directory
       ok(await s.client.callTool({ name: "save_skill", arguments: { name: "mine", code: "return 42\n", description: "Mine." } }));

@@ -140,7 +140,7 @@ describe("bearer tokens and tenants", () => {
   before(async () => { srv = await startHttp(["--http-tokens", `${TA}=alpha,${TB}=beta`]); });
   after(async () => { await srv.stop(); });
 
-  it("no token or a wrong one is 401 with WWW-Authenticate", T, async () => {
+  it("no token or a wrong one is 401 whose body and WWW-Authenticate say which header to send", T, async () => {
     for (const auth of [undefined, "Bearer nope-nope-nope-nope-nope"]) {
       const res = await fetch(srv.url, { method: "POST", headers: {
         "Content-Type": "application/json", Accept: "application/json, text/event-stream",
@@ -148,7 +148,19 @@ describe("bearer tokens and tenants", () => {
       body: JSON.stringify({ jsonrpc: "2.0", id: 1, method: "initialize", params: {
         protocolVersion: "2025-11-25", capabilities: {}, clientInfo: { name: "x", version: "1" } } }) });
       assert.equal(res.status, 401);
-      assert.match(res.headers.get("www-authenticate") ?? "", /^Bearer/);
+      const www = res.headers.get("www-authenticate") ?? "";
+      assert.match(www, /^Bearer realm="moonbox"/);
+      // a client that sees only "Bearer" starts OAuth (the Inspector CLI: "Interactive OAuth
+      // requires a TTY"); until moonbox offers OAuth, the answer names the header to send
+      const desc = /error_description="([^"]*)"/.exec(www)?.[1] ?? "";
+      assert.match(desc, /Authorization: Bearer <token>/, www);
+      assert.match(desc, /http_tokens/, www);
+      // RFC 6750 3.1: invalid_token where a token was sent and refused; no error code without one
+      if (auth) assert.match(www, /error="invalid_token"/);
+      else assert.doesNotMatch(www, /error="/);
+      const body = await res.json();
+      assert.equal(body.error.code, -32000);
+      assert.match(body.error.message, /send Authorization: Bearer <token> with a token of this server's http_tokens/);
     }
   });
 

@@ -7,8 +7,9 @@
 import { describe, it, afterEach } from "node:test";
 import assert from "node:assert/strict";
 import { setTimeout as sleep } from "node:timers/promises";
+import { spawnSync } from "node:child_process";
 
-import { spawnRaw } from "../lib/moonbox.mjs";
+import { MOONBOX, spawnRaw } from "../lib/moonbox.mjs";
 
 const T = { timeout: 30000 };
 
@@ -386,6 +387,29 @@ describe("initialize version negotiation", () => {
       await finish(p);
     });
   }
+});
+
+describe("--help names the revisions served", () => {
+  it("every revision server/discover supports, and each one initialize or _meta accepts", T, async () => {
+    const h = spawnSync(MOONBOX, ["--help"], { encoding: "utf8" });
+    assert.equal(h.status, 0, h.stderr);
+    const line = /Serves MCP ([^]*?)\s+on stdin\/stdout/.exec(h.stdout)?.[1];
+    assert.ok(line, `--help says which revisions it serves:\n${h.stdout.slice(0, 600)}`);
+    const named = [...line.matchAll(/\d{4}-\d\d-\d\d/g)].map((m) => m[0]);
+    const p = peer();
+    const meta = { "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+      "io.modelcontextprotocol/clientCapabilities": {} };
+    const disc = await p.request(1, "server/discover", { _meta: meta });
+    assert.ok(disc.result?.supportedVersions, JSON.stringify(disc));
+    assert.deepEqual([...named].sort(), [...disc.result.supportedVersions].sort(),
+      `--help names ${named.join(", ")}; server/discover supports ${disc.result.supportedVersions.join(", ")}`);
+    await finish(p);
+    for (const v of named.filter((v) => v.startsWith("2025"))) {
+      const q = peer();
+      assert.equal((await q.initialize(v)).protocolVersion, v);
+      await finish(q);
+    }
+  });
 });
 
 describe("tools/list pagination", () => {

@@ -1873,14 +1873,25 @@ TEST(tokens_and_tenants)
 	CHECK(srv_start(args) == 0);
 	char sid[65], q[1024];
 	resp r = { 0 };
-	check_error(post(NULL, NULL, init_body), 401, "Unauthorized: send Authorization: Bearer <token>",
-		    "WWW-Authenticate: Bearer realm=\"moonbox\"");
+	/* The 401 says which header to send, in the body and in WWW-Authenticate's error_description
+	 * (a client that sees only "Bearer" starts OAuth, which moonbox does not offer);
+	 * error="invalid_token" only where a bearer token was sent and refused (RFC 6750). */
+	const char *none = "WWW-Authenticate: Bearer realm=\"moonbox\", error_description=\"send the header "
+			   "Authorization: Bearer <token> with a token of this server's http_tokens (OAuth is not "
+			   "offered)\"";
+	const char *refused = "WWW-Authenticate: Bearer realm=\"moonbox\", error=\"invalid_token\", "
+			      "error_description=\"the bearer token is not one of this server's http_tokens: send "
+			      "Authorization: Bearer <token> with a configured token (OAuth is not offered)\"";
+	check_error(post(NULL, NULL, init_body), 401,
+		    "Unauthorized: send Authorization: Bearer <token> with a token of this server's http_tokens "
+		    "(moonbox does not offer OAuth", none);
 	check_error(post(NULL, "Authorization: Bearer wrong-token-000000000\r\n", init_body), 401,
-		    "Unauthorized: the bearer token is not valid", "WWW-Authenticate: Bearer realm=\"moonbox\"");
-	check_error(post(NULL, "Authorization: Bearer " TOK_A "x\r\n", init_body), 401, "not valid", NULL);
-	check_error(post(NULL, "Authorization: Bearer alpha-token-012345678\r\n", init_body), 401, "not valid", NULL);
-	check_error(post(NULL, "Authorization: Basic " TOK_A "\r\n", init_body), 401, "not valid", NULL);
-	check_error(post(NULL, "Authorization: Bearer\r\n", init_body), 401, "not valid", NULL);
+		    "Unauthorized: the bearer token is not valid: send Authorization: Bearer <token>", refused);
+	check_error(post(NULL, "Authorization: Bearer " TOK_A "x\r\n", init_body), 401, "not valid", refused);
+	check_error(post(NULL, "Authorization: Bearer alpha-token-012345678\r\n", init_body), 401, "not valid", refused);
+	check_error(post(NULL, "Authorization: Basic " TOK_A "\r\n", init_body), 401,
+		    "the Authorization header must be Bearer <token>", none);
+	check_error(post(NULL, "Authorization: Bearer\r\n", init_body), 401, "not valid", refused);
 	CHECK(stats().auth_failures == 6);
 	pthread_mutex_lock(&F.mu);
 	CHECK(F.messages == 0);
