@@ -421,6 +421,8 @@ function request_mt:execute(spec)
   end
   self.entry.job = job
   self.entry.tool = spec.tool -- the logger name of its log messages
+  -- when the execution's own limit ends it: how long host calls may wait for (mcp/upstream.lua)
+  self.entry.deadline = mb.now_ms() + (spec.timeout_ms or mb.config.default_timeout_ms)
   by_job[job] = self.entry
   local res = mb.wait(job)
   by_job[job] = nil
