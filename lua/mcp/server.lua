@@ -940,8 +940,12 @@ function host_api.metrics_text()
   return tools.savings.metrics_text() .. tools.upstream.metrics_text() .. store_metrics()
 end
 
-function host_api.handle_oversize(bytes)
-  send_error({ session = 1, exchange = 0 }, nil, INVALID_REQUEST, string.format(
+-- id_json: the JSON text of the line's "id" as the transport found it in the line's first bytes
+-- (a string or an integer), or nil: the answer goes to that id, so the caller's request ends.
+function host_api.handle_oversize(bytes, id_json)
+  local id = id_json and mb.json_decode(id_json)
+  if not valid_id(id) then id = nil end
+  send_error({ session = 1, exchange = 0 }, id, INVALID_REQUEST, string.format(
     "Invalid Request: message of %d bytes exceeds max_message_bytes=%d and was discarded",
     bytes, mb.config.max_message_bytes))
 end
