@@ -13,7 +13,7 @@ import path from "node:path";
 import { setTimeout as sleep } from "node:timers/promises";
 import { ElicitRequestSchema, ToolListChangedNotificationSchema } from "@modelcontextprotocol/sdk/types.js";
 
-import { TESTS_DIR, UPSTREAM_JS, connectWithConfig, nodeServer, waitUpstream } from "../lib/moonbox.mjs";
+import { TESTS_DIR, UPSTREAM_JS, connectClient, connectWithConfig, nodeServer, waitUpstream } from "../lib/moonbox.mjs";
 
 const T = { timeout: 60000 };
 const REPO = path.resolve(TESTS_DIR, "..");
@@ -280,5 +280,52 @@ steps:
     const z = await gw.client.callTool({ name: "zebras", arguments: {} });
     assert.deepEqual(z.structuredContent, { zebras: 7 });
     assert.equal((await listed(gw.client, "zebras")).available, true);
+  });
+});
+
+// "Done when ... a fresh data directory's first workflow does something useful" (issue 31): a
+// new data directory seeded from the repository's examples (--share-dir: skills/, catalog/ and
+// workflows/, as `make install` ships them) publishes csv_report, which needs no upstream server,
+// and not customer_intake, whose crm server is not configured.
+describe("a fresh data directory's first workflow", () => {
+  let s;
+  before(async () => {
+    s = await connectClient({ args: ["--share-dir", REPO] });
+  });
+  after(async () => { await s?.close(); });
+
+  it("csv_report is published and describes a CSV table; customer_intake is listed as needing crm", T, async () => {
+    const tools = (await s.client.listTools()).tools.map((t) => t.name);
+    assert.ok(tools.includes("csv_report"), tools.join());
+    assert.ok(!tools.includes("customer_intake"), tools.join());
+    const list = (await s.client.callTool({ name: "list_workflows", arguments: {} })).structuredContent;
+    const byName = Object.fromEntries(list.workflows.map((w) => [w.name, w]));
+    assert.equal(byName.csv_report.published, true);
+    assert.equal(byName.customer_intake.published, false);
+    assert.match(byName.customer_intake.unavailable[0], /crm/);
+
+    const csv = "region,amount,note\nnorth,10,first\nsouth,5,\"a, b\"\nnorth,7.5,third\n";
+    let r = await s.client.callTool({ name: "csv_report", arguments: { csv, group_by: "region", save_as: "reports/sales.json" } });
+    assert.notEqual(r.isError, true, JSON.stringify(r).slice(0, 800));
+    const rep = r.structuredContent.report;
+    assert.equal(rep.rows, 3);
+    assert.deepEqual(rep.columns, ["amount", "note", "region"]);
+    assert.deepEqual(rep.numeric, { amount: { sum: 22.5, mean: 7.5, min: 5, max: 10, count: 3 } });
+    assert.deepEqual(rep.counts, { north: 2, south: 1 });
+    assert.equal(rep.sample[1].note, "a, b");
+    assert.equal(r.structuredContent.saved, "reports/sales.json");
+    const saved = await s.client.callTool({ name: "read_workspace_file", arguments: { path: "reports/sales.json" } });
+    assert.deepEqual(JSON.parse(saved.structuredContent.content), rep);
+
+    // from a workspace file, without the optional steps
+    await s.client.callTool({ name: "write_workspace_file", arguments: { path: "in/orders.csv", content: "id,status\n1,paid\n2,open\n" } });
+    r = await s.client.callTool({ name: "run_workflow", arguments: { name: "csv_report", inputs: { path: "in/orders.csv" } } });
+    assert.notEqual(r.isError, true, JSON.stringify(r).slice(0, 800));
+    assert.deepEqual(r.structuredContent.report, { rows: 2, columns: ["id", "status"], numeric: { id: { sum: 3, mean: 1.5, min: 1, max: 2, count: 2 } },
+      sample: [{ id: "1", status: "paid" }, { id: "2", status: "open" }], source: "in/orders.csv" });
+    // neither given: the error says what to give
+    r = await s.client.callTool({ name: "csv_report", arguments: {} });
+    assert.equal(r.isError, true);
+    assert.match(r.content[0].text, /give csv \(the CSV text\) or path/);
   });
 });
