@@ -616,12 +616,16 @@ void mb_host_end_session(mb_host *h, uint64_t session)
 	call_entry_u64(h, "on_session_end", session);
 }
 
-void mb_host_handle_oversize(mb_host *h, size_t bytes)
+void mb_host_handle_oversize(mb_host *h, size_t bytes, const char *id, size_t id_len)
 {
 	lua_State *co = new_co(h);
 	lua_rawgeti(co, LUA_REGISTRYINDEX, h->ref_handle_oversize);
 	lua_pushinteger(co, (lua_Integer)bytes);
-	run_coroutine(h, co, 1);
+	if (id)
+		lua_pushlstring(co, id, id_len);
+	else
+		lua_pushnil(co);
+	run_coroutine(h, co, 2);
 	lua_pop(h->L, 1);
 }
 

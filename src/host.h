@@ -78,8 +78,9 @@ void mb_host_exchange_closed(mb_host *h, uint64_t exchange);
 /// The transport ended a session: its executions are cancelled and its state dropped.
 void mb_host_end_session(mb_host *h, uint64_t session);
 
-/// Reports a discarded over-long line to the client.
-void mb_host_handle_oversize(mb_host *h, size_t bytes);
+/// Reports a discarded over-long line to the client, under its id when the transport found one
+/// (id: the JSON text of a string or an integer, id_len bytes; NULL when none).
+void mb_host_handle_oversize(mb_host *h, size_t bytes, const char *id, size_t id_len);
 
 /// Pool callbacks (loop thread).
 void mb_host_job_notify(mb_host *h, uint64_t job, mb_notify_kind kind, int level, const char *json,

@@ -346,7 +346,9 @@ static int sb_parallel(lua_State *L)
 	lua_Integer n = (lua_Integer)lua_rawlen(L, 1);
 	if (n > MAX_PARALLEL_ITEMS)
 		return luaL_error(L, "mcp.parallel: %d items, more than %d", (int)n, MAX_PARALLEL_ITEMS);
-	lua_createtable(L, (int)n, 0); /* 2: results */
+	lua_createtable(L, (int)n, 0); /* 2: results, a JSON array even when empty or with holes */
+	if (mb_json_mark_array(L, -1) != 0)
+		return luaL_error(L, "mcp.parallel: could not mark the results as an array");
 	lua_createtable(L, (int)n, 0); /* 3: i -> coroutine (functions) */
 	lua_createtable(L, (int)n, 0); /* 4: i -> spec waiting for its answer */
 	lua_createtable(L, (int)n, 0); /* 5: i -> {ok, value} to resume with */

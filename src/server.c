@@ -81,10 +81,10 @@ static void on_line(void *ud, const char *line, size_t len)
 		mb_stdio_pause(s->io);
 }
 
-static void on_oversize(void *ud, size_t bytes)
+static void on_oversize(void *ud, size_t bytes, const char *id, size_t id_len)
 {
 	mb_server *s = ud;
-	mb_host_handle_oversize(s->host, bytes);
+	mb_host_handle_oversize(s->host, bytes, id, id_len);
 }
 
 static void on_eof(void *ud)

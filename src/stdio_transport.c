@@ -4,8 +4,11 @@
  * (then written with blocking write(2)). Incoming bytes accumulate in one growing buffer; lines
  * are cut at '\n' (scanning only new bytes, so a long line costs O(n)), a trailing '\r' is
  * dropped, and a line longer than max_line switches to discard mode until its newline, after
- * which on_oversize reports how many bytes were dropped. Outgoing messages try uv_try_write first
- * and queue the rest, so a slow reader never stalls the loop.
+ * which on_oversize reports how many bytes were dropped and the request's id when its first
+ * MB_STDIO_ID_SCAN bytes (kept when the discarding starts) hold one: mb_stdio_scan_id reads them
+ * as the start of a JSON object and finds a top-level "id" member, so the caller gets its answer
+ * under its own id. Outgoing messages try uv_try_write first and queue the rest, so a slow reader
+ * never stalls the loop.
  */
 #include "stdio_transport.h"
 
@@ -31,6 +34,8 @@ struct mb_stdio {
 	size_t len, cap, scan;
 	int discarding;
 	size_t discarded;
+	char head[MB_STDIO_ID_SCAN]; /* the first bytes of the line being discarded */
+	size_t head_len;
 	size_t pending_writes;
 	/* Messages written during one loop iteration are batched and flushed together from an
 	 * idle handle: one write(2) for many responses under pipelined load. An idle handle (not a
@@ -67,6 +72,255 @@ static int hold(mb_stdio *s, const char *data, size_t n)
 	return 0;
 }
 
+/* ---- the id of an over-long request ---------------------------------------------------- */
+
+static size_t skip_ws(const char *p, size_t n, size_t i)
+{
+	while (i < n && (p[i] == ' ' || p[i] == '\t' || p[i] == '\n' || p[i] == '\r'))
+		i++;
+	return i;
+}
+
+static int hexval(char c)
+{
+	if (c >= '0' && c <= '9')
+		return c - '0';
+	if (c >= 'a' && c <= 'f')
+		return c - 'a' + 10;
+	if (c >= 'A' && c <= 'F')
+		return c - 'A' + 10;
+	return -1;
+}
+
+/* A JSON string starting at p[i] == '"'. Returns the index after its closing quote, or 0 when
+ * it is not complete and well-formed within n (escapes checked, no raw control bytes). When
+ * is_id is given, sets it to whether the decoded string is exactly "id" (escapes of ASCII
+ * letters decoded; anything else makes it not "id"). */
+static size_t scan_string(const char *p, size_t n, size_t i, int *is_id)
+{
+	char dec[3];
+	size_t dn = 0;
+	int plain = 1; /* decoded so far fits dec and is ASCII */
+	i++;
+	while (i < n) {
+		unsigned char c = (unsigned char)p[i];
+		char d;
+		if (c == '"') {
+			if (is_id)
+				*is_id = plain && dn == 2 && dec[0] == 'i' && dec[1] == 'd';
+			return i + 1;
+		}
+		if (c < 0x20)
+			return 0;
+		if (c == '\\') {
+			if (i + 1 >= n)
+				return 0;
+			char e = p[i + 1];
+			switch (e) {
+			case '"': case '\\': case '/': d = e; i += 2; break;
+			case 'b': case 'f': case 'n': case 'r': case 't': d = 0; i += 2; break;
+			case 'u': {
+				if (i + 6 > n)
+					return 0;
+				int v = 0;
+				for (int k = 2; k < 6; k++) {
+					int h = hexval(p[i + k]);
+					if (h < 0)
+						return 0;
+					v = v * 16 + h;
+				}
+				d = v > 0 && v < 0x80 ? (char)v : 0;
+				i += 6;
+				break;
+			}
+			default:
+				return 0;
+			}
+		} else {
+			d = c < 0x80 ? (char)c : 0;
+			i++;
+		}
+		if (!d || dn == sizeof dec)
+			plain = 0;
+		else
+			dec[dn++] = d;
+	}
+	return 0;
+}
+
+/* A JSON integer (-?(0|[1-9][0-9]*)) at p[i], followed by what may end a value. Returns the
+ * index after it, or 0 (not an integer: a fraction, an exponent, a leading zero, cut short). At
+ * most 20 characters: longer does not fit a 64-bit id (the host checks the value's range). */
+static size_t scan_integer(const char *p, size_t n, size_t i)
+{
+	size_t start = i;
+	if (i < n && p[i] == '-')
+		i++;
+	if (i >= n || p[i] < '0' || p[i] > '9')
+		return 0;
+	if (p[i] == '0' && i + 1 < n && p[i + 1] >= '0' && p[i + 1] <= '9')
+		return 0;
+	while (i < n && p[i] >= '0' && p[i] <= '9')
+		i++;
+	if (i >= n || i - start > 20)
+		return 0;
+	char c = p[i];
+	if (c == ',' || c == '}' || c == ' ' || c == '\t' || c == '\n' || c == '\r')
+		return i;
+	return 0;
+}
+
+static int is_digit(char c) { return c >= '0' && c <= '9'; }
+
+/* true, false, null or a JSON number at p[i], with at least one byte after it in p. Returns the
+ * index after it, or 0. */
+static size_t scan_scalar(const char *p, size_t n, size_t i)
+{
+	static const char *const lit[] = { "true", "false", "null" };
+	for (int k = 0; k < 3; k++) {
+		size_t l = strlen(lit[k]);
+		if (i + l < n && memcmp(p + i, lit[k], l) == 0)
+			return i + l;
+	}
+	if (i < n && p[i] == '-')
+		i++;
+	if (i >= n || !is_digit(p[i]))
+		return 0;
+	if (p[i] == '0')
+		i++;
+	else
+		while (i < n && is_digit(p[i]))
+			i++;
+	if (i < n && p[i] == '.') {
+		i++;
+		if (i >= n || !is_digit(p[i]))
+			return 0;
+		while (i < n && is_digit(p[i]))
+			i++;
+	}
+	if (i < n && (p[i] == 'e' || p[i] == 'E')) {
+		i++;
+		if (i < n && (p[i] == '+' || p[i] == '-'))
+			i++;
+		if (i >= n || !is_digit(p[i]))
+			return 0;
+		while (i < n && is_digit(p[i]))
+			i++;
+	}
+	return i < n ? i : 0;
+}
+
+#define SCAN_MAX_DEPTH 64
+
+/* Skips one JSON value (any kind) at p[i]; returns the index after it, or 0 when it is not
+ * complete within n or nests deeper than SCAN_MAX_DEPTH. Strings, literals, numbers and the
+ * nesting of brackets are checked exactly (so what is inside a value can never be taken for a
+ * top-level member); the order of commas and colons inside is not. */
+static size_t skip_value(const char *p, size_t n, size_t i)
+{
+	char stack[SCAN_MAX_DEPTH];
+	int depth = 0;
+	for (;;) {
+		i = skip_ws(p, n, i);
+		if (i >= n)
+			return 0;
+		char c = p[i];
+		if (c == '"') {
+			i = scan_string(p, n, i, NULL);
+			if (!i)
+				return 0;
+		} else if (c == '{' || c == '[') {
+			if (depth == SCAN_MAX_DEPTH)
+				return 0;
+			stack[depth++] = c == '{' ? '}' : ']';
+			i++;
+			continue;
+		} else if (c == '}' || c == ']') {
+			if (!depth || stack[depth - 1] != c)
+				return 0;
+			depth--;
+			i++;
+		} else if (c == ',' || c == ':') {
+			if (!depth)
+				return 0;
+			i++;
+			continue;
+		} else {
+			i = scan_scalar(p, n, i);
+			if (!i)
+				return 0;
+		}
+		if (!depth)
+			return i;
+	}
+}
+
+int mb_stdio_scan_id(const char *p, size_t n, size_t *off, size_t *len)
+{
+	size_t i = skip_ws(p, n, 0);
+	int found = 0;
+	if (i >= n || p[i] != '{')
+		return -1;
+	i++;
+	for (;;) {
+		i = skip_ws(p, n, i);
+		if (i >= n || p[i] != '"')
+			break;
+		int is_id = 0;
+		i = scan_string(p, n, i, &is_id);
+		if (!i)
+			break;
+		i = skip_ws(p, n, i);
+		if (i >= n || p[i] != ':')
+			break;
+		i = skip_ws(p, n, i + 1);
+		if (i >= n)
+			break;
+		size_t vstart = i;
+		if (is_id) {
+			if (found)
+				return -1; /* "id" twice: which one a parser keeps is not ours to guess */
+			if (p[i] == '"')
+				i = scan_string(p, n, i, NULL);
+			else
+				i = scan_integer(p, n, i);
+			if (!i)
+				return -1; /* null, a fraction, an object, or cut short: no id to answer */
+			*off = vstart;
+			*len = i - vstart;
+			found = 1;
+		} else {
+			i = skip_value(p, n, i);
+			if (!i)
+				break;
+		}
+		i = skip_ws(p, n, i);
+		if (i >= n || p[i] != ',')
+			break;
+		i++;
+	}
+	return found ? 0 : -1;
+}
+
+/* Keeps the first bytes of a line that starts being discarded: what was buffered, then data. */
+static void keep_head(mb_stdio *s, const char *data, size_t take)
+{
+	size_t a = s->len < sizeof s->head ? s->len : sizeof s->head;
+	memcpy(s->head, s->buf, a);
+	size_t b = take < sizeof s->head - a ? take : sizeof s->head - a;
+	memcpy(s->head + a, data, b);
+	s->head_len = a + b;
+}
+
+static void report_oversize(mb_stdio *s)
+{
+	size_t off = 0, len = 0;
+	int has = mb_stdio_scan_id(s->head, s->head_len, &off, &len) == 0;
+	if (s->cb.on_oversize)
+		s->cb.on_oversize(s->cb.ud, s->discarded, has ? s->head + off : NULL, has ? len : 0);
+	s->head_len = 0;
+}
+
 static void deliver(mb_stdio *s, const char *data, size_t n)
 {
 	while (n) {
@@ -78,18 +332,17 @@ static void deliver(mb_stdio *s, const char *data, size_t n)
 			s->discarded += take + (nl ? 1 : 0);
 			if (nl) {
 				s->discarding = 0;
-				if (s->cb.on_oversize)
-					s->cb.on_oversize(s->cb.ud, s->discarded);
+				report_oversize(s);
 				s->discarded = 0;
 			}
 		} else if (s->len + take > s->max_line) {
 			s->discarding = 1;
 			s->discarded = s->len + take + (nl ? 1 : 0);
+			keep_head(s, data, take);
 			s->len = 0;
 			if (nl) {
 				s->discarding = 0;
-				if (s->cb.on_oversize)
-					s->cb.on_oversize(s->cb.ud, s->discarded);
+				report_oversize(s);
 				s->discarded = 0;
 			}
 		} else {
@@ -103,6 +356,7 @@ static void deliver(mb_stdio *s, const char *data, size_t n)
 					       s->len + take);
 					s->discarding = 1;
 					s->discarded = s->len + take;
+					keep_head(s, data, take);
 					s->len = 0;
 					data += take;
 					n -= take;
@@ -144,8 +398,7 @@ static void finish_input(mb_stdio *s)
 	s->eof = 1;
 	/* A last line without a newline still counts. */
 	if (s->discarding) {
-		if (s->cb.on_oversize)
-			s->cb.on_oversize(s->cb.ud, s->discarded);
+		report_oversize(s);
 	} else if (s->len) {
 		deliver(s, "\n", 1);
 	}

@@ -385,7 +385,8 @@ return {
           description = "What upstream servers code may call. Without a server: the servers "
             .. "configured in mcpServers, each {name, lua_name, state, tools}. With one: its "
             .. "callable tools, each {name, lua_name, summary, read_only, ask} (ask: each call "
-            .. "waits for the person's approval, allowWrites \"ask\"). pairs(servers) walks "
+            .. "waits for the person's approval, allowWrites \"ask\"); a server still starting "
+            .. "is waited for, one that is not ready raises why. pairs(servers) walks "
             .. "the servers the same way. search_tools finds tools by what they do.",
           parameters = {
             P("server", "string", "a server name (or its Lua name)", true),

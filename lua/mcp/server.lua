@@ -421,6 +421,8 @@ function request_mt:execute(spec)
   end
   self.entry.job = job
   self.entry.tool = spec.tool -- the logger name of its log messages
+  -- when the execution's own limit ends it: how long host calls may wait for (mcp/upstream.lua)
+  self.entry.deadline = mb.now_ms() + (spec.timeout_ms or mb.config.default_timeout_ms)
   by_job[job] = self.entry
   local res = mb.wait(job)
   by_job[job] = nil
@@ -938,8 +940,12 @@ function host_api.metrics_text()
   return tools.savings.metrics_text() .. tools.upstream.metrics_text() .. store_metrics()
 end
 
-function host_api.handle_oversize(bytes)
-  send_error({ session = 1, exchange = 0 }, nil, INVALID_REQUEST, string.format(
+-- id_json: the JSON text of the line's "id" as the transport found it in the line's first bytes
+-- (a string or an integer), or nil: the answer goes to that id, so the caller's request ends.
+function host_api.handle_oversize(bytes, id_json)
+  local id = id_json and mb.json_decode(id_json)
+  if not valid_id(id) then id = nil end
+  send_error({ session = 1, exchange = 0 }, id, INVALID_REQUEST, string.format(
     "Invalid Request: message of %d bytes exceeds max_message_bytes=%d and was discarded",
     bytes, mb.config.max_message_bytes))
 end

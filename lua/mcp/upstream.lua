@@ -188,7 +188,7 @@ function S:wake_waiters()
 end
 
 -- Why calls cannot be made now, for an agent to act on.
-function S:unavailable()
+function S:unavailable(waited)
   if self.state == "backoff" then
     return sfmt("upstream server %q is not available: %s; restarting (attempt %d) in %d ms",
       self.name, tostring(self.last_error), self.failures + 1,
@@ -197,6 +197,11 @@ function S:unavailable()
     return sfmt("upstream server %q is disabled in mcpServers", self.name)
   elseif self.state == "stopped" then
     return sfmt("upstream server %q is stopped (moonbox is shutting down)", self.name)
+  elseif self.state == "starting" then
+    -- waited: the caller waited for it as long as its execution could (its timeout_ms)
+    return sfmt("upstream server %q is still starting%s (it has upstream_init_timeout_ms=%d to "
+      .. "get ready); try again in a moment, or with a longer timeout_ms", self.name,
+      waited and ", longer than this execution could wait" or "", cfg.upstream_init_timeout_ms)
   end
   return sfmt("upstream server %q is %s", self.name, self.state)
 end
@@ -213,6 +218,7 @@ function S:failed(reason)
   if t then t:close(0) end
   self.resend = {}
   self.state = "backoff"
+  M.changed()
   self:fail_pending(sfmt("upstream server %q failed: %s", self.name, reason))
   local delay = math.min(cfg.upstream_restart_max_ms, 250 * 2 ^ math.min(self.failures - 1, 20))
   delay = math.floor(delay)
@@ -297,6 +303,7 @@ function S:refresh_tools(gen)
   if not ok then self:log("warning", "catalog: %s", tostring(err)) end
   self.refresh_done = mb.now_ms()
   self.refresh_ms = self.refresh_done - t0
+  if self.state == "ready" then M.changed() end -- a list_changed refresh (at start: ready below)
   return true
 end
 
@@ -524,6 +531,7 @@ function S:handshake(gen, t)
     if not ok then return self:failed(lerr) end
     self.state = "ready"
     self.ready_since = mb.now_ms()
+    M.changed()
     self:log("info", "ready: %s %s, protocol %s, %d tools (%d callable from code)",
       tostring(is_object(r.serverInfo) and r.serverInfo.name or "?"),
       tostring(is_object(r.serverInfo) and r.serverInfo.version or "?"), r.protocolVersion,
@@ -542,12 +550,15 @@ function S:handshake(gen, t)
   end
 end
 
--- Waits (yields) until a starting server is ready or failed; bounded by the init timeout.
-function S:wait_ready()
+-- Waits (yields) until a starting server is ready or failed; bounded by the init timeout and
+-- by max_ms when given (the time left to the execution that waits).
+function S:wait_ready(max_ms)
   local co = coroutine.running()
   local w = { co = co }
   self.waiters[#self.waiters + 1] = w
-  w.timer = mb.timer(cfg.upstream_init_timeout_ms + 1000, function()
+  local ms = cfg.upstream_init_timeout_ms + 1000
+  if max_ms and max_ms < ms then ms = math.max(0, math.floor(max_ms)) end
+  w.timer = mb.timer(ms, function()
     w.timer = nil
     if not w.done then
       w.done = true
@@ -558,7 +569,26 @@ function S:wait_ready()
 end
 
 ---------------------------------------------------------------------------------------------
--- calls from sandbox code
+-- what others ask about the servers: workflows (mcp/workflows.lua) check theirs before they run
+
+M.watchers = {}
+-- fn() is called (on the loop, not in a coroutine of its own) whenever a server became ready,
+-- failed, or listed its tools again.
+function M.watch(fn) M.watchers[#M.watchers + 1] = fn end
+function M.changed()
+  for _, fn in ipairs(M.watchers) do
+    local ok, err = pcall(fn)
+    if not ok then mb.log("error", "upstream watcher: " .. tostring(err)) end
+  end
+end
+
+-- Milliseconds the execution of request may still wait (nil: no deadline known), less a margin
+-- so that the answer reaches the code before its deadline does.
+function M.time_left(request)
+  local e = request and request.entry
+  if not (e and e.deadline) then return nil end
+  return math.max(0, e.deadline - mb.now_ms() - 100)
+end
 
 local function content_text(content)
   if type(content) ~= "table" then return nil end
@@ -631,6 +661,28 @@ local function resolve_tool(s, name)
   return nil, sfmt("server %q has no tool %q%s (search_tools lists them)", s.name, name, hint)
 end
 
+-- Can code call tool tname of server sname? "ready"; "starting" (its first start, not failed
+-- yet: its tools are not known); or nil and the reason (not configured, disabled, failing, no
+-- such tool, or a tool allowedTools/allowWrites refuse).
+function M.availability(sname, tname)
+  local s, err = resolve_server(sname)
+  if not s then return nil, err end
+  if s.state == "starting" and s.failures == 0 then return "starting", s end
+  if s.state ~= "ready" then return nil, s:unavailable() end
+  local tool
+  tool, err = resolve_tool(s, tname)
+  if not tool then return nil, err end
+  local why = ucfg.refusal(s.spec, tool)
+  if why then return nil, why end
+  return "ready", s
+end
+
+-- Waits (yields) while server sname is starting, at most max_ms (nil: the init timeout).
+function M.wait_starting(sname, max_ms)
+  local s = M.by_name[sname] or M.by_ident[sname]
+  if s and s.state == "starting" then s:wait_ready(max_ms) end
+end
+
 -- Tokens from the model become the values again, inside strings anywhere in args.
 local function restore(tenant, v, depth)
   if type(v) == "string" then
@@ -698,12 +750,12 @@ function M.call(request, sname, tname, args)
       s.name, s.name, s.spec.max_calls)
   end
   if s.state == "starting" then
-    s:wait_ready()
+    s:wait_ready(M.time_left(request))
     if e.ended then return nil, "the execution has ended" end
   end
   if s.state ~= "ready" then
     s.rejected = s.rejected + 1
-    return nil, s:unavailable()
+    return nil, s:unavailable(true)
   end
   local tool
   tool, err = resolve_tool(s, tname)
@@ -929,7 +981,7 @@ function M.init(t)
   end
   -- mcp.tools([server]) and pairs(servers) in sandbox code: the servers (name, Lua name,
   -- state, callable tools) or one server's callable tools (name, Lua name, summary, read_only)
-  tools.host_calls.upstream_tools = function(a)
+  tools.host_calls.upstream_tools = function(a, request)
     local out = {}
     if a.server == nil then
       for _, s in ipairs(M.list) do
@@ -939,6 +991,9 @@ function M.init(t)
     end
     local s, err = resolve_server(a.server)
     if not s then return nil, "mcp.tools: " .. err end
+    -- a starting server has no tools yet: wait for it rather than answer [] ("no tools")
+    if s.state == "starting" then s:wait_ready(M.time_left(request)) end
+    if s.state ~= "ready" then return nil, "mcp.tools: " .. s:unavailable(true) end
     for _, t in ipairs(s.tools) do
       if not ucfg.refusal(s.spec, t) then
         local ann = is_object(t.annotations) and t.annotations or {}

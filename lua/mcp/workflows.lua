@@ -8,6 +8,13 @@
 -- execute_code. Tools: list_workflows, run_workflow, and each workflow with `tool: true` under
 -- its own name. Workflows are the server's (like the catalog), shared by every tenant; what they
 -- touch (workspace, skills, vault) is the calling tenant's.
+--
+-- The upstream servers a workflow calls are checked before it is published and before it runs:
+-- a workflow whose server is not configured, is failing, or lacks the tool is listed with the
+-- reason and not published as a tool; it is published when the server comes up with the tool
+-- (mcp/upstream.lua tells us of every change). A run waits for a server that is still starting
+-- and refuses, before any step (so before any form asks the person anything), when a server or
+-- tool is missing.
 
 local mb = mb
 local null = mb.null
@@ -100,6 +107,70 @@ local function input_schema(def)
 end
 
 ---------------------------------------------------------------------------------------------
+-- the upstream servers and tools a workflow needs
+
+-- The call steps whose server and tool are written out (no ${...}): {i, id, server, tool}.
+local function needs(def)
+  local out = {}
+  for i, st in ipairs(def.steps) do
+    local c = is_object(st) and st.call
+    if is_object(c) and type(c.server) == "string" and type(c.tool) == "string"
+      and not c.server:find("${", 1, true) and not c.tool:find("${", 1, true) then
+      out[#out + 1] = { i = i, id = st.id, server = c.server, tool = c.tool }
+    end
+  end
+  return out
+end
+
+local function step_label(n)
+  return sfmt("step %d%s", n.i, n.id and sfmt(" %q", tostring(n.id)) or "")
+end
+
+-- Whether def's servers and tools are there: nil, or a list of "step N: reason" texts, and the
+-- servers still starting (for a run to wait for). Without the gateway (the unit tests' stand-in)
+-- nothing is checked.
+local function missing(def)
+  local up = M.tools and M.tools.upstream
+  if not (up and up.availability) then return nil, {} end
+  local out, starting = {}, {}
+  for _, n in ipairs(needs(def)) do
+    local st, why = up.availability(n.server, n.tool)
+    if st == "starting" then starting[#starting + 1] = n.server
+    elseif not st then out[#out + 1] = sfmt("%s calls %s.%s: %s", step_label(n), n.server, n.tool, why) end
+  end
+  return #out > 0 and out or nil, starting
+end
+
+local function servers_of(def)
+  local seen, out = {}, {}
+  for _, n in ipairs(needs(def)) do
+    if not seen[n.server] then seen[n.server] = true; out[#out + 1] = n.server end
+  end
+  table.sort(out)
+  return out
+end
+
+-- The names of the workflows published as tools now, as one text (to notice a change).
+local function published_key()
+  local names = {}
+  for name, w in pairs(M.by_name) do
+    if w.def.tool == true and not missing(w.def) then names[#names + 1] = name end
+  end
+  table.sort(names)
+  return table.concat(names, "\n")
+end
+
+-- After a change of the upstream servers (or of the files): tools/list_changed when the set of
+-- published workflows changed.
+local function republish(force)
+  local key = published_key()
+  if force or key ~= M.published then
+    M.published = key
+    if M.tools then M.tools.list_changed() end
+  end
+end
+
+---------------------------------------------------------------------------------------------
 -- loading
 
 local function parse(name, text)
@@ -147,7 +218,7 @@ local function scan()
       before[name] = nil
     end
   end
-  if changed or next(before) ~= nil then M.tools.list_changed() end
+  republish(changed or next(before) ~= nil)
 end
 
 local timer
@@ -169,6 +240,24 @@ function M.run(request, def, inputs)
   -- workflow with one gets max_timeout_ms unless it says otherwise
   local timeout = math.min(def.timeout_ms or (has_form(def) and cfg.max_timeout_ms or cfg.default_timeout_ms),
     cfg.max_timeout_ms)
+  -- its servers and tools first, before any step runs (a form would ask the person for nothing);
+  -- a server still starting is waited for, within the workflow's timeout
+  local gone, starting = missing(def)
+  if not gone and #starting > 0 then
+    local t0 = mb.now_ms()
+    for _, name in ipairs(starting) do
+      M.tools.upstream.wait_starting(name, math.max(0, timeout - (mb.now_ms() - t0)))
+    end
+    gone, starting = missing(def)
+    if not gone and #starting > 0 then
+      gone = { sfmt("upstream server %q is still starting after %d ms (the workflow's timeout_ms); "
+        .. "try again in a moment", starting[1], timeout) }
+    end
+  end
+  if gone then
+    return nil, sfmt("workflow %s cannot run: %s. Nothing was run or asked; list_workflows shows "
+      .. "what each workflow needs.", def.name, table.concat(gone, "; "))
+  end
   local res, err = request:execute({
     code = RUN_CODE, context_json = mb.json_encode({ __mb_workflow = def, __mb_inputs = inputs or {} }),
     timeout_ms = timeout,
@@ -225,10 +314,15 @@ function M.init(tools)
   end
 
   local cache = {}
+  -- upstream servers coming up, failing or changing their tools change what is published
+  local up = require("mcp.upstream")
+  if up.watch then up.watch(function() republish(false) end) end
+  M.published = published_key()
+
   tools.providers[#tools.providers + 1] = function()
     local out = {}
     for name, w in pairs(M.by_name) do
-      if w.def.tool == true then
+      if w.def.tool == true and not missing(w.def) then
         if not cache[name] or cache[name].w ~= w then cache[name] = { w = w, e = entry(tools, w) } end
         out[#out + 1] = cache[name].e
       end
@@ -256,8 +350,12 @@ function M.init(tools)
         for k in pairs(KINDS) do if st[k] ~= nil then kind = k end end
         steps[i] = { id = st.id, kind = kind }
       end
+      local gone = missing(w.def)
       list[#list + 1] = { name = name, description = w.def.description, file = w.file,
-        tool = w.def.tool == true, inputs = input_schema(w.def), steps = mb.array(steps) }
+        tool = w.def.tool == true, inputs = input_schema(w.def), steps = mb.array(steps),
+        servers = mb.array(servers_of(w.def)), available = not gone,
+        unavailable = gone and mb.array(gone) or nil,
+        published = w.def.tool == true and not gone }
     end
     table.sort(list, function(a, b) return a.name < b.name end)
     return tools.structured_result({ workflows = mb.array(list), count = #list,

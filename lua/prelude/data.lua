@@ -13,7 +13,9 @@
 --  * a field is a key, a dotted path ("user.address.city", digit segments also try integer
 --    keys), an integer, or a function(item) returning the value;
 --  * nil and json.null both mean "missing";
---  * errors name the helper and the argument, and point (error level) at the caller's line.
+--  * errors name the helper and the argument, and point (error level) at the caller's line;
+--  * a list a helper returns is marked with json.array, so it is a JSON array even when empty
+--    (`[]`, not `{}`), like the arrays json.decode makes.
 --    Internal functions take `lvl`, the level to pass to error() from inside themselves.
 
 local type, next, error, tostring, tonumber, pcall = type, next, error, tostring, tonumber, pcall
@@ -28,11 +30,20 @@ local ulen, uoffset = utf8.len, utf8.offset
 local json_encode = type(json) == "table" and json.encode or nil
 local NULL = type(json) == "table" and json.null or nil
 if NULL == nil then NULL = {} end -- a private sentinel: nothing in the data can equal it
+local json_array = type(json) == "table" and json.array or nil
+local getmetatable = getmetatable
 
 local MISSING = "(missing)" -- group key for items whose field is nil or json.null
 local UMISS, UNAN = {}, {}  -- unique() keys for missing and NaN values
 
 -- ---- small shared pieces -------------------------------------------------------------------
+
+-- A new list the helpers return: marked as a JSON array where json.array exists.
+local function new_list()
+	local t = {}
+	if json_array then json_array(t) end
+	return t
+end
 
 local function typename(v)
 	if rawequal(v, NULL) then return "json.null" end
@@ -288,7 +299,7 @@ function filter_by_field(list, field, value, op)
 	local get = getter("filter_by_field", field, 3)
 	local test = matcher(value, op, 3)
 	local need_table = type(field) ~= "function"
-	local out, m = {}, 0
+	local out, m = new_list(), 0
 	for i = 1, n do
 		local item = rawget(list, i)
 		if need_table and type(item) ~= "table" then bad_item("filter_by_field", i, item, 3) end
@@ -425,7 +436,7 @@ function group_by(list, field)
 		local k = group_key(keys[i])
 		local g = out[k]
 		if not g then
-			g = {}
+			g = new_list()
 			out[k] = g
 		end
 		g[#g + 1] = rawget(list, i)
@@ -471,7 +482,7 @@ function sort_by(list, field, descending)
 		return not keys[i] and keys[j]
 	end)
 	local order = descending and { 4, 3, 2, 1, 5 } or { 1, 2, 3, 4, 5 }
-	local out, m = {}, 0
+	local out, m = new_list(), 0
 	for _, r in next, order do
 		local b = buckets[r]
 		for k = 1, counts[r] do
@@ -486,7 +497,7 @@ function pluck(list, field)
 	local n = check_list("pluck", list, 3)
 	if field == nil then error("pluck: field is required", 2) end
 	local vals = values_of("pluck", list, n, field, 3)
-	local out, m = {}, 0
+	local out, m = new_list(), 0
 	for i = 1, n do
 		local v = vals[i]
 		if not is_missing(v) then
@@ -500,7 +511,7 @@ end
 function unique(list, field)
 	local n = check_list("unique", list, 3)
 	local keys = values_of("unique", list, n, field, 3)
-	local seen, out, m = {}, {}, 0
+	local seen, out, m = {}, new_list(), 0
 	for i = 1, n do
 		local k = keys[i]
 		if is_missing(k) then k = UMISS elseif k ~= k then k = UNAN end
@@ -520,7 +531,7 @@ function take(list, count)
 		error("take: n must be a non-negative integer, got " .. show(count), 2)
 	end
 	if k > n then k = n end
-	local out = {}
+	local out = new_list()
 	for i = 1, k do out[i] = rawget(list, i) end
 	return out
 end
@@ -549,7 +560,8 @@ local function sample_copy(v, depth, max_string)
 	if t ~= "table" then return "<" .. t .. ">" end
 	if depth >= SAMPLE_DEPTH then return "{...}" end
 	local out, n = {}, rawlen(v)
-	if n > 0 then
+	if n > 0 or getmetatable(v) == "json.array" then
+		out = new_list()
 		local m = n < SAMPLE_ITEMS and n or SAMPLE_ITEMS
 		for i = 1, m do out[i] = sample_copy(rawget(v, i), depth + 1, max_string) end
 		if n > m then out[m + 1] = sformat("...(+%d items)", n - m) end
@@ -624,7 +636,7 @@ local function summarize(name, list, opts, lvl)
 	for key, s in next, sums do
 		if s[2] > 0 then fields[key].mean = s[1] / s[2] end
 	end
-	local r = { count = n, types = types, fields = fields, samples = {} }
+	local r = { count = n, types = types, fields = fields, samples = new_list() }
 	if nf > o.max_fields then -- keep the most frequent fields, ties by name
 		msort(names, nf, function(a, b)
 			local ca, cb = fields[a].count, fields[b].count

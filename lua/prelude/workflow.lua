@@ -24,7 +24,7 @@ local G = _ENV -- the private environment: reads reach the sandbox's globals
 local json_null = json and json.null
 local json_array = json and json.array
 local json_encode = json and json.encode
-local mcp_call, mcp_elicit = mcp and mcp.call, mcp and mcp.elicit
+local mcp_call, mcp_elicit, mcp_tools = mcp and mcp.call, mcp and mcp.elicit, mcp and mcp.tools
 local sandbox_load, sandbox_require = load, require
 
 local BUILTINS = {
@@ -213,6 +213,43 @@ local function check_inputs(def, inputs)
 	end
 end
 
+-- Before the first step (before anyone is asked anything): every call step whose server and
+-- tool are written out (no ${...}) names a configured server that has that tool, callable
+-- here. mcp.tools waits for a server that is still starting, within the execution's time.
+local function check_calls(def, name)
+	if not mcp_tools then return end
+	local listed = {}
+	for i = 1, #def.steps do
+		local st = def.steps[i]
+		local c = type(st) == "table" and st.call or nil
+		if type(c) == "table" and type(c.server) == "string" and type(c.tool) == "string"
+			and not sfind(c.server, "${", 1, true) and not sfind(c.tool, "${", 1, true) then
+			local label = sformat("workflow %s, step %d%s (call)", name, i,
+				st.id ~= nil and sformat(" %q", tostring(st.id)) or "")
+			local list = listed[c.server]
+			if list == nil then
+				local ok, r = pcall(mcp_tools, c.server)
+				if not ok then
+					r = tostring(r):gsub("^mcp%.tools: ", "")
+					error(sformat("%s: %s; nothing was run (a workflow checks its servers and tools first)", label, r), 0)
+				end
+				list = {}
+				for _, t in next, r do
+					if type(t) == "table" then
+						if t.name ~= nil then list[t.name] = true end
+						if t.lua_name ~= nil then list[t.lua_name] = true end
+					end
+				end
+				listed[c.server] = list
+			end
+			if not list[c.tool] then
+				error(sformat("%s: server %q has no tool %q that code may call (search_tools lists them); "
+					.. "nothing was run (a workflow checks its servers and tools first)", label, c.server, c.tool), 0)
+			end
+		end
+	end
+end
+
 function run_workflow(def, inputs)
 	if type(def) ~= "table" or type(def.steps) ~= "table" then
 		error("run_workflow: the definition must be a table with steps", 2)
@@ -220,6 +257,7 @@ function run_workflow(def, inputs)
 	inputs = type(inputs) == "table" and inputs or {}
 	check_inputs(def, inputs)
 	local name = tostring(def.name or "workflow")
+	check_calls(def, name)
 	local ctx = { inputs = inputs, steps = {} }
 	local last
 	for i = 1, #def.steps do

@@ -348,13 +348,48 @@ describe("framing", () => {
     const p = peer({ args: ["--max-message-bytes", "1048576"] });
     await p.initialize();
     const big = '{"jsonrpc":"2.0","id":80,"method":"ping","params":{"pad":"' + "a".repeat(2 * 1048576) + '"}}\n';
-    const e = await badLineThenPing(p, big, 81);
+    const e = await badLineThenPing(p, big, 81, { nullId: false });
+    assert.equal(e.id, 80, "the error answers the request's own id (issue 31)");
     assert.ok([-32700, -32600].includes(e.error.code), `code ${e.error.code}`);
     assert.match(e.error.message, /1048576/);
     // a message just under the limit is still fine
     const ok = '{"jsonrpc":"2.0","id":82,"method":"ping","params":{"pad":"' + "b".repeat(1048576 - 200) + '"}}\n';
     await p.sendRaw(ok);
     assert.deepEqual(await p.response(82), { jsonrpc: "2.0", id: 82, result: {} });
+    await finish(p);
+  });
+
+  it("an over-long line is answered under its id when its first bytes hold one at the top level", T, async () => {
+    const p = peer({ args: ["--max-message-bytes", "65536"] });
+    await p.initialize();
+    const pad = "x".repeat(200000);
+    // [the line's start, the id text the answer must carry (null: none can be told)]
+    const cases = [
+      ['{"jsonrpc":"2.0","method":"ping","id":"req-\\"7\\"-\\u00e9","params":{"pad":"', '"req-\\"7\\"-é"'],
+      ['  {"id" : 9007199254740993 , "jsonrpc":"2.0","method":"tools/call","params":{"pad":"', "9007199254740993"],
+      ['{"jsonrpc":"2.0","method":"ping","params":{"id":5,"pad":"', "null"], // nested: not the request's
+      ['{"jsonrpc":"2.0","params":{"pad":"' + "y".repeat(5000) + '"},"id":6,"x":"', "null"], // beyond the scan
+      ['{"id":1.5,"method":"ping","params":{"pad":"', "null"],
+      ['{"id":null,"method":"ping","params":{"pad":"', "null"],
+      ['{"id":{"a":1},"method":"ping","params":{"pad":"', "null"],
+      ['{"id":1,"id":2,"method":"ping","params":{"pad":"', "null"], // twice: ambiguous
+      ['{"a":"\\q","id":3,"params":{"pad":"', "null"], // a bad escape before it
+      ['{"a":tru,"id":3,"params":{"pad":"', "null"], // a bad literal before it
+      ['["id",4,{"pad":"', "null"],
+      ['{"\\u0069d":"esc","method":"ping","params":{"pad":"', '"esc"'], // the key "id", escaped
+      ['{"ids":8,"method":"ping","params":{"pad":"', "null"],
+    ];
+    let ping = 800;
+    for (const [start, want] of cases) {
+      const m = p.mark();
+      await p.sendRaw(start + pad + '"}}\n');
+      p.send({ jsonrpc: "2.0", id: ++ping, method: "ping" });
+      await p.response(ping, { from: m });
+      const line = await p.waitForLine((l) => l.msg && "error" in l.msg, { from: m, what: "the error answer" });
+      assert.ok(line.raw.includes(`"id":${want}`), `${start.slice(0, 60)}: ${line.raw.slice(0, 300)}`);
+      assert.equal(errorsFrom(p, m).length, 1);
+      assert.match(line.msg.error.message, /max_message_bytes=65536/);
+    }
     await finish(p);
   });
 

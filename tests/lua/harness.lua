@@ -397,8 +397,9 @@ function H.load_tools(opts)
   H.stub("mcp.skills", S)
   H.stub("mcp.workspace_tools", { init = function() end })
   H.stub("mcp.catalog", { init = function() end })
-  local up = { calls = {} }
+  local up = { calls = {}, watchers = {} }
   function up.init(t) t.upstream = up end
+  function up.watch(fn) up.watchers[#up.watchers + 1] = fn end -- (availability: set by a test)
   function up.instructions(base) return base end
   function up.abandon(entry) up.calls[#up.calls + 1] = { "abandon", entry } end
   function up.shutdown() up.calls[#up.calls + 1] = { "shutdown" } end

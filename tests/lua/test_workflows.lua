@@ -151,6 +151,7 @@ local sc = list_tool({}, H.request()).structuredContent
 check("list count and order", { sc.count, sc.workflows[1].name, sc.workflows[2].name, sc.workflows[3].name },
   { 3, "good", "plain", "with_form" })
 check("list entry", sc.workflows[1], { name = "good", description = "Does good.", file = "good.json", tool = true,
+  servers = { "crm" }, available = true, published = true,
   inputs = { type = "object", properties = { q = { type = "string", description = "query" }, n = { type = "integer" },
     a = { type = "array" } }, required = { "a", "q" } },
   steps = { { id = "s1", kind = "call" }, { kind = "lua" }, { kind = "builtin" } } })
@@ -222,6 +223,41 @@ check("the entry is cached", provider()[1] == entries[1], true)
 local req = H.request(nil, { { success = true, result_json = '"done"' } })
 check("the tool runs the workflow with its arguments", { entries[1].handler({ q = "z" }, req).structuredContent,
   H.json_decode(req.specs[1].context_json).__mb_inputs }, { { result = "done" }, { q = "z" } })
+
+---------------------------------------------------------------------------------------------
+-- the servers a workflow calls: not published while one is missing, refused before it runs
+
+local up = tools.upstream
+local state = {} -- server -> "ready" | "starting" | reason it is not there
+up.availability = function(server)
+  local st = state[server] or ('unknown upstream server "' .. server .. '": no servers are configured')
+  if st == "ready" or st == "starting" then return st end
+  return nil, st
+end
+changed = 0
+for _, fn in ipairs(up.watchers) do fn() end
+check("a workflow whose server is not configured is not published", { #provider(), changed }, { 0, 1 })
+sc = list_tool({}, H.request()).structuredContent
+check("... and listed with the reason", { sc.workflows[1].available, sc.workflows[1].published, sc.workflows[1].unavailable },
+  { false, false, { 'step 1 "s1" calls crm.find: unknown upstream server "crm": no servers are configured' } })
+local req0 = H.request(nil, { { success = true, result_json = '"ran"' } })
+r = run_tool({ name = "good" }, req0)
+check("run_workflow refuses it before anything runs", { r.isError, #req0.specs, text_of(r) }, { true, 0,
+  'workflow good cannot run: step 1 "s1" calls crm.find: unknown upstream server "crm": no servers are configured. '
+  .. "Nothing was run or asked; list_workflows shows what each workflow needs." })
+state.crm = "starting"
+for _, fn in ipairs(up.watchers) do fn() end
+check("a server on its first start: published", { #provider(), changed }, { 1, 2 })
+state.crm = "ready"
+for _, fn in ipairs(up.watchers) do fn() end
+check("no list_changed when nothing published changed", changed, 2)
+state.crm = 'server "crm" has no tool "find"'
+for _, fn in ipairs(up.watchers) do fn() end
+check("a tool the server does not have: not published", { #provider(), changed }, { 0, 3 })
+state.crm = "ready"
+for _, fn in ipairs(up.watchers) do fn() end
+check("published again when it has it", { #provider(), changed }, { 1, 4 })
+up.availability = nil
 
 ---------------------------------------------------------------------------------------------
 -- reload after a change
