@@ -541,7 +541,8 @@ int mb_sandbox_run_prepared(mb_sandbox *sb, const mb_exec_request *req, mb_budge
 	mb_sandbox_set_running(L);
 
 	if (req->context_json && req->context_len) {
-		mb_io_add(&res->io, MB_IO_CONTEXT, req->context_json, req->context_len);
+		if (!req->context_internal)
+			mb_io_add(&res->io, MB_IO_CONTEXT, req->context_json, req->context_len);
 		lua_pushcfunction(L, sb_context);
 		lua_pushlightuserdata(L, c);
 		if (lua_pcall(L, 1, 0, sb->msgh) != LUA_OK) {
