@@ -111,6 +111,14 @@ void mb_sandbox_pii_top(lua_State *L);
 void mb_sandbox_pii_finish(mb_sandbox_ctx *c, mb_exec_result *res);
 void mb_sandbox_pii_free(mb_sandbox_ctx *c);
 void mb_sandbox_pii_thread_exit(void);
+/// The tokens this execution minted (tokenize_pii, the policy), in the JSON text of an upstream
+/// call's arguments, replaced by their values as JSON string content; only with pii_policy and
+/// pii_restore on (the host restores the tenant's vault's tokens with the same rule).
+/// @param limit  the longest text allowed (max_message_bytes)
+/// @returns 0 with *out a malloc'd text (its length in *outlen) or NULL when nothing was
+///          replaced; 1 when the text would be longer than limit; -1 when out of memory
+int mb_sandbox_pii_restore_json(mb_sandbox_ctx *c, const char *json, size_t len, size_t limit,
+				char **out, size_t *outlen);
 
 /// Builds the restricted environment in the fresh state L (sandbox_env.c). Runs inside a
 /// protected call. Expects the state's budget already attached.

@@ -7,7 +7,10 @@
  * MAX_FOUND values and MAX_FOUND_BYTES bytes): detokenize_pii looks there first, so a token minted
  * earlier in the same execution restores without a round trip, and at the end the set goes to
  * the host in the result (mb_exec_result.pii_found) to be stored in the tenant's vault. Tokens it
- * does not know are restored by the host (host call "pii_restore"), when pii_restore allows.
+ * does not know are restored by the host (host call "pii_restore"), when pii_restore allows. The
+ * same set restores the tokens in an upstream call's arguments (mb_sandbox_pii_restore_json,
+ * sandbox_upstream.c) before they leave: the vault does not know this execution's tokens yet,
+ * and the host restores the rest from it.
  *
  * Policy: with pii_policy on, mb_sandbox_pii_values replaces strings (values and keys, walked
  * with raw access, each table once) in the returned values before they are encoded, and
@@ -426,6 +429,74 @@ static int sb_detokenize(lua_State *L)
 	if (lua_type(L, -1) == LUA_TTABLE)
 		lua_getfield(L, -1, "text");
 	return 1;
+}
+
+/* ---- upstream arguments -------------------------------------------------------------------- */
+
+static int put(char **buf, size_t *n, size_t *cap, const char *s, size_t len)
+{
+	if (*n + len + 1 > *cap) {
+		size_t nc = *cap ? *cap : 256;
+		while (nc < *n + len + 1)
+			nc *= 2;
+		char *p = realloc(*buf, nc);
+		if (!p)
+			return -1;
+		*buf = p;
+		*cap = nc;
+	}
+	memcpy(*buf + *n, s, len);
+	*n += len;
+	(*buf)[*n] = 0;
+	return 0;
+}
+
+int mb_sandbox_pii_restore_json(mb_sandbox_ctx *c, const char *json, size_t len, size_t limit,
+				char **out, size_t *outlen)
+{
+	*out = NULL;
+	*outlen = 0;
+	/* the same rule as the host's restore (lua/mcp/upstream.lua): values only where the policy
+	 * makes tokens and values may be revealed at all */
+	if (!c || !c->pii_found || !c->cfg->pii_policy || !c->cfg->pii_restore || !json)
+		return 0;
+	char *buf = NULL;
+	size_t n = 0, cap = 0, pos = 0, done = 0, tlen;
+	while (mb_pii_token_next(json, len, &pos, &tlen)) {
+		/* JSON text has "[" followed by a capital letter only inside strings: every token
+		 * found is (part of) a string, and its value goes in escaped as a string's content */
+		const mb_pii_found *f = set_find(c->pii_found, json + pos, tlen);
+		if (f) {
+			size_t ql = 0;
+			char *q = mb_json_quote(f->value, f->value_len, &ql);
+			int bad = !q || ql < 2 || put(&buf, &n, &cap, json + done, pos - done) != 0 ||
+				  put(&buf, &n, &cap, q + 1, ql - 2) != 0;
+			free(q);
+			if (bad) {
+				free(buf);
+				return -1;
+			}
+			done = pos + tlen;
+			if (n > limit) {
+				free(buf);
+				return 1;
+			}
+		}
+		pos += tlen;
+	}
+	if (!buf)
+		return 0;
+	if (put(&buf, &n, &cap, json + done, len - done) != 0) {
+		free(buf);
+		return -1;
+	}
+	if (n > limit) {
+		free(buf);
+		return 1;
+	}
+	*out = buf;
+	*outlen = n;
+	return 0;
 }
 
 /* ---- the policy ----------------------------------------------------------------------------- */
