@@ -169,6 +169,74 @@ void mb_sandbox_pii_free(mb_sandbox_ctx *c)
 	c->pii_found = NULL;
 }
 
+/* ---- minting ------------------------------------------------------------------------------ */
+
+/* Asks the tenant's vault (host call "pii_token", lua/mcp/pii.lua) which token value gets,
+ * starting from the default in token: the same one when it is free or already the value's, a
+ * longer one when it stands for another value. token is left as it is when the answer is not a
+ * token of this type or the call fails (then the host's rewrite at the end applies). */
+static void vault_token(mb_sandbox_ctx *c, const char *type, const char *value, size_t len,
+			char token[MB_PII_TOKEN_MAX])
+{
+	if (!c->req || !c->req->host_call)
+		return;
+	mb_json_field f[] = {
+		{ .key = "type", .type = MB_JF_STRING, .s = type, .n = strlen(type) },
+		{ .key = "value", .type = MB_JF_STRING, .s = value, .n = len },
+		{ .key = "token", .type = MB_JF_STRING, .s = token, .n = strlen(token) },
+	};
+	size_t alen = 0, rlen = 0;
+	char *args = mb_json_object(f, 3, &alen), *reply = NULL;
+	if (!args)
+		return;
+	int rc = c->req->host_call(c->req->host_ud, "pii_token", args, alen, &reply, &rlen);
+	free(args);
+	if (rc == 0 && reply && rlen >= 2 && rlen - 2 < MB_PII_TOKEN_MAX && reply[0] == '"' &&
+	    reply[rlen - 1] == '"' && mb_pii_token_check(reply + 1, rlen - 2, type) == rlen - 2) {
+		memcpy(token, reply + 1, rlen - 2);
+		token[rlen - 2] = 0;
+	}
+	free(reply);
+}
+
+typedef struct {
+	mb_sandbox_ctx *c;
+	struct mb_sandbox_seen *call; /* the tokens this sanitize call handed out (threads) */
+} mint_ud;
+
+/* The mint callback while the execution holds tokens from outside (or in a worker process,
+ * where the server computes tokens): a default token that the code was also given is checked
+ * with the vault first, so one token never stands for two values in the answer. */
+static int sb_mint(void *ud, const char *type, const char *value, size_t len,
+		   char token[MB_PII_TOKEN_MAX], char *err, size_t errlen)
+{
+	mint_ud *m = ud;
+	if (mint && mint(NULL, type, value, len, token, err, errlen) != 0)
+		return -1;
+	if (mb_sandbox_seen_has(m->c->pii_seen, token, 1)) {
+		const mb_pii_found *f = set_find(m->c->pii_found, token, strlen(token));
+		if (!f || f->value_len != len || memcmp(f->value, value, len) != 0)
+			vault_token(m->c, type, value, len, token);
+	}
+	if (mint)
+		return 0;
+	/* a worker thread has the key: a token this call gave another value gets longer, as
+	 * mb_pii_sanitize does without a callback */
+	for (int hx = MB_PII_HEX_MIN + 4; mb_sandbox_seen_has(m->call, token, 0); hx += 4) {
+		if (hx > MB_PII_HEX_MAX) {
+			snprintf(err, errlen, "pii: token collision beyond %d hex digits for type %s",
+				 MB_PII_HEX_MAX, type);
+			return -1;
+		}
+		if (mb_pii_token(token_key, type, value, len, hx, token) != 0) {
+			snprintf(err, errlen, "pii: cannot make a token");
+			return -1;
+		}
+	}
+	mb_sandbox_seen_add(&m->call, token, strlen(token));
+	return 0;
+}
+
 /* ---- sanitizing C text -------------------------------------------------------------------- */
 
 /* Sanitizes s into a malloc'd result, recording what it replaced. Returns 0, or -1 with err. */
@@ -186,8 +254,12 @@ static int sanitize(mb_sandbox_ctx *c, const char *s, size_t len, mb_pii_result 
 			 len, max);
 		return -1;
 	}
-	if (mb_pii_sanitize(detector, token_key, s, len, MB_PII_ALL, mint, NULL, thread_scratch(),
-			    res, err, errlen) != 0)
+	mint_ud m = { c, NULL };
+	int wrap = mint || c->pii_seen;
+	int rc = mb_pii_sanitize(detector, token_key, s, len, MB_PII_ALL, wrap ? sb_mint : NULL, &m,
+				 thread_scratch(), res, err, errlen);
+	mb_sandbox_seen_free(&m.call);
+	if (rc != 0)
 		return -1;
 	for (size_t i = 0; i < res->nfound; i++)
 		set_add(c, &res->found[i]);
