@@ -10,8 +10,8 @@
  * appears in the answer only where the execution minted it, and the host's rewrite is exact.
  *
  * The set is per execution and bounded (MAX_SEEN tokens); when it is full, or memory ran out,
- * every token counts as seen (each mint then asks: correct, slower). Texts are walked with
- * mb_pii_token_next (a memchr for '['), once, where they arrive, beside the context-saved count.
+ * every token counts as seen (each mint then asks: correct, slower). Texts are walked once, where
+ * they arrive (beside the context-saved count), for '[' followed by a capital letter.
  * sandbox_pii.c also uses a set for the tokens one sanitize call hands out.
  */
 #include <stdlib.h>
@@ -62,6 +62,35 @@ static int grow(seen_set *s)
 	return 0;
 }
 
+/* The next token at or after *pos (its length, 0 when none): mb_pii_token_next, but JSON has a
+ * '[' every few bytes in arrays of arrays, so a '[' that cannot open a token (the next byte is
+ * not a capital letter) costs a byte test here rather than a call, and memchr takes over when
+ * none is near. */
+static size_t next_token(const char *s, size_t len, size_t *pos)
+{
+	size_t p = *pos;
+	while (p < len) {
+		size_t near = p + 32 < len ? p + 32 : len;
+		while (p < near && s[p] != '[')
+			p++;
+		if (p == near) {
+			const char *b = memchr(s + p, '[', len - p);
+			if (!b)
+				return 0;
+			p = (size_t)(b - s);
+		}
+		if (p + 1 < len && (unsigned char)(s[p + 1] - 'A') < 26) {
+			size_t t = mb_pii_token_check(s + p, len - p, NULL);
+			if (t) {
+				*pos = p;
+				return t;
+			}
+		}
+		p++;
+	}
+	return 0;
+}
+
 /* what a set is when memory ran out making it: full, so every token counts as seen */
 static seen_set no_memory = { .full = 1 };
 
@@ -73,7 +102,7 @@ void mb_sandbox_seen_add(struct mb_sandbox_seen **set, const char *text, size_t 
 	if (!s && !(s = *set = calloc(1, sizeof *s)))
 		s = *set = &no_memory;
 	size_t pos = 0, tlen;
-	while (!s->full && mb_pii_token_next(text, len, &pos, &tlen)) {
+	while (!s->full && (tlen = next_token(text, len, &pos)) != 0) {
 		if (tlen < MB_PII_TOKEN_MAX) {
 			if ((s->n + 1) * 2 > s->nslots && (s->n >= MAX_SEEN || grow(s) != 0)) {
 				s->full = 1;
