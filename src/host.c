@@ -241,7 +241,7 @@ static int push_refusal(lua_State *L, const char *err)
 	return 5;
 }
 
-/* mb.submit{code=, context_json=, timeout_ms=, memory_bytes=, instruction_limit=}
+/* mb.submit{code=, context_json=, context_internal=, timeout_ms=, memory_bytes=, instruction_limit=}
  * -> id | nil, err, structured_json, structured_quoted, io_meta */
 static int l_submit(lua_State *L)
 {
@@ -254,6 +254,9 @@ static int l_submit(lua_State *L)
 	lua_getfield(L, 1, "context_json");
 	if (lua_isstring(L, -1))
 		req.context_json = lua_tolstring(L, -1, &req.context_len);
+	lua_getfield(L, 1, "context_internal");
+	req.context_internal = lua_toboolean(L, -1);
+	lua_pop(L, 1);
 	req.timeout_ms = get_u64(L, 1, "timeout_ms", (uint64_t)h->cfg->default_timeout_ms);
 	req.memory_bytes = get_u64(L, 1, "memory_bytes", (uint64_t)h->cfg->default_memory_mb << 20);
 	req.instruction_limit = get_u64(L, 1, "instruction_limit", (uint64_t)h->cfg->default_instruction_limit);

@@ -420,6 +420,7 @@ struct mb_sandbox {
 static void ctx_free(mb_sandbox_ctx *c)
 {
 	mb_sandbox_pii_free(c);
+	mb_sandbox_seen_free(&c->pii_seen);
 	free(c->traceback);
 	free(c->head);
 	free(c->tail);
@@ -541,8 +542,12 @@ int mb_sandbox_run_prepared(mb_sandbox *sb, const mb_exec_request *req, mb_budge
 	mb_budget_set_current(b);
 	mb_sandbox_set_running(L);
 
+	/* tokens the code was given (sandbox_seen.c) */
+	mb_sandbox_seen_add(&c->pii_seen, req->code, req->code_len);
+	mb_sandbox_seen_add(&c->pii_seen, req->context_json, req->context_json ? req->context_len : 0);
 	if (req->context_json && req->context_len) {
-		mb_io_add(&res->io, MB_IO_CONTEXT, req->context_json, req->context_len);
+		if (!req->context_internal)
+			mb_io_add(&res->io, MB_IO_CONTEXT, req->context_json, req->context_len);
 		lua_pushcfunction(L, sb_context);
 		lua_pushlightuserdata(L, c);
 		if (lua_pcall(L, 1, 0, sb->msgh) != LUA_OK) {

@@ -47,6 +47,9 @@ typedef struct mb_exec_request {
 	size_t code_len;
 	const char *context_json;   /* JSON object text or NULL: becomes globals */
 	size_t context_len;
+	/* 1: context_json is the server's own (a published skill's arguments, a workflow and its
+	 * inputs), not context_vars a client sent: it is not counted as the context_vars source */
+	int context_internal;
 	uint64_t timeout_ms;
 	uint64_t memory_bytes;
 	uint64_t instruction_limit;

@@ -29,6 +29,8 @@ typedef struct mb_sandbox_ctx {
 	uint64_t cpu_start_ns;
 	/* values replaced by tokens in this execution (sandbox_pii.c) */
 	void *pii_found;
+	/* tokens that reached it from outside: code, context_vars, replies, files (sandbox_seen.c) */
+	struct mb_sandbox_seen *pii_seen;
 	/* what the code took in, counted where it arrives (the result's io; NULL while prepared) */
 	mb_exec_io *io;
 } mb_sandbox_ctx;
@@ -117,6 +119,22 @@ void mb_sandbox_pii_top(lua_State *L);
 void mb_sandbox_pii_finish(mb_sandbox_ctx *c, mb_exec_result *res);
 void mb_sandbox_pii_free(mb_sandbox_ctx *c);
 void mb_sandbox_pii_thread_exit(void);
+/// The tokens this execution minted (tokenize_pii, the policy), in the JSON text of an upstream
+/// call's arguments, replaced by their values as JSON string content; only with pii_policy and
+/// pii_restore on (the host restores the tenant's vault's tokens with the same rule).
+/// @param limit  the longest text allowed (max_message_bytes)
+/// @returns 0 with *out a malloc'd text (its length in *outlen) or NULL when nothing was
+///          replaced; 1 when the text would be longer than limit; -1 when out of memory
+int mb_sandbox_pii_restore_json(mb_sandbox_ctx *c, const char *json, size_t len, size_t limit,
+				char **out, size_t *outlen);
+
+/// A set of PII token texts (sandbox_seen.c, below the environment's files): adds the tokens
+/// found in text (made on first use; *set NULL is empty); whether token is in it (if_full: the
+/// answer once the set stopped growing at its bound or for want of memory); frees it.
+struct mb_sandbox_seen;
+void mb_sandbox_seen_add(struct mb_sandbox_seen **set, const char *text, size_t len);
+int mb_sandbox_seen_has(const struct mb_sandbox_seen *set, const char *token, int if_full);
+void mb_sandbox_seen_free(struct mb_sandbox_seen **set);
 
 /// Builds the restricted environment in the fresh state L (sandbox_env.c). Runs inside a
 /// protected call. Expects the state's budget already attached.

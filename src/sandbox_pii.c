@@ -7,7 +7,10 @@
  * MAX_FOUND values and MAX_FOUND_BYTES bytes): detokenize_pii looks there first, so a token minted
  * earlier in the same execution restores without a round trip, and at the end the set goes to
  * the host in the result (mb_exec_result.pii_found) to be stored in the tenant's vault. Tokens it
- * does not know are restored by the host (host call "pii_restore"), when pii_restore allows.
+ * does not know are restored by the host (host call "pii_restore"), when pii_restore allows. The
+ * same set restores the tokens in an upstream call's arguments (mb_sandbox_pii_restore_json,
+ * sandbox_upstream.c) before they leave: the vault does not know this execution's tokens yet,
+ * and the host restores the rest from it.
  *
  * Policy: with pii_policy on, mb_sandbox_pii_values replaces strings (values and keys, walked
  * with raw access, each table once) in the returned values before they are encoded, and
@@ -166,6 +169,74 @@ void mb_sandbox_pii_free(mb_sandbox_ctx *c)
 	c->pii_found = NULL;
 }
 
+/* ---- minting ------------------------------------------------------------------------------ */
+
+/* Asks the tenant's vault (host call "pii_token", lua/mcp/pii.lua) which token value gets,
+ * starting from the default in token: the same one when it is free or already the value's, a
+ * longer one when it stands for another value. token is left as it is when the answer is not a
+ * token of this type or the call fails (then the host's rewrite at the end applies). */
+static void vault_token(mb_sandbox_ctx *c, const char *type, const char *value, size_t len,
+			char token[MB_PII_TOKEN_MAX])
+{
+	if (!c->req || !c->req->host_call)
+		return;
+	mb_json_field f[] = {
+		{ .key = "type", .type = MB_JF_STRING, .s = type, .n = strlen(type) },
+		{ .key = "value", .type = MB_JF_STRING, .s = value, .n = len },
+		{ .key = "token", .type = MB_JF_STRING, .s = token, .n = strlen(token) },
+	};
+	size_t alen = 0, rlen = 0;
+	char *args = mb_json_object(f, 3, &alen), *reply = NULL;
+	if (!args)
+		return;
+	int rc = c->req->host_call(c->req->host_ud, "pii_token", args, alen, &reply, &rlen);
+	free(args);
+	if (rc == 0 && reply && rlen >= 2 && rlen - 2 < MB_PII_TOKEN_MAX && reply[0] == '"' &&
+	    reply[rlen - 1] == '"' && mb_pii_token_check(reply + 1, rlen - 2, type) == rlen - 2) {
+		memcpy(token, reply + 1, rlen - 2);
+		token[rlen - 2] = 0;
+	}
+	free(reply);
+}
+
+typedef struct {
+	mb_sandbox_ctx *c;
+	struct mb_sandbox_seen *call; /* the tokens this sanitize call handed out (threads) */
+} mint_ud;
+
+/* The mint callback while the execution holds tokens from outside (or in a worker process,
+ * where the server computes tokens): a default token that the code was also given is checked
+ * with the vault first, so one token never stands for two values in the answer. */
+static int sb_mint(void *ud, const char *type, const char *value, size_t len,
+		   char token[MB_PII_TOKEN_MAX], char *err, size_t errlen)
+{
+	mint_ud *m = ud;
+	if (mint && mint(NULL, type, value, len, token, err, errlen) != 0)
+		return -1;
+	if (mb_sandbox_seen_has(m->c->pii_seen, token, 1)) {
+		const mb_pii_found *f = set_find(m->c->pii_found, token, strlen(token));
+		if (!f || f->value_len != len || memcmp(f->value, value, len) != 0)
+			vault_token(m->c, type, value, len, token);
+	}
+	if (mint)
+		return 0;
+	/* a worker thread has the key: a token this call gave another value gets longer, as
+	 * mb_pii_sanitize does without a callback */
+	for (int hx = MB_PII_HEX_MIN + 4; mb_sandbox_seen_has(m->call, token, 0); hx += 4) {
+		if (hx > MB_PII_HEX_MAX) {
+			snprintf(err, errlen, "pii: token collision beyond %d hex digits for type %s",
+				 MB_PII_HEX_MAX, type);
+			return -1;
+		}
+		if (mb_pii_token(token_key, type, value, len, hx, token) != 0) {
+			snprintf(err, errlen, "pii: cannot make a token");
+			return -1;
+		}
+	}
+	mb_sandbox_seen_add(&m->call, token, strlen(token));
+	return 0;
+}
+
 /* ---- sanitizing C text -------------------------------------------------------------------- */
 
 /* Sanitizes s into a malloc'd result, recording what it replaced. Returns 0, or -1 with err. */
@@ -183,8 +254,12 @@ static int sanitize(mb_sandbox_ctx *c, const char *s, size_t len, mb_pii_result 
 			 len, max);
 		return -1;
 	}
-	if (mb_pii_sanitize(detector, token_key, s, len, MB_PII_ALL, mint, NULL, thread_scratch(),
-			    res, err, errlen) != 0)
+	mint_ud m = { c, NULL };
+	int wrap = mint || c->pii_seen;
+	int rc = mb_pii_sanitize(detector, token_key, s, len, MB_PII_ALL, wrap ? sb_mint : NULL, &m,
+				 thread_scratch(), res, err, errlen);
+	mb_sandbox_seen_free(&m.call);
+	if (rc != 0)
 		return -1;
 	for (size_t i = 0; i < res->nfound; i++)
 		set_add(c, &res->found[i]);
@@ -426,6 +501,74 @@ static int sb_detokenize(lua_State *L)
 	if (lua_type(L, -1) == LUA_TTABLE)
 		lua_getfield(L, -1, "text");
 	return 1;
+}
+
+/* ---- upstream arguments -------------------------------------------------------------------- */
+
+static int put(char **buf, size_t *n, size_t *cap, const char *s, size_t len)
+{
+	if (*n + len + 1 > *cap) {
+		size_t nc = *cap ? *cap : 256;
+		while (nc < *n + len + 1)
+			nc *= 2;
+		char *p = realloc(*buf, nc);
+		if (!p)
+			return -1;
+		*buf = p;
+		*cap = nc;
+	}
+	memcpy(*buf + *n, s, len);
+	*n += len;
+	(*buf)[*n] = 0;
+	return 0;
+}
+
+int mb_sandbox_pii_restore_json(mb_sandbox_ctx *c, const char *json, size_t len, size_t limit,
+				char **out, size_t *outlen)
+{
+	*out = NULL;
+	*outlen = 0;
+	/* the same rule as the host's restore (lua/mcp/upstream.lua): values only where the policy
+	 * makes tokens and values may be revealed at all */
+	if (!c || !c->pii_found || !c->cfg->pii_policy || !c->cfg->pii_restore || !json)
+		return 0;
+	char *buf = NULL;
+	size_t n = 0, cap = 0, pos = 0, done = 0, tlen;
+	while (mb_pii_token_next(json, len, &pos, &tlen)) {
+		/* JSON text has "[" followed by a capital letter only inside strings: every token
+		 * found is (part of) a string, and its value goes in escaped as a string's content */
+		const mb_pii_found *f = set_find(c->pii_found, json + pos, tlen);
+		if (f) {
+			size_t ql = 0;
+			char *q = mb_json_quote(f->value, f->value_len, &ql);
+			int bad = !q || ql < 2 || put(&buf, &n, &cap, json + done, pos - done) != 0 ||
+				  put(&buf, &n, &cap, q + 1, ql - 2) != 0;
+			free(q);
+			if (bad) {
+				free(buf);
+				return -1;
+			}
+			done = pos + tlen;
+			if (n > limit) {
+				free(buf);
+				return 1;
+			}
+		}
+		pos += tlen;
+	}
+	if (!buf)
+		return 0;
+	if (put(&buf, &n, &cap, json + done, len - done) != 0) {
+		free(buf);
+		return -1;
+	}
+	if (n > limit) {
+		free(buf);
+		return 1;
+	}
+	*out = buf;
+	*outlen = n;
+	return 0;
 }
 
 /* ---- the policy ----------------------------------------------------------------------------- */

@@ -87,8 +87,10 @@ void mb_sandbox_host_call_raw(lua_State *L, const char *name, char *args, size_t
 		o->b = NULL;
 		mb_budget_raise(L, c->b);
 	}
-	if (o->b) /* context saved (tokest.h): the reply is what the code took in */
+	if (o->b) { /* context saved (tokest.h): the reply is what the code took in */
 		mb_io_add(c->io, mb_io_source_of_call(name), o->b, rlen);
+		mb_sandbox_seen_add(&c->pii_seen, o->b, rlen); /* and the tokens in it */
+	}
 	if (rc > 0) {
 		if (o->b)
 			lua_pushlstring(L, o->b, rlen);

@@ -18,6 +18,10 @@
  * repeats until all are done. Results come back in order (a function's first return value).
  * The first failure, in item order, raises after its round. A call made where a yield is not
  * possible (a metamethod, a nested coroutine of the user's) simply waits.
+ *
+ * Tokens that tokenize_pii (or the policy) made earlier in the same execution are restored in
+ * the arguments here, from the execution's own set (sandbox_pii.c); the host restores the
+ * tokens its vault knows (lua/mcp/upstream.lua).
  */
 #include <lauxlib.h>
 #include <stdio.h>
@@ -152,6 +156,24 @@ static void put_item(lua_State *L, int idx, rbuf *b)
 		if (!args) {
 			snprintf(msg, sizeof msg, "%.100s.%.100s: arguments: %s", server, tool, err);
 			put_fail(L, b, msg);
+		}
+		/* tokens minted in this execution: the vault learns them only when it ends */
+		char *restored = NULL;
+		size_t rl = 0;
+		int rc = mb_sandbox_pii_restore_json(c, args, al, b->limit, &restored, &rl);
+		if (rc != 0) {
+			free(args);
+			if (rc < 0)
+				put_fail(L, b, "out of memory");
+			snprintf(msg, sizeof msg, "%.100s.%.100s: the arguments of the upstream calls add up to "
+				 "more than %zu bytes (max_message_bytes) once their tokens are restored",
+				 server, tool, b->limit);
+			put_fail(L, b, msg);
+		}
+		if (restored) {
+			free(args);
+			args = restored;
+			al = rl;
 		}
 	}
 	if (b->n + sl + tl + al + 3 > b->limit) {

@@ -114,6 +114,8 @@ static int read_bytes(lua_State *L, ws_ref ws, const char *path, size_t plen, ch
 		raise_msg(L, err);
 	mb_sandbox_ctx *c = mb_sandbox_ctx_of(L);
 	mb_io_add(c ? c->io : NULL, MB_IO_WORKSPACE, *data, *n); /* context saved (tokest.h) */
+	if (c)
+		mb_sandbox_seen_add(&c->pii_seen, *data, *n); /* the tokens in it (sandbox_seen.c) */
 	return 0;
 }
 

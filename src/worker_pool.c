@@ -477,10 +477,11 @@ static void finish(wjob *j, mb_exec_result *res)
 	if (!(res->execution_time_ms > 0 && res->execution_time_ms <= seen)) /* 0: none reported */
 		res->execution_time_ms = seen;
 	/* what the worker says its code took in: never more than the server handed it, the
-	 * context_vars apart and the sources that came through the channel together */
+	 * context_vars apart (none when the server made them: the worker is not told) and the
+	 * sources that came through the channel together */
 	uint64_t left = j->sent;
 	for (int i = 0; i < MB_IO_NSOURCES; i++) {
-		uint64_t most = i == MB_IO_CONTEXT ? j->req.context_len : left;
+		uint64_t most = i != MB_IO_CONTEXT ? left : j->req.context_internal ? 0 : j->req.context_len;
 		if (res->io.in_bytes[i] > most)
 			res->io.in_bytes[i] = most;
 		if (i != MB_IO_CONTEXT)

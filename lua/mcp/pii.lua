@@ -257,6 +257,22 @@ function M.init(tools)
     return { text = restored }
   end
 
+  -- The token a value minted in an execution gets when the code was also given its default
+  -- token (src/sandbox_seen.c): the vault's choice, stored now, so the given token keeps its
+  -- meaning and nothing needs rewriting. The worker sends the default token it computed; a
+  -- worker process has no key, so it is checked here.
+  tools.host_calls.pii_token = function(a, request)
+    if type(a.type) ~= "string" or type(a.value) ~= "string" or type(a.token) ~= "string" then
+      return nil, "pii_token: type, value and token must be strings"
+    end
+    local ok, want = pcall(mb.pii_token, a.type, a.value, 8)
+    if not ok or want ~= a.token then return nil, "pii_token: the token is not the value's" end
+    local remap = M.persist(request.tenant or "default", { { token = a.token, type = a.type, value = a.value } })
+    local t = remap and remap[a.token]
+    if t == nil or t:find("_withheld]", 1, true) then return a.token end -- withheld: the host's rewrite decides
+    return t
+  end
+
   tools.stats_providers.pii = function(tenant)
     local row = db.row("SELECT count(*) AS n FROM pii_vault WHERE tenant = ?", tenant)
     return { policy = cfg.pii_policy == 1, restore = cfg.pii_restore == 1,

@@ -289,7 +289,8 @@ return f(__args)
 ]], name, name)
   local ctx = mb.json_encode({ __mb_tool_args = args })
   local res, err = request:execute({
-    code = code, context_json = ctx, timeout_ms = cfg.default_timeout_ms,
+    code = code, context_json = ctx, context_internal = true, -- not the client's context_vars
+    timeout_ms = cfg.default_timeout_ms,
     memory_bytes = cfg.default_memory_mb * 1048576, instruction_limit = cfg.default_instruction_limit,
     tool = name,
   })

@@ -260,6 +260,7 @@ function M.run(request, def, inputs)
   end
   local res, err = request:execute({
     code = RUN_CODE, context_json = mb.json_encode({ __mb_workflow = def, __mb_inputs = inputs or {} }),
+    context_internal = true, -- the server's definition, not context_vars a client sent
     timeout_ms = timeout,
     memory_bytes = math.min(def.memory_mb or cfg.default_memory_mb, cfg.max_memory_mb) * 1048576,
     instruction_limit = math.min(def.instruction_limit or cfg.default_instruction_limit, cfg.max_instruction_limit),

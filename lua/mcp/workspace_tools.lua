@@ -6,12 +6,18 @@
 -- so clients can browse what the agent built. The files themselves are handled by the C
 -- workspace module (src/workspace.c: kernel-enforced confinement and quotas); this file only
 -- shapes arguments and results.
+--
+-- File names pass the PII policy like file contents (docs/pii.md, "File names"): listings and
+-- resources show a path with its personal data as tokens (customers/[EMAIL_3f9a0c1b]/r.txt),
+-- and every tool and resources/read take that path back, its tokens restored from the calling
+-- tenant's vault (a write only when pii_restore allows: it would name a new file after a value).
 
 local mb = mb
 local null = mb.null
 local cfg = mb.config
 local ws = mb.workspace
 local skills = require("mcp.skills")
+local pii = require("mcp.pii")
 
 local M = {}
 
@@ -46,6 +52,36 @@ local function uri_decode(s)
   return (s:gsub("%%(%x%x)", function(h) return string.char(tonumber(h, 16)) end))
 end
 
+
+-- File names and the PII policy. shown: the path as the client sees it (tokens for values).
+-- real: the path a client gave, with this tenant's tokens restored (none without the policy,
+-- since listings then show the values; for a new file only when pii_restore allows it).
+local POLICY = cfg.pii_policy == 1
+local function shown(tenant, path)
+  if not POLICY then return path end
+  return pii.outbound(tenant, path)
+end
+local function real(tenant, path, creating)
+  if not POLICY or not path:find("[", 1, true) or (creating and cfg.pii_restore ~= 1) then return path end
+  return (pii.restore(tenant, path))
+end
+-- Runs op(path) on the restored path, and on the path as given when that is a different file
+-- that exists (a name that holds a token's text itself). Returns what op returns.
+local function on_real(tenant, path, creating, op)
+  local r = real(tenant, path, creating)
+  if r == path then return op(path) end
+  local a, b, c = op(r)
+  if a == nil and c == "not_found" or a == false then
+    local a2, b2, c2 = op(path)
+    if a2 ~= nil and a2 ~= false then return a2, b2, c2 end
+  end
+  return a, b, c
+end
+-- An error about a path the client named: the real path in it becomes its tokens again.
+local function shown_err(tenant, err)
+  if not POLICY or type(err) ~= "string" then return err end
+  return pii.outbound(tenant, err)
+end
 
 local function encoding_arg(args)
   local e = args.encoding
@@ -116,8 +152,12 @@ function M.init(tools)
       if not d then return tool_error("invalid arguments: content is not valid base64: " .. tostring(derr)) end
       data = d
     end
-    local ok, err = ws.write(request.tenant or "default", path, data)
-    if not ok then return tool_error(err, { error = err }) end
+    local tenant = request.tenant or "default"
+    local ok, err = ws.write(tenant, real(tenant, path, true), data)
+    if not ok then
+      err = shown_err(tenant, err)
+      return tool_error(err, { error = err })
+    end
     return structured({ path = path, bytes = #data })
   end)
 
@@ -139,8 +179,12 @@ function M.init(tools)
     if not path then return tool_error(perr) end
     local enc, eerr = encoding_arg(args)
     if not enc then return tool_error(eerr) end
-    local data, err = ws.read(request.tenant or "default", path)
-    if not data then return tool_error(err, { error = err }) end
+    local tenant = request.tenant or "default"
+    local data, err = on_real(tenant, path, false, function(p) return ws.read(tenant, p) end)
+    if not data then
+      err = shown_err(tenant, err)
+      return tool_error(err, { error = err })
+    end
     local mime = mime_of(path)
     if not mime:match("^image/") and not mime:match("^audio/") then
       -- what goes toward the model passes the PII policy, text or not (base64 is no way around it)
@@ -158,7 +202,9 @@ function M.init(tools)
     name = "list_workspace_files",
     title = "List workspace files",
     description = "Files in your workspace (or under a sub-directory) with sizes and modification "
-      .. "times, and the workspace's usage against its quotas.",
+      .. "times, and the workspace's usage against its quotas."
+      .. (POLICY and " Personal data in a name is shown as a token ([EMAIL_3f9a0c1b]); the "
+        .. "workspace tools take the name as listed." or ""),
     inputSchema = obj({ dir = { type = "string", description = "Sub-directory to list (default: all)" },
                         subpath = { type = "string", description = "Another name for dir" } }),
     annotations = { title = "List workspace files", readOnlyHint = true, openWorldHint = false },
@@ -169,8 +215,23 @@ function M.init(tools)
     if dir == null then dir = nil end
     if dir ~= nil and type(dir) ~= "string" then return tool_error("invalid arguments: dir must be a string") end
     local tenant = request.tenant or "default"
-    local files, err = ws.list(tenant, dir)
-    if not files then return tool_error(err, { error = err }) end
+    local files, err
+    if dir == nil then
+      files, err = ws.list(tenant)
+    else
+      -- a directory that does not exist lists as empty: then the name as given, if it is one
+      files, err = on_real(tenant, dir, false, function(d)
+        local l, e, c = ws.list(tenant, d)
+        if l and #l == 0 then return false end
+        return l, e, c
+      end)
+      if files == false then files = mb.array({}) end
+    end
+    if not files then
+      err = shown_err(tenant, err)
+      return tool_error(err, { error = err })
+    end
+    for _, f in ipairs(files) do f.path = shown(tenant, f.path) end
     local usage = ws.usage(tenant) or {}
     return structured({ files = mb.array(files), count = #files, usage = {
       files = usage.files, bytes = usage.bytes, max_files = cfg.workspace_max_files,
@@ -190,8 +251,12 @@ function M.init(tools)
     if bad then return tool_error(bad) end
     local path, perr = with_path(args)
     if not path then return tool_error(perr) end
-    local ok, err = ws.delete(request.tenant or "default", path)
-    if ok == nil then return tool_error(err, { error = err }) end
+    local tenant = request.tenant or "default"
+    local ok, err = on_real(tenant, path, false, function(p) return ws.delete(tenant, p) end)
+    if ok == nil then
+      err = shown_err(tenant, err)
+      return tool_error(err, { error = err })
+    end
     if ok == false then
       return tool_error(string.format("no file %s in the workspace", path), { path = path, deleted = false })
     end
@@ -214,8 +279,8 @@ function M.init(tools)
         title = s.name, description = s.description, mimeType = "text/x-lua" }
     end
     for _, f in ipairs(ws.list(tenant) or {}) do
-      out[#out + 1] = { uri = WS_PREFIX .. uri_encode(f.path), name = f.path,
-        mimeType = mime_of(f.path), size = f.size }
+      local p = shown(tenant, f.path)
+      out[#out + 1] = { uri = WS_PREFIX .. uri_encode(p), name = p, mimeType = mime_of(p), size = f.size }
     end
     for _, p in ipairs(tools.resource_providers) do
       for _, r in ipairs(p.list(tenant)) do out[#out + 1] = r end
@@ -273,8 +338,9 @@ function M.init(tools)
       if not path then
         error(tools.rpc_error(-32602, "resources/read: bad percent-encoding in the uri", { uri = uri }))
       end
-      local data, err, code = ws.read(tenant, path)
+      local data, err, code = on_real(tenant, path, false, function(p) return ws.read(tenant, p) end)
       if not data then
+        err = shown_err(tenant, err)
         if code == "not_found" then not_found(err) end
         error(tools.rpc_error(-32602, "resources/read: " .. tostring(err), { uri = uri }))
       end

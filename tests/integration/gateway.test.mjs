@@ -1080,6 +1080,41 @@ describe("gateway: PII tokens across upstream calls", () => {
       { type: "entity", name: "Dave", entityType: "person", observations: [`manager email: ${EMAIL}`] });
   }));
 
+  // issue 31, bug 2: a token tokenize_pii made in this execution is not in the vault yet (the
+  // vault gets the execution's values with its result); the upstream must still get the value
+  it("a token tokenize_pii made in the same execution reaches the upstream as the real value, in calls and in mcp.parallel", T, withStderr(S, async () => {
+    const CARL = "carl.gw31@example.com", DORA = "dora.gw31@example.com";
+    const { sc, res } = await exec(s, `
+      local t, map = tokenize_pii("${CARL}")
+      local echoed = servers.everything.echo{message = t}
+      local via_call = mcp.call("everything", "echo", {message = "to " .. t .. " and [EMAIL_00000000]"})
+      local d = tokenize_pii("${DORA}")
+      local par = mcp.parallel{ {"everything", "echo", {message = d}},
+                                function() return servers.everything.echo{message = t} end }
+      servers.fs.write_file{path = dir .. "/carl31.txt", content = "mail " .. t}
+      return { token = t, echoed = echoed, via_call = via_call, par = par,
+               upstream_saw_value = echoed == "Echo: ${CARL}" and par[1] == "Echo: ${DORA}"
+                 and par[2] == "Echo: ${CARL}",
+               known = map[t] == "${CARL}" }`,
+    { context_vars: { dir: fsDir } });
+    assert.equal(sc.success, true, sc.error);
+    assert.match(sc.result.token, new RegExp(`^${TOKEN_RE.source}$`));
+    const t = sc.result.token;
+    assert.equal(sc.result.known, true);
+    assert.equal(sc.result.upstream_saw_value, true, JSON.stringify(sc.result));
+    // the answer the model gets is tokenized again: the upstream's echo of the value is the token
+    assert.equal(sc.result.echoed, `Echo: ${t}`);
+    assert.equal(sc.result.via_call, `Echo: to ${t} and [EMAIL_00000000]`);
+    assert.equal(sc.result.par[1], `Echo: ${t}`);
+    assert.match(sc.result.par[0], new RegExp(`^Echo: ${TOKEN_RE.source}$`));
+    assert.notEqual(sc.result.par[0], `Echo: ${t}`);
+    for (const v of [CARL, DORA]) assert.equal(JSON.stringify(res).includes(v), false, `${v} reached the client`);
+    assert.equal(readFileSync(path.join(fsDir, "carl31.txt"), "utf8"), `mail ${CARL}`);
+    // and the next execution's token (from the vault now) is restored too
+    const again = await runOk(s, `return servers.everything.echo{message = "${t}"} == "Echo: ${CARL}"`);
+    assert.equal(again, true);
+  }));
+
   it("tool errors that carry personal data reach the model tokenized", T, withStderr(S, async () => {
     const { sc, res } = await exec(s, `
       local ok, e = pcall(servers.fs.read_text_file, {path = "/etc/${EMAIL}"})
@@ -1090,6 +1125,25 @@ describe("gateway: PII tokens across upstream calls", () => {
     assert.equal(m[2], fsDir);
     if (token) assert.equal(m[1], token);
     assert.equal(JSON.stringify(res).includes(EMAIL), false);
+  }));
+});
+
+describe("gateway: --pii-restore 0 restores no token into upstream arguments", () => {
+  let s;
+  const S = () => s;
+  before(async () => { s = await gateway({ mcpServers: { everything: EVERYTHING() } }, { args: ["--pii-restore", "0"] }, ["everything"]); });
+  after(async () => { await s?.close(); });
+
+  it("neither a token from the vault nor one tokenize_pii made in the same execution", T, withStderr(S, async () => {
+    const EMAIL = "erin.gw31@example.com";
+    const old = await runOk(s, `return "${EMAIL}"`); // now in the vault
+    assert.match(old, new RegExp(`^${TOKEN_RE.source}$`));
+    const r = await runOk(s, `
+      local t = tokenize_pii("${EMAIL}")
+      -- compared inside the sandbox: what leaves is tokenized either way
+      return { same = t == "${old}", now = servers.everything.echo{message = t} == "Echo: " .. t,
+               vault = servers.everything.echo{message = "${old}"} == "Echo: ${old}" }`);
+    assert.deepEqual(r, { same: true, now: true, vault: true });
   }));
 });
 

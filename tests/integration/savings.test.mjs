@@ -10,7 +10,7 @@
 
 import assert from "node:assert/strict";
 import { describe, it, before, after } from "node:test";
-import { mkdirSync, writeFileSync } from "node:fs";
+import { mkdirSync, rmSync, writeFileSync } from "node:fs";
 import path from "node:path";
 
 import { countTokens } from "@anthropic-ai/tokenizer";
@@ -241,6 +241,69 @@ describe("context saved: tenants over HTTP, and /metrics", () => {
     } finally {
       await a.close();
       await b.close();
+    }
+  });
+});
+
+// issue 31, bug 11: a published skill's arguments and a workflow's definition reach the sandbox
+// the way context_vars do (as JSON text the server makes), but no client sent context_vars.
+describe("context saved: context_vars only when a client sent them", () => {
+  let srv, dir;
+  before(async () => {
+    dir = path.join(TESTS_DIR, `.tmp-savings-${process.pid}`);
+    mkdirSync(path.join(dir, "skills"), { recursive: true });
+    mkdirSync(path.join(dir, "workflows"), { recursive: true });
+    writeFileSync(path.join(dir, "skills", "twice.lua"),
+      "--- Doubles x.\n-- @param x number the value\n-- @tool\nreturn function(a) return a.x * 2 end\n");
+    writeFileSync(path.join(dir, "workflows", "greet.json"), JSON.stringify({
+      name: "greet", description: "Says hello.", tool: true,
+      inputs: { who: { type: "string", required: true } },
+      steps: [{ id: "hi", lua: "'hello ' .. inputs.who" }],
+      output: { said: "${steps.hi}" },
+    }));
+    srv = await startHttp(["--skills-dir", path.join(dir, "skills"), "--share-dir", "none",
+      "--workflows-dir", path.join(dir, "workflows")]);
+  });
+  after(async () => {
+    await srv?.stop();
+    rmSync(dir, { recursive: true, force: true });
+  });
+
+  it("skill tools, workflow tools and run_workflow add nothing to context_vars in /metrics; execute_code's context_vars do", T, async () => {
+    const c = new Client({ name: "savings-test", version: "1.0.0" });
+    await c.connect(new StreamableHTTPClientTransport(new URL(srv.url)));
+    const metrics = async () => {
+      const text = await (await fetch(srv.url.replace(/\/mcp$/, "/metrics"))).text();
+      const v = (what) => Number(text.match(new RegExp(`^moonbox_context_in_${what}_total\\{source="context_vars"\\} (\\d+)$`, "m"))?.[1]);
+      return { bytes: v("bytes"), tokens: v("tokens") };
+    };
+    try {
+      assert.deepEqual(await metrics(), { bytes: 0, tokens: 0 });
+      const names = (await c.listTools()).tools.map((t) => t.name);
+      assert.ok(names.includes("twice") && names.includes("greet"), names.join(","));
+      const r1 = await c.callTool({ name: "twice", arguments: { x: 21 } });
+      assert.notEqual(r1.isError, true, JSON.stringify(r1));
+      assert.equal(r1.structuredContent?.result ?? JSON.parse(r1.content[0].text), 42);
+      const r2 = await c.callTool({ name: "greet", arguments: { who: "ann" } });
+      assert.notEqual(r2.isError, true, JSON.stringify(r2));
+      const r3 = await c.callTool({ name: "run_workflow", arguments: { name: "greet", inputs: { who: "bob" } } });
+      assert.notEqual(r3.isError, true, JSON.stringify(r3));
+      assert.match(JSON.stringify(r3.structuredContent ?? r3.content), /hello bob/);
+      const r4 = toolOk(await execute(c, { code: "return 1" }));
+      assert.equal(r4.result, 1);
+      assert.deepEqual(await metrics(), { bytes: 0, tokens: 0 }, "no client sent context_vars");
+      const stats = toolOk(await c.callTool({ name: "get_execution_stats", arguments: {} })).context;
+      assert.equal(stats.by_source.context_vars, undefined, JSON.stringify(stats));
+
+      const ctx = { n: 7 };
+      const r5 = await execute(c, { code: "return n", context_vars: ctx });
+      assert.equal(toolOk(r5).result, 7);
+      assert.equal(counts(r5).in.context_vars.bytes, bytes(JSON.stringify(ctx)));
+      const m = await metrics();
+      assert.equal(m.bytes, bytes(JSON.stringify(ctx)));
+      assert.equal(m.tokens, counts(r5).in.context_vars.tokens);
+    } finally {
+      await c.close();
     }
   });
 });

@@ -230,13 +230,63 @@ describe("channels toward the client besides the result", () => {
     });
   });
 
-  it("workspace file names made by code are tokenized in listings", { ...T, todo: "not covered yet, docs/pii.md: file names in listings are not scanned" }, async () => {
+  it("workspace file names made by code are tokenized in listings, and the listed names work", T, async () => {
     await withClient([], async (s) => {
-      const w = await exec(s, `write_file('customers/${EMAIL}/report.txt', 'x') return list_files()`);
+      const w = await exec(s, `write_file('customers/${EMAIL}/report.txt', 'report of ${EMAIL}')
+        write_file('customers/${EMAIL}/notes.txt', 'n') return list_files()`);
       assert.equal(w.structuredContent.success, true, JSON.stringify(w));
       assertAbsent(w, [EMAIL], "list_files() returned by the execution");
-      assertAbsent(await call(s, "list_workspace_files", {}), [EMAIL], "list_workspace_files");
-      assertAbsent(await s.client.listResources(), [EMAIL], "resources/list");
+      const t = await tokenOf(s, EMAIL);
+      const shown = `customers/${t}/report.txt`;
+
+      const l = await call(s, "list_workspace_files", {});
+      assertAbsent(l, [EMAIL], "list_workspace_files");
+      assert.deepEqual(l.structuredContent.files.map((f) => f.path).sort(), [`customers/${t}/notes.txt`, shown]);
+      const ld = await call(s, "list_workspace_files", { dir: `customers/${t}` });
+      assertAbsent(ld, [EMAIL], "list_workspace_files of a tokenized dir");
+      assert.equal(ld.structuredContent.count, 2, JSON.stringify(ld));
+
+      const rl = await s.client.listResources();
+      assertAbsent(rl, [EMAIL], "resources/list");
+      const r = rl.resources.find((x) => x.name === shown);
+      assert.ok(r, JSON.stringify(rl.resources));
+      assert.equal(r.uri, `moonbox://workspace/customers/${encodeURIComponent(t)}/report.txt`);
+      assertAbsent(await s.client.listResourceTemplates(), [EMAIL], "resources/templates/list");
+
+      // the listed names are usable: the tools and resources/read restore the caller's tokens
+      const rd = await call(s, "read_workspace_file", { path: shown });
+      assert.notEqual(rd.isError, true, JSON.stringify(rd));
+      assert.deepEqual(rd.structuredContent, { path: shown, encoding: "utf8", bytes: `report of ${t}`.length, content: `report of ${t}` });
+      const rr = await s.client.readResource({ uri: r.uri });
+      assert.deepEqual(rr.contents, [{ uri: r.uri, mimeType: "text/plain", text: `report of ${t}` }]);
+      assertAbsent([rd, rr], [EMAIL], "reads by the listed name");
+      // a write under the listed directory lands beside the others, under the real name
+      const wr = await call(s, "write_workspace_file", { path: `customers/${t}/more.txt`, content: "m" });
+      assert.deepEqual(wr.structuredContent, { path: `customers/${t}/more.txt`, bytes: 1 });
+      assert.equal(await exec(s, `return read_file('customers/${EMAIL}/more.txt')`).then((x) => x.structuredContent.result), "m");
+      const del = await call(s, "delete_workspace_file", { path: `customers/${t}/notes.txt` });
+      assert.deepEqual(del.structuredContent, { path: `customers/${t}/notes.txt`, deleted: true });
+      // errors name the path as the client sees it
+      const missing = await call(s, "read_workspace_file", { path: `customers/${t}/notes.txt` });
+      assert.equal(missing.isError, true);
+      assertAbsent(missing, [EMAIL], "the error of a read by a listed name");
+      assert.match(JSON.stringify(missing), new RegExp(t.replace(/[[\]]/g, "\\$&")));
+      assert.deepEqual((await call(s, "list_workspace_files", {})).structuredContent.files.map((f) => f.path).sort(),
+        [`customers/${t}/more.txt`, shown]);
+    });
+  });
+
+  it("--pii-restore 0: a listed name still reads; a write names no new file after a value", T, async () => {
+    await withClient(["--pii-restore", "0"], async (s) => {
+      await exec(s, `write_file('c/${EMAIL}.txt', 'x') return 1`);
+      const t = await tokenOf(s, EMAIL);
+      // reading what exists works (nothing is revealed: the listing already shows the token)
+      const rd = await call(s, "read_workspace_file", { path: `c/${t}.txt` });
+      assert.equal(rd.structuredContent.content, "x", JSON.stringify(rd));
+      // a new file is named as given: the server does not turn a token into a name code can list
+      await call(s, "write_workspace_file", { path: `d/${t}.txt`, content: "y" });
+      const names = await exec(s, `local out = {} for _, f in ipairs(list_files('d')) do out[#out + 1] = f.path end return out`);
+      assert.deepEqual(names.structuredContent.result, [`d/${t}.txt`]);
     });
   });
 
