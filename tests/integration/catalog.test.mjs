@@ -458,7 +458,7 @@ describe(`tool catalog (${engine})`, { skip }, () => {
         "invalid arguments: query is 1001 bytes, longer than the maximum 1000"],
       ["search_tools", { query: "?!* ()" },
         'query "?!* ()" has no words to search for (letters or digits); use "" to list every entry'],
-      ["get_tool_definition", {}, "invalid arguments: tool_name is required (a name from search_tools)"],
+      ["get_tool_definition", {}, "invalid arguments: tool_name is required (a name from search_tools; name works too)"],
       ["get_tool_definition", { tool_name: "" }, "invalid arguments: tool_name must not be empty"],
       ["get_tool_definition", { tool_name: {} }, "invalid arguments: tool_name must be a string, got object"],
       ["get_tool_definition", { tool_name: "x", extra: true },
