@@ -536,13 +536,17 @@ static void re_swap_check(lua_State *L, re_state *st, const char *s, size_t len,
 	if (rc <= 0)
 		return;
 	st->swap_noted = 1;
-	luaL_where(L, 1);
+	/* where: the line, in the execution's own code only (a chunk name given to load is the
+	 * code's text, and the note does not pass the PII policy) */
+	char where[32] = "";
+	lua_Debug ar;
+	if (lua_getstack(L, 1, &ar) && lua_getinfo(L, "Sl", &ar) && ar.currentline > 0 &&
+	    strcmp(ar.source, "=code") == 0)
+		snprintf(where, sizeof where, "code:%d: ", ar.currentline);
 	char msg[320];
 	snprintf(msg, sizeof msg, "%sre.%s(s, pattern) found no match, but would with its first two "
 		 "arguments swapped: moonbox's re takes the subject first, re.%s(s, pattern), as "
-		 "string.%s does (Python's order is the other way round)", lua_tostring(L, -1), fn, fn,
-		 fn);
-	lua_pop(L, 1);
+		 "string.%s does (Python's order is the other way round)", where, fn, fn, fn);
 	st->lim.note(L, msg);
 }
 

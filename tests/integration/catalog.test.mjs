@@ -462,7 +462,7 @@ describe(`tool catalog (${engine})`, { skip }, () => {
       ["get_tool_definition", { tool_name: "" }, "invalid arguments: tool_name must not be empty"],
       ["get_tool_definition", { tool_name: {} }, "invalid arguments: tool_name must be a string, got object"],
       ["get_tool_definition", { tool_name: "x", extra: true },
-        'invalid arguments: unknown argument "extra" (expected tool_name, category, format)'],
+        'invalid arguments: unknown argument "extra" (expected tool_name (or name), category, format)'],
       ["list_tool_categories", { x: 1 }, "invalid arguments: list_tool_categories takes no arguments"],
     ];
     for (const [tool, args, want] of cases) {

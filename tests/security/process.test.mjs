@@ -272,7 +272,7 @@ describe("a compromised worker that inflates its context-saved counts", { skip: 
   // every source claims 10^12 bytes and as many tokens, the result 10^12 tokens
   const huge = Array.from({ length: 13 }, () => u64(1e12));
   const buf = frame(9, u64(1), bytes(""), bytes(""), bytes(""), u64(1), bytes("42"), bytes(""),
-    u64(0), u64(0), u64(0), u64(0), ...huge);
+    u64(0), u64(0), u64(0), u64(0), ...huge, bytes("")); // (the last: no note)
   const forge = (before = "") => `${before} __test.channel("${[...buf].map((c) => "\\" + c).join("")}") while true do end`;
   // (what the forging worker answers next is not checked here: a worker serves one tenant,
   // whose results it can forge anyway; the point is that it cannot make the counts larger than
@@ -305,7 +305,7 @@ describe("a compromised worker that inflates its context-saved counts", { skip: 
     const honest = (await p.exec({ code: `local s = list_skills() return ("word "):rep(2000)` })).msg.result._meta["dev.moonbox/context"];
     // the same result, with the worker's own estimate of it said to be 1 token
     const small = frame(9, u64(1), bytes(""), bytes(""), bytes(""), u64(1), bytes(JSON.stringify(long)), bytes(""),
-      u64(0), u64(0), u64(0), u64(0), ...Array.from({ length: 12 }, () => u64(0)), u64(1));
+      u64(0), u64(0), u64(0), u64(0), ...Array.from({ length: 12 }, () => u64(0)), u64(1), bytes(""));
     const code = `local s = list_skills() __test.channel("${[...small].map((c) => "\\" + c).join("")}") while true do end`;
     const { sc, msg } = await p.exec({ code, timeout_ms: 5000, instruction_limit: 1e10 });
     assert.equal(sc.result, long);
