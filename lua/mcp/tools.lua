@@ -249,7 +249,8 @@ register({
       rerun_id = { type = "string", description = "Instead of code: run again the code of this "
                    .. "execution (an id from list_executions, or the dev.moonbox/execution_id in an "
                    .. "earlier result's _meta), with this call's context_vars and limits" },
-      context_vars = { type = "object", description = "Values that become global variables" },
+      context_vars = { type = "object", description = "Values that become global variables "
+                       .. "(not named like a built-in: json, re, mcp, servers, string, ...)" },
       timeout_ms = { type = "integer", minimum = 1, maximum = cfg.max_timeout_ms,
                      description = "Wall-clock limit in milliseconds" },
       timeout_seconds = { type = "number", exclusiveMinimum = 0, maximum = cfg.max_timeout_ms / 1000,
