@@ -445,9 +445,10 @@ int mb_lang_fence_find(const char *code, size_t len, mb_lang_fence *f)
 		after++;
 	if (after + run != t)
 		return 0; /* the closing line holds more than the fence */
-	/* no other fence line inside: that would be several blocks, or text between them */
+	/* no other fence line inside (of either kind): that would be several blocks, or text
+	 * between them, and what runs could itself look fenced */
 	for (size_t p = open_end + 1; p < c0;) {
-		if (fence_line(code, c0, p, ch, 3, NULL))
+		if (fence_line(code, c0, p, '`', 3, NULL) || fence_line(code, c0, p, '~', 3, NULL))
 			return 0;
 		const char *q = memchr(code + p, '\n', c0 - p);
 		p = q ? (size_t)(q - code) + 1 : c0;

@@ -172,6 +172,7 @@ TEST(fences)
 		"```lua\nreturn 1\n~~~",             /* another character */
 		"```lu`a\nreturn 1\n```",            /* a backtick in the info string */
 		"```lua\nreturn 1\n``` x",           /* more on the closing line */
+		"```\n~~~lua\nreturn 1\n~~~\n```",    /* a fence of the other kind inside */
 		"",
 	};
 	for (size_t i = 0; i < sizeof not_fenced / sizeof *not_fenced; i++) {
