@@ -74,6 +74,8 @@ typedef struct {
 	mb_budget *jstack_owner;  /* budget charged RE_JIT_STACK_MAX for jstack */
 	pcre2_match_data *md;     /* shared; replaced by a larger one when a pattern needs it */
 	uint32_t md_pairs;
+	int swap_tries;           /* calls tried with their arguments swapped (re_swap_check) */
+	int swap_noted;
 	/* callout state of the running pcre2_match */
 	mb_budget *cb_budget;
 	unsigned cb_ticks;
@@ -289,6 +291,17 @@ static int re_compile_error(lua_State *L, re_state *st, int code, PCRE2_SIZE off
 	return re_errorf(L, "re: invalid pattern at offset %zu: %s%s%s", (size_t)off, msg, lim, hint);
 }
 
+static uint32_t re_compile_opts(uint32_t flags)
+{
+	uint32_t opts = PCRE2_NEVER_BACKSLASH_C;
+	if (flags & F_CASELESS) opts |= PCRE2_CASELESS;
+	if (flags & F_MULTILINE) opts |= PCRE2_MULTILINE;
+	if (flags & F_DOTALL) opts |= PCRE2_DOTALL;
+	if (flags & F_EXTENDED) opts |= PCRE2_EXTENDED;
+	opts |= (flags & F_UTF) ? PCRE2_UTF | PCRE2_UCP : PCRE2_NEVER_UTF | PCRE2_NEVER_UCP;
+	return opts;
+}
+
 /* Returns the compiled pattern for the string at stack index parg and flags, compiling and
  * caching it on a miss. Raises on invalid patterns and exhausted limits. */
 static re_pattern *re_get_pattern(lua_State *L, re_state *st, int parg, uint32_t flags)
@@ -319,13 +332,7 @@ static re_pattern *re_get_pattern(lua_State *L, re_state *st, int parg, uint32_t
 	mb_budget *b = mb_budget_of(L);
 	re_raise_if_tripped(L, b);
 
-	uint32_t opts = PCRE2_AUTO_CALLOUT | PCRE2_NEVER_BACKSLASH_C;
-	if (flags & F_CASELESS) opts |= PCRE2_CASELESS;
-	if (flags & F_MULTILINE) opts |= PCRE2_MULTILINE;
-	if (flags & F_DOTALL) opts |= PCRE2_DOTALL;
-	if (flags & F_EXTENDED) opts |= PCRE2_EXTENDED;
-	opts |= (flags & F_UTF) ? PCRE2_UTF | PCRE2_UCP : PCRE2_NEVER_UTF | PCRE2_NEVER_UCP;
-
+	uint32_t opts = PCRE2_AUTO_CALLOUT | re_compile_opts(flags);
 	int err;
 	PCRE2_SIZE off;
 	mb_budget *prev = mb_budget_current();
@@ -486,6 +493,63 @@ static int re_init(lua_State *L, int arg, size_t len, size_t *off)
 
 /* ---- re.match / re.find ------------------------------------------------------------------ */
 
+/* Python's re.match(pattern, s) and re.search(pattern, s) take the pattern first; moonbox's re
+ * takes the subject first, as string.match does. re.match("(\\d+)", "order 12") finds nothing
+ * and says nothing, so the agent sees null and does not know why. When a call finds nothing,
+ * its subject looks like a pattern (it has regex syntax) and the swapped call would match, the
+ * answer gets a note (docs/sandbox-regex.md says why a note and not an error: a subject that
+ * happens to be a pattern is data, and valid code must keep working). At most RE_SWAP_TRIES
+ * calls of an execution are tried, each a compile of at most RE_SWAP_MAX_BYTES outside the
+ * pattern cache and one interpreted match under the same limits, and one note is enough. */
+#define RE_SWAP_TRIES 8
+#define RE_SWAP_MAX_BYTES 256
+
+static void re_swap_check(lua_State *L, re_state *st, const char *s, size_t len, int parg,
+			  uint32_t flags, const char *fn)
+{
+	if (!st->lim.note || st->swap_noted || st->swap_tries >= RE_SWAP_TRIES ||
+	    len > RE_SWAP_MAX_BYTES || !len)
+		return;
+	int syntax = 0;
+	for (size_t i = 0; i < len && !syntax; i++)
+		syntax = strchr("\\()[]{}^$*+?|", s[i]) != NULL && s[i] != 0;
+	size_t plen;
+	const char *p = lua_tolstring(L, parg, &plen);
+	if (!syntax || !p || plen > st->lim.max_subject_bytes)
+		return;
+	st->swap_tries++;
+	mb_budget *b = mb_budget_of(L);
+	mb_budget *prev = mb_budget_current();
+	mb_budget_set_current(b);
+	int err, rc = 0;
+	PCRE2_SIZE off;
+	pcre2_code *code = pcre2_compile((PCRE2_SPTR)s, len, re_compile_opts(flags), &err, &off,
+					 st->cctx);
+	if (code) {
+		pcre2_match_data *md = pcre2_match_data_create_from_pattern(code, st->gctx);
+		if (md)
+			rc = pcre2_match(code, (PCRE2_SPTR)p, plen, 0, 0, md, st->mctx);
+		pcre2_match_data_free(md);
+		pcre2_code_free(code);
+	}
+	mb_budget_set_current(prev);
+	if (rc <= 0)
+		return;
+	st->swap_noted = 1;
+	/* where: the line, in the execution's own code only (a chunk name given to load is the
+	 * code's text, and the note does not pass the PII policy) */
+	char where[32] = "";
+	lua_Debug ar;
+	if (lua_getstack(L, 1, &ar) && lua_getinfo(L, "Sl", &ar) && ar.currentline > 0 &&
+	    strcmp(ar.source, "=code") == 0)
+		snprintf(where, sizeof where, "code:%d: ", ar.currentline);
+	char msg[320];
+	snprintf(msg, sizeof msg, "%sre.%s(s, pattern) found no match, but would with its first two "
+		 "arguments swapped: moonbox's re takes the subject first, re.%s(s, pattern), as "
+		 "string.%s does (Python's order is the other way round)", where, fn, fn, fn);
+	st->lim.note(L, msg);
+}
+
 static int re_find_aux(lua_State *L, int find)
 {
 	re_state *st = re_get_state(L);
@@ -495,6 +559,8 @@ static int re_find_aux(lua_State *L, int find)
 	uint32_t flags = re_parse_flags(L, 4);
 	re_pattern *rp = re_get_pattern(L, st, 2, flags);
 	if (!re_init(L, 3, len, &off) || !re_exec(L, st, rp, s, len, off, 0)) {
+		if (lua_isnoneornil(L, 3))
+			re_swap_check(L, st, s, len, 2, flags, find ? "find" : "match");
 		lua_pushnil(L);
 		return 1;
 	}

@@ -36,6 +36,9 @@ typedef struct {
 	uint32_t depth_limit;       /* PCRE2 depth limit (interpreter only) [0 = match_limit] */
 	int max_patterns;           /* distinct (pattern, flags) pairs compiled per state [128] */
 	uint32_t parens_nest_limit; /* nesting depth of parentheses in a pattern [50] */
+	/* told, once per state, when re.match or re.find found nothing but would have with its
+	 * first two arguments swapped (Python's re.match(pattern, s)); NULL: nobody is told */
+	void (*note)(lua_State *L, const char *msg);
 } mb_regex_limits;
 
 /// Pushes the `re` module table onto L. Its functions use a copy of *lim (taken now; NULL means

@@ -258,6 +258,48 @@ static int sb_setup(lua_State *L)
 }
 
 /* Runs inside lua_pcall when the execution starts: context_vars become globals. */
+/* A context variable named like a global the sandbox provides would replace it (`json` as a
+ * context variable makes json.encode "attempt to index a number value"): refused, naming every
+ * such key and how to rename, rather than renamed - the code was written for that name, and
+ * whichever meaning a rename kept, half of the code would get the other one. */
+static void refuse_reserved(lua_State *L, int t)
+{
+	char names[256];
+	size_t used = 0;
+	int n = 0;
+	lua_pushnil(L);
+	while (lua_next(L, t)) {
+		lua_pop(L, 1);
+		size_t len;
+		if (lua_type(L, -1) != LUA_TSTRING)
+			continue;
+		const char *k = lua_tolstring(L, -1, &len);
+		if (!mb_sandbox_env_reserved(k, len))
+			continue;
+		/* (reserved names are short: each fits, and the list stops where the room does) */
+		if (used + len + 5 < sizeof names) {
+			if (n) {
+				memcpy(names + used, ", ", 2);
+				used += 2;
+			}
+			names[used++] = '"';
+			memcpy(names + used, k, len);
+			used += len;
+			names[used++] = '"';
+		}
+		n++;
+	}
+	if (n == 0)
+		return;
+	names[used] = 0;
+	luaL_error(L, "invalid arguments: context_vars %s %s the name%s of %s the sandbox provides "
+		      "(json, re, mcp, servers, skills, pii, string, table, the base functions, the "
+		      "workspace and data helpers) and would replace %s; rename %s (for example "
+		      "json_data, or put your values in one table: context_vars = {ctx = {...}})",
+		   names, n == 1 ? "is" : "are", n == 1 ? "" : "s", n == 1 ? "a global" : "globals",
+		   n == 1 ? "it" : "them", n == 1 ? "it" : "them");
+}
+
 static int sb_context(lua_State *L)
 {
 	mb_sandbox_ctx *c = lua_touserdata(L, 1);
@@ -267,14 +309,14 @@ static int sb_context(lua_State *L)
 		return luaL_error(L, "context_vars: %s", err);
 	if (!lua_istable(L, -1))
 		return luaL_error(L, "context_vars must be an object");
+	refuse_reserved(L, lua_gettop(L));
 	lua_pushglobaltable(L);
 	lua_pushnil(L);
 	while (lua_next(L, -3)) {
 		if (lua_type(L, -2) == LUA_TSTRING) {
 			lua_pushvalue(L, -2);
 			lua_insert(L, -2);
-			lua_rawset(L, -4);
-			mb_sandbox_env_claim(L, -1); /* over a lazy global of that name, for good */
+			lua_rawset(L, -4); /* (no lazy global has its name: refuse_reserved) */
 		} else {
 			lua_pop(L, 1);
 		}
@@ -344,11 +386,22 @@ static void describe_error(lua_State *L, mb_sandbox_ctx *c, mb_exec_result *res,
 	set_error(res, type, msg);
 }
 
-/* A syntax error in code that looks like Python or JavaScript gets a hint (lang_hint.h). */
-static void add_lang_hint(mb_exec_result *res, const char *code, size_t len)
+/* A syntax error in code that looks like Python or JavaScript gets a hint, and so does a
+ * run-time error that names a builtin of those languages (lang_hint.h); fenced code's tag
+ * decides when no form does. */
+static void add_lang_hint(mb_exec_result *res, const char *code, size_t len,
+			  const mb_lang_fence *fence)
 {
-	const char *hint = res->error_type && strcmp(res->error_type, "syntax") == 0 && res->error
-				   ? mb_lang_hint(code, len) : NULL;
+	if (!res->error_type || !res->error)
+		return;
+	const char *hint = NULL;
+	if (strcmp(res->error_type, "syntax") == 0) {
+		hint = mb_lang_syntax_hint(code, len, res->error);
+		if (!hint && fence)
+			hint = mb_lang_tag_hint(fence->tag, fence->tag_len);
+	} else if (strcmp(res->error_type, "runtime") == 0) {
+		hint = mb_lang_runtime_hint(code, len, res->error);
+	}
 	if (!hint)
 		return;
 	size_t n = strlen(res->error) + strlen(hint) + 16;
@@ -356,8 +409,27 @@ static void add_lang_hint(mb_exec_result *res, const char *code, size_t len)
 	if (!msg)
 		return;
 	snprintf(msg, n, "%s (hint: %s)", res->error, hint);
-	set_error(res, "syntax", msg);
+	set_error(res, res->error_type, msg);
 	free(msg);
+}
+
+/* Code sent inside a Markdown fence (```lua ... ```, which models often write) runs without
+ * the fence: a copy with the two fence lines blanked, so that line numbers stay the agent's.
+ * Returns the copy (malloc'd; the caller frees it) or NULL when the code is not fenced (or
+ * memory ran out: then it runs as sent, and Lua's error says what is wrong). */
+static char *unfence(mb_sandbox_ctx *c, const char *code, size_t len, mb_lang_fence *f)
+{
+	if (!mb_lang_fence_find(code, len, f))
+		return NULL;
+	char *copy = malloc(len ? len : 1);
+	if (!copy)
+		return NULL;
+	memcpy(copy, code, len);
+	memset(copy + f->open_start, ' ', f->open_end - f->open_start);
+	memset(copy + f->close_start, ' ', f->close_end - f->close_start);
+	mb_sandbox_ctx_note(c, "the code came inside a Markdown fence (```); it ran without the "
+			       "fence lines - send the Lua code alone");
+	return copy;
 }
 
 static void capture_result(lua_State *L, mb_sandbox_ctx *c, int base, mb_exec_result *res)
@@ -562,12 +634,17 @@ int mb_sandbox_run_prepared(mb_sandbox *sb, const mb_exec_request *req, mb_budge
 		set_error(res, "syntax", msg);
 		goto finish;
 	}
-	status = mb_sandbox_load_text(L, req->code, req->code_len, "=code");
+	mb_lang_fence fence;
+	char *unfenced = unfence(c, req->code, req->code_len, &fence);
+	status = mb_sandbox_load_text(L, unfenced ? unfenced : req->code, req->code_len, "=code");
 	if (status != LUA_OK) {
 		describe_error(L, c, res, status == LUA_ERRSYNTAX ? "syntax" : "runtime");
-		add_lang_hint(res, req->code, req->code_len);
+		add_lang_hint(res, unfenced ? unfenced : req->code, req->code_len,
+			      unfenced ? &fence : NULL);
+		free(unfenced);
 		goto finish;
 	}
+	free(unfenced);
 	status = lua_pcall(L, 0, LUA_MULTRET, sb->msgh);
 	if (status == LUA_OK && mb_budget_check(b) == MB_STOP_NONE)
 		status = mb_sandbox_pii_values(L, sb->msgh, sb->msgh); /* pii_policy */
@@ -575,6 +652,8 @@ int mb_sandbox_run_prepared(mb_sandbox *sb, const mb_exec_request *req, mb_budge
 		capture_result(L, c, sb->msgh, res);
 	} else if (status != LUA_OK) {
 		describe_error(L, c, res, "runtime");
+		if (mb_budget_check(b) == MB_STOP_NONE)
+			add_lang_hint(res, req->code, req->code_len, NULL);
 		res->traceback = c->traceback;
 		c->traceback = NULL;
 	}
@@ -592,6 +671,8 @@ finish:
 		res->result_json = NULL;
 	}
 	mb_sandbox_set_running(NULL);
+	if (c->note_len)
+		res->note = xstrdup(c->note);
 	res->instructions = b->instructions;
 	res->output = mb_sandbox_output_join(c, &res->output_len);
 	mb_sandbox_pii_finish(c, res); /* policy on output and error texts; found values out */
@@ -708,7 +789,7 @@ void mb_exec_result_shape(mb_exec_result *res)
 	res->structured_json = res->structured_quoted = NULL;
 	const char *err = res->error ? res->error : "error";
 	const char *type = res->error_type ? res->error_type : "runtime";
-	mb_json_field f[9];
+	mb_json_field f[10];
 	size_t n = 0;
 	f[n++] = (mb_json_field){.key = "success", .type = MB_JF_BOOL, .i = res->success};
 	if (res->success && res->result_json)
@@ -718,6 +799,8 @@ void mb_exec_result_shape(mb_exec_result *res)
 		f[n++] = (mb_json_field){.key = "result", .type = MB_JF_NULL};
 	f[n++] = (mb_json_field)FIELD_STR("output", res->output ? res->output : "",
 					  res->output ? res->output_len : 0);
+	if (res->note)
+		f[n++] = (mb_json_field)FIELD_STR("note", res->note, strlen(res->note));
 	if (!res->success) {
 		f[n++] = (mb_json_field)FIELD_STR("error", err, strlen(err));
 		f[n++] = (mb_json_field)FIELD_STR("error_type", type, strlen(type));
@@ -750,6 +833,7 @@ void mb_exec_result_free(mb_exec_result *res)
 	free(res->output);
 	free(res->error);
 	free(res->traceback);
+	free(res->note);
 	for (size_t i = 0; i < res->pii_nfound; i++)
 		free(res->pii_found[i].value);
 	free(res->pii_found);

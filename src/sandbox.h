@@ -88,6 +88,10 @@ typedef struct mb_exec_result {
 	char *error;                /* malloc'd message, NULL on success */
 	char *traceback;            /* malloc'd short traceback or NULL */
 	const char *error_type;     /* static: syntax runtime timeout memory instructions cancelled result */
+	/* malloc'd notes for the agent about how its code was taken ('\n' between notes, at most
+	 * MB_EXEC_NOTE_MAX bytes; no data of the execution in them), or NULL: a Markdown fence
+	 * removed, a call that looks like it has its arguments swapped */
+	char *note;
 	double execution_time_ms;
 	char code_hash[33];         /* BLAKE2b-128 of the code, hex ("" when it did not run) */
 	uint64_t instructions;
@@ -109,6 +113,9 @@ typedef struct mb_exec_result {
 /* Room for the largest _meta mb_exec_result_meta writes: 17 counts of 20 digits and their keys
  * (633 bytes). */
 #define MB_EXEC_META_MAX 768
+
+/* The longest note of one execution (mb_exec_result.note). */
+#define MB_EXEC_NOTE_MAX 1024
 
 /// A fresh sandbox state built ahead of time: libraries, restricted environment, prelude stubs.
 /// Owned by the thread that prepared it; it runs exactly one execution.

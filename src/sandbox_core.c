@@ -180,6 +180,28 @@ mb_sandbox_ctx *mb_sandbox_ctx_of(lua_State *L)
 	return c;
 }
 
+void mb_sandbox_ctx_note(mb_sandbox_ctx *c, const char *msg)
+{
+	size_t n = strlen(msg), have = c->note_len;
+	if (!n || (have && memmem(c->note, have, msg, n)))
+		return;
+	size_t need = n + (have ? 1 : 0);
+	if (have + need >= sizeof c->note)
+		return;
+	if (have)
+		c->note[have++] = '\n';
+	memcpy(c->note + have, msg, n);
+	c->note_len = have + n;
+	c->note[c->note_len] = 0;
+}
+
+void mb_sandbox_note(lua_State *L, const char *msg)
+{
+	mb_sandbox_ctx *c = mb_sandbox_ctx_of(L);
+	if (c && c->req)
+		mb_sandbox_ctx_note(c, msg);
+}
+
 /* Output capture: the first half of the cap is kept as it comes, then a ring buffer keeps the
  * last half; what falls between is counted and marked. */
 void mb_sandbox_output(mb_sandbox_ctx *c, const char *s, size_t n)

@@ -1773,6 +1773,12 @@ static int lazy_expand(lua_State *L)
 	return 0;
 }
 
+int mb_sandbox_env_reserved(const char *name, size_t len)
+{
+	return lazy_find(name, len) >= 0 || (len == 4 && memcmp(name, "next", 4) == 0) ||
+	       (len == 6 && memcmp(name, LUA_STRLIBNAME, 6) == 0);
+}
+
 void mb_sandbox_env_claim(lua_State *L, int key)
 {
 	if (lua_type(L, key) != LUA_TSTRING)
@@ -1992,6 +1998,7 @@ int mb_sandbox_env_open(lua_State *L)
 		.depth_limit = (uint32_t)c->cfg->regex_match_limit,
 		.max_patterns = 128,
 		.parens_nest_limit = 50,
+		.note = mb_sandbox_note,
 	};
 	memset(st->pending, 1, (size_t)lazy_count);
 	lua_pushvalue(L, -1);

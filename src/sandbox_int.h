@@ -33,6 +33,9 @@ typedef struct mb_sandbox_ctx {
 	struct mb_sandbox_seen *pii_seen;
 	/* what the code took in, counted where it arrives (the result's io; NULL while prepared) */
 	mb_exec_io *io;
+	/* notes for the agent (mb_sandbox_note), '\n' between them */
+	char note[MB_EXEC_NOTE_MAX];
+	size_t note_len;
 } mb_sandbox_ctx;
 
 /// Pushes a new table whose keys are weak (its metatable's __mode is "k").
@@ -64,6 +67,12 @@ int mb_sandbox_core_init(void);
 /// thread of that execution.
 void mb_sandbox_ctx_bind(lua_State *L, mb_sandbox_ctx *c);
 mb_sandbox_ctx *mb_sandbox_ctx_of(lua_State *L);
+
+/// Adds a note for the agent to the execution's answer (mb_exec_result.note): a sentence about
+/// how its code was taken, with no data of the execution in it. Kept once; dropped when the
+/// notes are full. Never raises.
+void mb_sandbox_note(lua_State *L, const char *msg);
+void mb_sandbox_ctx_note(mb_sandbox_ctx *c, const char *msg);
 
 /// Appends to the captured output, keeping head and tail within the cap; the whole captured
 /// text, with a marker where bytes were dropped (malloc'd, NUL-terminated; NULL out of memory).
@@ -151,6 +160,11 @@ void mb_sandbox_env_expand(lua_State *L, int idx);
 /// C code stored a value under the key at idx in the globals with a raw set: a pending name of
 /// that key is then never materialised (the stored value wins).
 void mb_sandbox_env_claim(lua_State *L, int key);
+
+/// Whether name is a global the sandbox provides (a base function, a library, json, re, mcp,
+/// servers, skills, pii, a workspace or prelude helper): context_vars may not take it
+/// (sandbox.c). Any thread, after mb_sandbox_env_init.
+int mb_sandbox_env_reserved(const char *name, size_t len);
 /// The sandbox's next (materialises the lazy globals first); pairs returns it.
 int mb_sandbox_next(lua_State *L);
 

@@ -330,6 +330,7 @@ static void send_done(const mb_exec_result *res)
 		mb_wbuf_u64(&wb, res->io.in_tokens[i]);
 	}
 	mb_wbuf_u64(&wb, res->io.result_tokens);
+	mb_wbuf_bytes(&wb, res->note ? res->note : "", res->note ? strlen(res->note) : 0);
 	send_or_die();
 }
 

@@ -308,8 +308,12 @@ int mb_worker_read_done(mb_wmsg *m, const mb_exec_request *req, mb_exec_result *
 		res->io.in_tokens[i] = tokens < bytes ? tokens : bytes;
 	}
 	uint64_t rt;
-	if (mb_wmsg_u64(m, &rt))
+	const char *note;
+	size_t note_n;
+	if (mb_wmsg_u64(m, &rt) || mb_wmsg_bytes(m, &note, &note_n) || note_n >= MB_EXEC_NOTE_MAX)
 		return -1;
+	if (note_n) /* shown to the agent as a JSON string, which the encoder makes of any bytes */
+		res->note = mb_wire_copy(note, note_n);
 	/* the result's estimate is made here, not taken from the worker: one that said 1 token for
 	 * a 10 KB result shrank tokens_out and grew tokens_saved by as much (a large W_DONE is read
 	 * on the thread pool, so this pass is not the loop's) */

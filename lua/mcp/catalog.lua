@@ -969,7 +969,7 @@ local function search(tools, args)
   })
 end
 
-local GET_ARGS = { tool_name = true, category = true, format = true }
+local GET_ARGS = { tool_name = true, name = true, category = true, format = true }
 local FORMATS = { json = true, lua = true, both = true }
 local FIELD_SET = {}
 for _, k in ipairs(FIELDS) do FIELD_SET[k] = true end
@@ -991,11 +991,19 @@ local function with_lua_types(def, format, tenant)
 end
 
 local function get_definition(tools, args, request)
-  local err = check_unknown(args, GET_ARGS, "tool_name, category, format")
+  local err = check_unknown(args, GET_ARGS, "tool_name (or name), category, format")
   if err then return tools.tool_error(err) end
+  -- name: what search_tools' results call it, so a model passes it on as it read it
+  if args.name ~= nil and args.name ~= null then
+    if args.tool_name ~= nil and args.tool_name ~= null then
+      return tools.tool_error("invalid arguments: give tool_name or name, not both")
+    end
+    args.tool_name, args.name = args.name, nil
+  end
   local name = args.tool_name
   if name == nil or name == null then
-    return tools.tool_error("invalid arguments: tool_name is required (a name from search_tools)")
+    return tools.tool_error("invalid arguments: tool_name is required (a name from search_tools; "
+      .. "name works too)")
   end
   name, err = opt_string(args, "tool_name", text.MAX_NAME_BYTES)
   if err then return tools.tool_error(err) end
@@ -1199,13 +1207,15 @@ function M.init(tools)
     inputSchema = {
       type = "object",
       properties = {
-        tool_name = { type = "string", description = "A name from search_tools" },
+        tool_name = { type = "string", description = "A name from search_tools (required, or "
+                      .. "give it as name)" },
+        name = { type = "string", description = "Another name for tool_name (search_tools "
+                 .. "results call it name)" },
         category = { type = "string", description = "The entry's category" },
         format = { type = "string", enum = mb.array({ "json", "lua", "both" }), default = "json",
                    description = "json: the JSON schemas; lua: a LuaLS stub (lua_types) instead "
                      .. "of them; both: the schemas and the stub" },
       },
-      required = mb.array({ "tool_name" }),
       additionalProperties = false,
     },
     outputSchema = DEFINITION,

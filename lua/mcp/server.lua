@@ -213,6 +213,18 @@ methods["tools/list"] = function(params, request)
   return result
 end
 
+-- Tools of the code-execution servers agents come from, and where moonbox does the same: one
+-- sentence in front of the unknown-tool error, so the model's next call is the right one.
+local OTHER_SERVERS_TOOLS = {
+  list_mcp_tools = "moonbox lists tools with search_tools (a query) and list_tool_categories.",
+  get_mcp_tool_details = "moonbox gives a tool's schema and a Lua call example with "
+    .. "get_tool_definition (tool_name from search_tools).",
+  callMCPTool = "moonbox calls upstream tools from code: execute_code with "
+    .. "servers.<server>.<tool>{...} (search_tools finds them).",
+  call_mcp_tool = "moonbox calls upstream tools from code: execute_code with "
+    .. "servers.<server>.<tool>{...} (search_tools finds them).",
+}
+
 methods["tools/call"] = function(params, request)
   local name = params.name
   if type(name) ~= "string" then
@@ -233,7 +245,9 @@ methods["tools/call"] = function(params, request)
     table.sort(near, function(a, b) return a.d < b.d or (a.d == b.d and a.n < b.n) end)
     local closest = {}
     for i = 1, math.min(3, #near) do closest[i] = near[i].n end
-    error(rpc_error(INVALID_PARAMS, string.format("Unknown tool: %s.%s Tools of upstream servers are "
+    local other = OTHER_SERVERS_TOOLS[name]
+    error(rpc_error(INVALID_PARAMS, other and string.format("Unknown tool: %s. %s", name, other)
+      or string.format("Unknown tool: %s.%s Tools of upstream servers are "
       .. "called from execute_code (servers.<server>.<tool>{...}); search_tools finds them.",
       clip(name), #closest > 0 and (" Did you mean " .. table.concat(closest, ", ") .. "?") or ""),
       { available = mb.array(names), closest = mb.array(closest) }))

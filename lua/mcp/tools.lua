@@ -120,6 +120,15 @@ local function is_object(v)
   return type(v) == "table" and getmetatable(v) ~= "json.array"
 end
 
+-- The refusal of a limit above its maximum: names the maximum and the server option that
+-- raises it (the agent cannot, but can tell the person who runs the server).
+local function over_max(name, shown, max_name, max, unit)
+  local flag = "--" .. max_name:gsub("_", "-")
+  return string.format("invalid arguments: %s=%s exceeds the maximum %s=%d%s; ask for at most "
+    .. "that, or have the server started with a higher %s (%s, MOONBOX_%s or config.json)",
+    name, shown, max_name, max, unit or "", max_name, flag, max_name:upper())
+end
+
 -- Reads an optional integer argument within [1, max]; returns value or nil, message.
 local function int_arg(args, name, default, max, unit)
   local v = args[name]
@@ -132,13 +141,11 @@ local function int_arg(args, name, default, max, unit)
   end
   local iv = math.tointeger(v)
   if not iv then -- integral but beyond 64 bits
-    return nil, string.format("invalid arguments: %s=%g exceeds the configured maximum %s=%d",
-      name, v, "max_" .. name, max)
+    return nil, over_max(name, string.format("%g", v), "max_" .. name, max)
   end
   v = iv
   if v > max then
-    return nil, string.format("invalid arguments: %s=%d exceeds the configured maximum %s=%d",
-      name, v, "max_" .. name, max)
+    return nil, over_max(name, tostring(v), "max_" .. name, max)
   end
   return v
 end
@@ -166,8 +173,8 @@ local function timeout_seconds_arg(args)
   end
   local ms = math.ceil(s * 1000)
   if ms > cfg.max_timeout_ms then
-    return false, string.format("invalid arguments: timeout_seconds=%g exceeds the configured "
-      .. "maximum max_timeout_ms=%d (%g s)", s, cfg.max_timeout_ms, cfg.max_timeout_ms / 1000)
+    return false, over_max("timeout_seconds", string.format("%g", s), "max_timeout_ms",
+      cfg.max_timeout_ms, string.format(" (%g s)", cfg.max_timeout_ms / 1000))
   end
   return math.tointeger(ms)
 end
@@ -242,7 +249,8 @@ register({
       rerun_id = { type = "string", description = "Instead of code: run again the code of this "
                    .. "execution (an id from list_executions, or the dev.moonbox/execution_id in an "
                    .. "earlier result's _meta), with this call's context_vars and limits" },
-      context_vars = { type = "object", description = "Values that become global variables" },
+      context_vars = { type = "object", description = "Values that become global variables "
+                       .. "(not named like a built-in: json, re, mcp, servers, string, ...)" },
       timeout_ms = { type = "integer", minimum = 1, maximum = cfg.max_timeout_ms,
                      description = "Wall-clock limit in milliseconds" },
       timeout_seconds = { type = "number", exclusiveMinimum = 0, maximum = cfg.max_timeout_ms / 1000,
@@ -260,6 +268,8 @@ register({
       success = { type = "boolean" },
       result = { description = "The returned value (any JSON value; null when nothing was returned)" },
       output = { type = "string", description = "Captured print() output" },
+      note = { type = "string", description = "How the code was taken, when that needs saying "
+               .. "(a Markdown fence removed, a call that looks like it has its arguments swapped)" },
       error = { type = "string" },
       error_type = { type = "string", enum = ERROR_TYPES },
       traceback = { type = "string" },

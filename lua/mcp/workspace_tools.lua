@@ -29,6 +29,15 @@ local function obj(props, required)
            additionalProperties = false }
 end
 
+-- A file tool's schema: path or its alias filename, so neither is in required (a client that
+-- checks arguments against the schema lets filename through; the handler asks for one). Not
+-- anyOf of two required lists: some model APIs refuse anyOf at the top of a tool's schema.
+local function file_obj(props, required)
+  props.path.description = (props.path.description or "Relative path")
+    .. " (required, or give it as filename)"
+  return obj(props, required)
+end
+
 local MIME = {
   txt = "text/plain", md = "text/markdown", json = "application/json", csv = "text/csv",
   lua = "text/x-lua", html = "text/html", xml = "application/xml", yaml = "application/yaml",
@@ -91,12 +100,14 @@ local function encoding_arg(args)
 end
 
 -- Argument names other code-execution servers use, accepted as documented aliases
--- (docs/workspace.md): filename for path, subpath for dir. Renames them in args (the request's
--- own table), or returns nil and an error when both names are given.
-local ALIASES = { filename = "path", subpath = "dir" }
+-- (docs/workspace.md): filename for path, subpath for dir, and path for dir where a tool takes
+-- no path (list_workspace_files: every other workspace tool calls its place path). Renames them
+-- in args (the request's own table), or returns nil and an error when both names are given.
+local ALIASES = { { "filename", "path" }, { "subpath", "dir" }, { "path", "dir" } }
 local function canonical(args, allowed)
-  for alias, name in pairs(ALIASES) do
-    if allowed[name] and args[alias] ~= nil then
+  for _, a in ipairs(ALIASES) do
+    local alias, name = a[1], a[2]
+    if allowed[name] and not allowed[alias] and args[alias] ~= nil then
       if args[name] ~= nil then
         return nil, string.format("invalid arguments: give %s or %s, not both", name, alias)
       end
@@ -117,7 +128,7 @@ function M.init(tools)
 
   local function with_path(args)
     if type(args.path) ~= "string" then
-      return nil, args.path == nil and "invalid arguments: path is required"
+      return nil, args.path == nil and "invalid arguments: path is required (or filename)"
         or "invalid arguments: path must be a string"
     end
     return args.path
@@ -130,12 +141,12 @@ function M.init(tools)
       .. "reads it with read_file). Paths are relative, '/' separated. The write is atomic. "
       .. string.format("Limits: %d bytes per file, %d bytes and %d files in all.",
         cfg.workspace_max_file_bytes, cfg.workspace_max_bytes, cfg.workspace_max_files),
-    inputSchema = obj({
+    inputSchema = file_obj({
       path = { type = "string", description = "Relative path, e.g. data/orders.json" },
       filename = { type = "string", description = "Another name for path" },
       content = { type = "string", description = "The file content (UTF-8 text, or base64)" },
       encoding = { type = "string", enum = mb.array({ "utf8", "base64" }), default = "utf8" },
-    }, { "path", "content" }),
+    }, { "content" }),
     annotations = { title = "Write a workspace file", readOnlyHint = false, destructiveHint = true,
                     idempotentHint = true, openWorldHint = false },
   }, function(args, request)
@@ -166,11 +177,11 @@ function M.init(tools)
     title = "Read a workspace file",
     description = "Read a file from your workspace. Text comes back as UTF-8; use "
       .. "encoding=\"base64\" for binary files.",
-    inputSchema = obj({
-      path = { type = "string" },
+    inputSchema = file_obj({
+      path = { type = "string", description = "Relative path, e.g. data/orders.json" },
       filename = { type = "string", description = "Another name for path" },
       encoding = { type = "string", enum = mb.array({ "utf8", "base64" }), default = "utf8" },
-    }, { "path" }),
+    }),
     annotations = { title = "Read a workspace file", readOnlyHint = true, openWorldHint = false },
   }, function(args, request)
     local bad = check_args(args, { path = true, encoding = true }, "read_workspace_file")
@@ -206,6 +217,7 @@ function M.init(tools)
       .. (POLICY and " Personal data in a name is shown as a token ([EMAIL_3f9a0c1b]); the "
         .. "workspace tools take the name as listed." or ""),
     inputSchema = obj({ dir = { type = "string", description = "Sub-directory to list (default: all)" },
+                        path = { type = "string", description = "Another name for dir" },
                         subpath = { type = "string", description = "Another name for dir" } }),
     annotations = { title = "List workspace files", readOnlyHint = true, openWorldHint = false },
   }, function(args, request)
@@ -242,8 +254,8 @@ function M.init(tools)
     name = "delete_workspace_file",
     title = "Delete a workspace file",
     description = "Delete a file from your workspace.",
-    inputSchema = obj({ path = { type = "string" },
-                        filename = { type = "string", description = "Another name for path" } }, { "path" }),
+    inputSchema = file_obj({ path = { type = "string", description = "Relative path" },
+                             filename = { type = "string", description = "Another name for path" } }),
     annotations = { title = "Delete a workspace file", readOnlyHint = false, destructiveHint = true,
                     idempotentHint = true, openWorldHint = false },
   }, function(args, request)

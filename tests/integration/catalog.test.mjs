@@ -458,11 +458,11 @@ describe(`tool catalog (${engine})`, { skip }, () => {
         "invalid arguments: query is 1001 bytes, longer than the maximum 1000"],
       ["search_tools", { query: "?!* ()" },
         'query "?!* ()" has no words to search for (letters or digits); use "" to list every entry'],
-      ["get_tool_definition", {}, "invalid arguments: tool_name is required (a name from search_tools)"],
+      ["get_tool_definition", {}, "invalid arguments: tool_name is required (a name from search_tools; name works too)"],
       ["get_tool_definition", { tool_name: "" }, "invalid arguments: tool_name must not be empty"],
       ["get_tool_definition", { tool_name: {} }, "invalid arguments: tool_name must be a string, got object"],
       ["get_tool_definition", { tool_name: "x", extra: true },
-        'invalid arguments: unknown argument "extra" (expected tool_name, category, format)'],
+        'invalid arguments: unknown argument "extra" (expected tool_name (or name), category, format)'],
       ["list_tool_categories", { x: 1 }, "invalid arguments: list_tool_categories takes no arguments"],
     ];
     for (const [tool, args, want] of cases) {

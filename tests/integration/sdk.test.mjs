@@ -220,7 +220,7 @@ describe("moonbox via the SDK client", () => {
     assert.match(errorText(await execute(client, { code: "return 1", timeout_seconds: 1, timeout_ms: 5 })),
       /give timeout_ms or timeout_seconds, not both/);
     assert.match(errorText(await execute(client, { code: "return 1", timeout_seconds: 3600 })),
-      /timeout_seconds=3600 exceeds the configured maximum max_timeout_ms=60000/);
+      /timeout_seconds=3600 exceeds the maximum max_timeout_ms=300000 \(300 s\); .*--max-timeout-ms/);
   });
 
   it("unknown tool: McpError -32602", T, async () => {

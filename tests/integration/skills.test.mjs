@@ -104,10 +104,11 @@ describe("skill tools are listed and the capabilities advertised", () => {
         delete_skill: ["name"],
         skill_history: ["name"],
         restore_skill: ["name", "version"],
-        write_workspace_file: ["path", "content"],
-        read_workspace_file: ["path"],
+        // path or its alias filename: neither is required by the schema (the tool asks for one)
+        write_workspace_file: ["content"],
+        read_workspace_file: undefined,
         list_workspace_files: undefined,
-        delete_workspace_file: ["path"],
+        delete_workspace_file: undefined,
       };
       for (const [name, required] of Object.entries(expectRequired)) {
         const t = byName[name];

@@ -101,7 +101,7 @@ describe("workspace tools", () => {
 
   it("argument errors name the argument", T, async () => {
     await withServer({}, async (s) => {
-      assert.equal(errText(await call(s, "write_workspace_file", { content: "x" })), "invalid arguments: path is required");
+      assert.equal(errText(await call(s, "write_workspace_file", { content: "x" })), "invalid arguments: path is required (or filename)");
       assert.equal(errText(await call(s, "write_workspace_file", { path: 1, content: "x" })), "invalid arguments: path must be a string");
       assert.equal(errText(await call(s, "write_workspace_file", { path: "a" })), "invalid arguments: content must be a string");
       assert.equal(errText(await call(s, "read_workspace_file", { path: "a", encoding: "hex" })),
@@ -109,7 +109,7 @@ describe("workspace tools", () => {
       assert.equal(errText(await call(s, "read_workspace_file", { path: "a", mode: 1 })),
         'invalid arguments: read_workspace_file has no argument "mode" (expected encoding, path)');
       assert.equal(errText(await call(s, "list_workspace_files", { dir: 3 })), "invalid arguments: dir must be a string");
-      assert.equal(errText(await call(s, "delete_workspace_file", {})), "invalid arguments: path is required");
+      assert.equal(errText(await call(s, "delete_workspace_file", {})), "invalid arguments: path is required (or filename)");
     });
   });
 

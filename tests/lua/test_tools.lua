@@ -87,9 +87,9 @@ check("timeout_ms fraction", refused({ code = "x", timeout_ms = 1.5 }), "invalid
 check("timeout_ms zero", refused({ code = "x", timeout_ms = 0 }), "invalid arguments: timeout_ms must be at least 1")
 check("timeout_ms negative", refused({ code = "x", timeout_ms = -3 }), "invalid arguments: timeout_ms must be at least 1")
 check("timeout_ms above max", refused({ code = "x", timeout_ms = 60001 }),
-  "invalid arguments: timeout_ms=60001 exceeds the configured maximum max_timeout_ms=60000")
+  "invalid arguments: timeout_ms=60001 exceeds the maximum max_timeout_ms=60000; ask for at most that, or have the server started with a higher max_timeout_ms (--max-timeout-ms, MOONBOX_MAX_TIMEOUT_MS or config.json)")
 check("timeout_ms beyond 64 bits", refused({ code = "x", timeout_ms = 1e300 }),
-  "invalid arguments: timeout_ms=1e+300 exceeds the configured maximum max_timeout_ms=60000")
+  "invalid arguments: timeout_ms=1e+300 exceeds the maximum max_timeout_ms=60000; ask for at most that, or have the server started with a higher max_timeout_ms (--max-timeout-ms, MOONBOX_MAX_TIMEOUT_MS or config.json)")
 check("timeout_ms hugely negative is below 1, not above the maximum", refused({ code = "x", timeout_ms = -1e300 }),
   "invalid arguments: timeout_ms must be at least 1")
 check("timeout_ms integral float", select(2, run({ code = "x", timeout_ms = 250.0 })).timeout_ms, 250)
@@ -102,7 +102,7 @@ check("timeout_seconds rounds up", select(2, run({ code = "x", timeout_seconds =
 check("timeout_seconds integer", math.type(select(2, run({ code = "x", timeout_seconds = 3 })).timeout_ms), "integer")
 check("timeout_seconds at max", select(2, run({ code = "x", timeout_seconds = 60 })).timeout_ms, 60000)
 check("timeout_seconds above max", refused({ code = "x", timeout_seconds = 60.001 }),
-  "invalid arguments: timeout_seconds=60.001 exceeds the configured maximum max_timeout_ms=60000 (60 s)")
+  "invalid arguments: timeout_seconds=60.001 exceeds the maximum max_timeout_ms=60000 (60 s); ask for at most that, or have the server started with a higher max_timeout_ms (--max-timeout-ms, MOONBOX_MAX_TIMEOUT_MS or config.json)")
 check("timeout_seconds zero", refused({ code = "x", timeout_seconds = 0 }),
   "invalid arguments: timeout_seconds must be a positive number of seconds")
 check("timeout_seconds negative", refused({ code = "x", timeout_seconds = -1 }),
@@ -116,14 +116,14 @@ check("timeout_seconds null, timeout_ms given", select(2, run({ code = "x", time
 
 check("memory_mb", select(2, run({ code = "x", memory_mb = 1 })).memory_bytes, 1048576)
 check("memory_mb above max", refused({ code = "x", memory_mb = 513 }),
-  "invalid arguments: memory_mb=513 exceeds the configured maximum max_memory_mb=512")
+  "invalid arguments: memory_mb=513 exceeds the maximum max_memory_mb=512; ask for at most that, or have the server started with a higher max_memory_mb (--max-memory-mb, MOONBOX_MAX_MEMORY_MB or config.json)")
 check("memory_mb zero", refused({ code = "x", memory_mb = 0 }), "invalid arguments: memory_mb must be at least 1")
 check("memory_mb boolean", refused({ code = "x", memory_mb = true }), "invalid arguments: memory_mb must be an integer")
 check("instruction_limit", select(2, run({ code = "x", instruction_limit = 1000 })).instruction_limit, 1000)
 check("instruction_limit above max", refused({ code = "x", instruction_limit = 10000000001 }),
-  "invalid arguments: instruction_limit=10000000001 exceeds the configured maximum max_instruction_limit=10000000000")
+  "invalid arguments: instruction_limit=10000000001 exceeds the maximum max_instruction_limit=10000000000; ask for at most that, or have the server started with a higher max_instruction_limit (--max-instruction-limit, MOONBOX_MAX_INSTRUCTION_LIMIT or config.json)")
 check("instruction_limit 2^63 as a float", refused({ code = "x", instruction_limit = 2.0 ^ 63 }),
-  "invalid arguments: instruction_limit=9.22337e+18 exceeds the configured maximum max_instruction_limit=10000000000")
+  "invalid arguments: instruction_limit=9.22337e+18 exceeds the maximum max_instruction_limit=10000000000; ask for at most that, or have the server started with a higher max_instruction_limit (--max-instruction-limit, MOONBOX_MAX_INSTRUCTION_LIMIT or config.json)")
 check("limits are checked in order", refused({ code = "x", timeout_ms = 0, memory_mb = 0 }),
   "invalid arguments: timeout_ms must be at least 1")
 

@@ -51,9 +51,9 @@ describe("string.rep", () => {
       expect: { success: true, result: [true, true, true] },
     }));
   test('string.rep("x", 1e9) is a memory error naming memory_mb', () =>
-    hostile({ code: 'return #string.rep("x", 1e9)', bound: 300, expect: memory(64) }));
+    hostile({ code: 'return #string.rep("x", 1e9)', memory_mb: 64, bound: 300, expect: memory(64) }));
   test('string.rep("x", 1e8, "yy") is a memory error naming memory_mb', () =>
-    hostile({ code: 'return #string.rep("x", 1e8, "yy")', bound: 300, expect: memory(64) }));
+    hostile({ code: 'return #string.rep("x", 1e8, "yy")', memory_mb: 64, bound: 300, expect: memory(64) }));
   // The sandbox's string.rep fills by doubling (a few large copies, polled between them), so
   // 200 MB is either done in time or stopped at the deadline; the worker bound is what matters.
   // With memory_mb=512 one unavoidable copy (Lua copies the finished 200 MB buffer into a

@@ -168,10 +168,10 @@ describe("a compromised worker that forges frames", { skip: NO_WORKERS || NO_HOO
   const W_DONE = 9;
   const lua = (buf) => `__test.channel("${[...buf].map((c) => "\\" + c).join("")}") while true do end`;
   // io: bytes and tokens per source (src/tokest.h: upstream, workspace, context_vars, skills,
-  // catalog, client), then the result's token estimate
+  // catalog, client), then the result's token estimate; then the note for the agent
   const NO_IO = Array.from({ length: 13 }, () => u64(0));
-  const done = (result, io = NO_IO) => frame(W_DONE, u64(1), bytes(""), bytes(""), bytes(""), u64(1), bytes(result),
-    bytes(""), u64(0), u64(0), u64(0), u64(0), ...io);
+  const done = (result, io = NO_IO, note = "") => frame(W_DONE, u64(1), bytes(""), bytes(""), bytes(""), u64(1), bytes(result),
+    bytes(""), u64(0), u64(0), u64(0), u64(0), ...io, bytes(note));
 
   for (const [what, buf, check] of [
     ["a frame over the size limit", Buffer.from([0xff, 0xff, 0xff, 0x7f, 9]),
@@ -186,6 +186,11 @@ describe("a compromised worker that forges frames", { skip: NO_WORKERS || NO_HOO
       (sc) => assert.match(sc.error, /broke the protocol/)],
     ["a W_DONE without the counts of what came in", frame(W_DONE, u64(1), bytes(""), bytes(""), bytes(""),
       u64(1), bytes("1"), bytes(""), u64(0), u64(0), u64(0), u64(0)),
+      (sc) => assert.match(sc.error, /broke the protocol/)],
+    ["a W_DONE without the note field", frame(W_DONE, u64(1), bytes(""), bytes(""), bytes(""), u64(1), bytes("1"),
+      bytes(""), u64(0), u64(0), u64(0), u64(0), ...NO_IO),
+      (sc) => assert.match(sc.error, /broke the protocol/)],
+    ["a W_DONE with a note longer than a sandbox makes (MB_EXEC_NOTE_MAX)", done("1", NO_IO, "n".repeat(1024)),
       (sc) => assert.match(sc.error, /broke the protocol/)],
   ]) {
     test(`${what}: the execution fails clearly, the worker is replaced, the server serves`, async () => {
@@ -267,7 +272,7 @@ describe("a compromised worker that inflates its context-saved counts", { skip: 
   // every source claims 10^12 bytes and as many tokens, the result 10^12 tokens
   const huge = Array.from({ length: 13 }, () => u64(1e12));
   const buf = frame(9, u64(1), bytes(""), bytes(""), bytes(""), u64(1), bytes("42"), bytes(""),
-    u64(0), u64(0), u64(0), u64(0), ...huge);
+    u64(0), u64(0), u64(0), u64(0), ...huge, bytes("")); // (the last: no note)
   const forge = (before = "") => `${before} __test.channel("${[...buf].map((c) => "\\" + c).join("")}") while true do end`;
   // (what the forging worker answers next is not checked here: a worker serves one tenant,
   // whose results it can forge anyway; the point is that it cannot make the counts larger than
@@ -300,7 +305,7 @@ describe("a compromised worker that inflates its context-saved counts", { skip: 
     const honest = (await p.exec({ code: `local s = list_skills() return ("word "):rep(2000)` })).msg.result._meta["dev.moonbox/context"];
     // the same result, with the worker's own estimate of it said to be 1 token
     const small = frame(9, u64(1), bytes(""), bytes(""), bytes(""), u64(1), bytes(JSON.stringify(long)), bytes(""),
-      u64(0), u64(0), u64(0), u64(0), ...Array.from({ length: 12 }, () => u64(0)), u64(1));
+      u64(0), u64(0), u64(0), u64(0), ...Array.from({ length: 12 }, () => u64(0)), u64(1), bytes(""));
     const code = `local s = list_skills() __test.channel("${[...small].map((c) => "\\" + c).join("")}") while true do end`;
     const { sc, msg } = await p.exec({ code, timeout_ms: 5000, instruction_limit: 1e10 });
     assert.equal(sc.result, long);

@@ -41,8 +41,8 @@ TEST(defaults)
 	mb_config c;
 	char *argv[] = { "moonbox", "--data-dir", "/tmp/mb-cfg-none", NULL };
 	CHECK(load(&c, 3, argv) == 0);
-	CHECK(c.default_timeout_ms == 5000);
-	CHECK(c.max_memory_mb == 512);
+	CHECK(c.default_timeout_ms == 30000);
+	CHECK(c.max_memory_mb == 1024);
 	CHECK(c.max_output_bytes == 65536);
 	CHECK(c.max_message_bytes == 16777216);
 	CHECK(c.workers >= 1);

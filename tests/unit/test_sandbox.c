@@ -449,24 +449,42 @@ TEST(lazy_env_metatables)
 		      "[\"locked\",false,\"cannot change a protected metatable\"]");
 }
 
-TEST(lazy_env_context_vars)
+static void run_with_context(const char *ctx, const char *code, mb_exec_result *r)
 {
-	/* context variables named like lazy globals override them, as they did */
-	static const char ctx[] = "{\"math\":5,\"json\":\"j\",\"group_by\":[1],\"servers\":null}";
 	mb_budget b;
 	mb_budget_init(&b, 32u << 20, 100000000, 2000);
-	const char *code = "local a = {math, json, #group_by, servers == json} local n = 0"
-			   " for k in pairs(_G) do n = n + 1 end"
-			   " return {a[1], a[2], a[3], a[4], math, n, type(string)}";
 	mb_exec_request req = { .code = code, .code_len = strlen(code), .context_json = ctx,
-				.context_len = sizeof ctx - 1, .timeout_ms = 2000, .memory_bytes = 32u << 20,
+				.context_len = strlen(ctx), .timeout_ms = 2000, .memory_bytes = 32u << 20,
 				.instruction_limit = 100000000, .cfg = &cfg };
+	mb_sandbox_run(&req, &b, r);
+}
+
+TEST(lazy_env_context_vars)
+{
+	/* context variables named like globals the sandbox provides (lazy ones, and the eager
+	 * string and next) are refused, every such name in the message; they replaced the global
+	 * for the whole execution (json.encode: "attempt to index a string value") */
 	mb_exec_result r;
-	mb_sandbox_run(&req, &b, &r);
+	run_with_context("{\"math\":5,\"json\":\"j\",\"group_by\":[1],\"servers\":null,\"rows\":1,"
+			 "\"string\":1,\"next\":2}", "return 1", &r);
+	CHECK(!r.success);
+	CHECK_STR(r.error_type, "runtime");
+	CHECK(r.error && strstr(r.error, "invalid arguments: context_vars "));
+	for (const char *const *k = (const char *const[]){"\"math\"", "\"json\"", "\"group_by\"",
+							   "\"servers\"", "\"string\"", "\"next\"", NULL};
+	     *k; k++)
+		CHECK(r.error && strstr(r.error, *k));
+	CHECK(r.error && !strstr(r.error, "\"rows\""));
+	CHECK(r.error && strstr(r.error, "rename them"));
+	mb_exec_result_free(&r);
+	/* other names become globals beside the lazy ones, which stay what they are */
+	run_with_context("{\"mathx\":5,\"data\":[1,2]}",
+			 "local n = 0 for k in pairs(_G) do n = n + 1 end"
+			 " return {mathx, #data, type(math), json.encode(data), n}", &r);
 	if (!r.success)
 		fprintf(stderr, "  %s\n", r.error);
 	CHECK(r.success);
-	CHECK_STR(r.result_json, "[5,\"j\",1,false,5,56,\"table\"]");
+	CHECK_STR(r.result_json, "[5,2,\"table\",\"[1,2]\",58]");
 	mb_exec_result_free(&r);
 }
 
