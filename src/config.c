@@ -57,6 +57,8 @@ static const option options[] = {
 	I(timeout_grace_ms, 50, 1, 100, "answer a stuck execution this long after its deadline"),
 	I(max_abandoned, 4, 0, 64, "stuck worker threads that get a replacement (at most workers + this many threads); more make new executions refused as busy"),
 	I(max_message_bytes, 16777216, 1024, 1 << 30, "largest JSON-RPC message (one stdio line)"),
+	I(max_backlog_bytes, 268435456, 65536, (int64_t)1 << 40, "bytes of answers and notifications queued for clients that have not read them yet, all clients together (HTTP or stdio); a message that would go beyond it is not sent (an answer becomes an error naming this option)"),
+	I(max_backlog_tenant_bytes, 134217728, 65536, (int64_t)1 << 40, "the same for the HTTP clients of one tenant together"),
 	I(json_max_depth, 128, 8, 10000, "nesting depth of JSON in messages and in the sandbox"),
 	I(tools_page_size, 50, 1, 10000, "tools per tools/list page"),
 	I(cache_ttl_ms, 60000, 0, 86400000, "2026-07-28: how long clients may cache list and read results (ttlMs)"),

@@ -48,6 +48,8 @@ typedef struct mb_config {
 
 	/* protocol */
 	int64_t max_message_bytes;  /* one JSON-RPC line on stdio */
+	int64_t max_backlog_bytes;  /* bytes queued for clients that do not read, all together */
+	int64_t max_backlog_tenant_bytes; /* the same per HTTP tenant */
 	int64_t json_max_depth;     /* nesting of JSON in and out, protocol and sandbox */
 	int64_t tools_page_size;    /* tools/list page size */
 	int64_t cache_ttl_ms;       /* 2026-07-28 ttlMs of list and read results */

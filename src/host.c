@@ -103,30 +103,34 @@ static int embedded_searcher(lua_State *L)
 	return 2;
 }
 
-static void send_value(mb_host *h, lua_State *L, int idx, uint64_t session, uint64_t exchange,
-		       int final, int status)
+/* Encodes the message at idx and hands it to the transport. @returns 0, or -ENOBUFS (err set:
+ * the client is behind on reading), or -ENOMEM / -EINVAL (logged) */
+static int send_value(mb_host *h, lua_State *L, int idx, uint64_t session, uint64_t exchange,
+		      int final, int status, char *err, size_t errlen)
 {
-	char err[MB_ERR_MAX];
 	size_t len;
-	char *j = mb_json_encode(L, idx, &h->jl, MB_JSON_LENIENT, &len, err, sizeof err);
+	char *j = mb_json_encode(L, idx, &h->jl, MB_JSON_LENIENT, &len, err, errlen);
 	if (!j) {
 		mb_log(MB_LOG_ERROR, "host: cannot encode a message: %s", err);
-		return;
+		return -EINVAL;
 	}
 	char *line = realloc(j, len + 2);
 	if (!line) {
 		free(j);
-		return;
+		return -ENOMEM;
 	}
 	line[len] = '\n';
 	line[len + 1] = 0;
 	if (final && exchange && exchange == h->cur_exchange)
 		h->cur_answered = 1;
-	h->io.send(h->io.ud, session, exchange, final, status, line, len + 1);
+	err[0] = 0;
+	return h->io.send(h->io.ud, session, exchange, final, status, line, len + 1, err, errlen);
 }
 
-/* mb.send(message, session, exchange, final, status): status is the HTTP status of a final answer
- * sent as a whole JSON response (default 200) */
+/* mb.send(message, session, exchange, final, status) -> true | false, why: status is the HTTP
+ * status of a final answer sent as a whole JSON response (default 200). false: the transport
+ * refused the message because its client has not read earlier ones (max_backlog_bytes); why
+ * names the limit, and the caller may send a short error in its place. */
 static int l_send(lua_State *L)
 {
 	luaL_checkany(L, 1);
@@ -134,8 +138,16 @@ static int l_send(lua_State *L)
 	uint64_t exchange = (uint64_t)luaL_optinteger(L, 3, 0);
 	int final = lua_isnoneornil(L, 4) ? 1 : lua_toboolean(L, 4);
 	int status = (int)luaL_optinteger(L, 5, 0);
-	send_value(host_of(L), L, 1, session, exchange, final, status >= 100 && status <= 599 ? status : 0);
-	return 0;
+	char err[MB_ERR_MAX];
+	int rc = send_value(host_of(L), L, 1, session, exchange, final,
+			    status >= 100 && status <= 599 ? status : 0, err, sizeof err);
+	if (rc == -ENOBUFS) {
+		lua_pushboolean(L, 0);
+		lua_pushstring(L, err);
+		return 2;
+	}
+	lua_pushboolean(L, 1);
+	return 1;
 }
 
 static void run_coroutine(mb_host *h, lua_State *co, int nargs);
@@ -419,6 +431,24 @@ static int l_wall_ms(lua_State *L)
 	return 1;
 }
 
+/* mb.backlog() -> {bytes, peak, refused}: what the transport holds for clients that have not
+ * read it (max_backlog_bytes) */
+static int l_backlog(lua_State *L)
+{
+	mb_host *h = host_of(L);
+	uint64_t v[3] = { 0, 0, 0 };
+	if (h->io.backlog)
+		h->io.backlog(h->io.ud, v);
+	lua_createtable(L, 0, 3);
+	lua_pushinteger(L, (lua_Integer)v[0]);
+	lua_setfield(L, -2, "bytes");
+	lua_pushinteger(L, (lua_Integer)v[1]);
+	lua_setfield(L, -2, "peak");
+	lua_pushinteger(L, (lua_Integer)v[2]);
+	lua_setfield(L, -2, "refused");
+	return 1;
+}
+
 static int l_pool_stats(lua_State *L)
 {
 	mb_host *h = host_of(L);
@@ -464,7 +494,7 @@ static void push_config(lua_State *L, const mb_config *c)
 	CI(max_skill_bytes); CI(workspace_max_file_bytes); CI(workspace_max_bytes);
 	CI(workspace_max_files); CI(history_max_rows); CI(journal_max_rows);
 	CI(journal_max_age_s); CI(journal_max_code_bytes); CI(journal_head_bytes); CI(max_host_calls); CI(max_queue_bytes);
-	CI(max_abandoned); CI(pii_policy); CI(pii_restore);
+	CI(max_abandoned); CI(pii_policy); CI(pii_restore); CI(max_backlog_bytes); CI(max_backlog_tenant_bytes);
 	CI(upstream_timeout_ms); CI(upstream_init_timeout_ms); CI(upstream_max_calls);
 	CI(upstream_max_parallel); CI(upstream_restart_max_ms); CI(upstream_shutdown_grace_ms);
 	CI(upstream_ask_args_bytes);
@@ -878,7 +908,7 @@ mb_host *mb_host_new(const mb_config *cfg, const mb_host_io *io, const mb_host_d
 	static const luaL_Reg fns[] = {
 		{ "send", l_send }, { "json_encode", l_json_encode }, { "json_decode", l_json_decode },
 		{ "submit", l_submit }, { "wait", l_wait }, { "cancel", l_cancel }, { "log", l_log },
-		{ "now_ms", l_now_ms }, { "pool_stats", l_pool_stats }, { "host_reply", l_host_reply },
+		{ "now_ms", l_now_ms }, { "pool_stats", l_pool_stats }, { "backlog", l_backlog }, { "host_reply", l_host_reply },
 		{ "wall_ms", l_wall_ms }, { "history_add", l_history_add },
 		{ "history_flush", l_history_flush }, { "pii_token", l_pii_token },
 		{ "exchange_pending", l_exchange_pending }, { "yaml_decode", mb_yaml_decode_lua },
@@ -960,6 +990,11 @@ fail:
 	mb_arena_delete(h->arena);
 	free(h);
 	return NULL;
+}
+
+void mb_host_collect(mb_host *h)
+{
+	lua_gc(h->L, LUA_GCCOLLECT);
 }
 
 lua_State *mb_host_state(mb_host *h)

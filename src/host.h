@@ -37,9 +37,14 @@ typedef struct mb_host_io {
 	/* session: the transport's session (1 on stdio); exchange: the HTTP POST this message
 	 * belongs to (0: none); final: it ends that exchange (a response) */
 	/* status: the HTTP status of a final answer sent as a whole JSON response (0 = 200) */
-	void (*send)(void *ud, uint64_t session, uint64_t exchange, int final, int status, char *data,
-		     size_t len);
+	/* returns 0, or -ENOBUFS when the transport refused it because its client has not read
+	 * what was sent before (max_backlog_bytes): err then says why, and the host may send a short
+	 * error in its place */
+	int (*send)(void *ud, uint64_t session, uint64_t exchange, int final, int status, char *data,
+		    size_t len, char *err, size_t errlen);
 	void *ud;
+	/* optional: the transport's backlog as {bytes, peak, refused} (mb.backlog) */
+	void (*backlog)(void *ud, uint64_t out[3]);
 } mb_host_io;
 
 /// Creates the host state and loads lua/mcp/server.lua from the embedded modules.
@@ -101,6 +106,12 @@ char *mb_host_metrics(mb_host *h);
 /// run for at most min(upstream_shutdown_grace_ms, 2000) ms on a timer inside the host). The
 /// caller must then run the loop until its handles are closed, and only then mb_host_free.
 void mb_host_shutdown(mb_host *h);
+
+/// Runs a full garbage collection of the host state: what a large answer left (its result text,
+/// the raw values around it) is freed now rather than at the next allocation that starts a
+/// cycle, which in an idle server may be never (server.c calls it after large messages).
+/// @param h the host
+void mb_host_collect(mb_host *h);
 
 /// The host's Lua state, for tests that call its modules directly (loop thread only).
 lua_State *mb_host_state(mb_host *h);

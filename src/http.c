@@ -196,6 +196,7 @@ static int on_headers_complete(http_parser *p)
 	c->tenant = c->hover[H_AUTH] ? NULL
 				    : mb_http_authenticate(&h->pol, c->hcount[H_AUTH] ? hval(c, H_AUTH) : NULL,
 							   c->hlen[H_AUTH]);
+	c->tslot = mb_http_tenant_slot(h, c->tenant);
 	if (!c->tenant) {
 		h->st.auth_failures++;
 		if (!c->hcount[H_AUTH])
@@ -295,9 +296,14 @@ static void handle_metrics(conn *c)
 	mb_http *h = c->h;
 	const char *extra = h->cb.metrics_extra ? h->cb.metrics_extra(h->cb.ud) : NULL;
 	size_t len = 0;
-	char *text = mb_http_metrics_render(&h->st, extra, &len);
+	char *text = mb_http_metrics_render(&h->st, extra, &len), m[512];
 	if (!text) {
 		mb_http_respond_error(c, 500, -32603, "out of memory rendering /metrics", NULL);
+		return;
+	}
+	if (mb_http_backlog_admit(c, len, m, sizeof m) != 0) {
+		free(text);
+		mb_http_respond_error(c, 503, -32000, m, NULL);
 		return;
 	}
 	mb_http_respond(c, 200, "text/plain; version=0.0.4; charset=utf-8", NULL, text, len, text);
@@ -630,6 +636,30 @@ static int open_listener(mb_http *h, const struct sockaddr_storage *ss, char *er
 	return fd;
 }
 
+/* One backlog counter per tenant: slot 0 is "default" (no tokens), else one per distinct tenant
+ * of http_tokens, which each token records (tokens of one tenant share it). */
+static int tenants_init(mb_http *h)
+{
+	mb_http_policy *p = &h->pol;
+	h->tenants = calloc(p->ntokens ? p->ntokens : 1, sizeof *h->tenants);
+	if (!h->tenants)
+		return -ENOMEM;
+	if (!p->ntokens) {
+		snprintf(h->tenants[0].name, sizeof h->tenants[0].name, "default");
+		h->ntenants = 1;
+		return 0;
+	}
+	for (size_t i = 0; i < p->ntokens; i++) {
+		size_t k = 0;
+		while (k < h->ntenants && strcmp(h->tenants[k].name, p->tokens[i].tenant) != 0)
+			k++;
+		if (k == h->ntenants)
+			snprintf(h->tenants[h->ntenants++].name, sizeof h->tenants[0].name, "%s", p->tokens[i].tenant);
+		p->tokens[i].slot = (uint32_t)k;
+	}
+	return 0;
+}
+
 mb_http *mb_http_start(uv_loop_t *loop, const mb_config *cfg, const mb_http_callbacks *cb,
 		       char *err, size_t errlen)
 {
@@ -680,8 +710,10 @@ mb_http *mb_http_start(uv_loop_t *loop, const mb_config *cfg, const mb_http_call
 		free(h);
 		return NULL;
 	}
-	if (htab_init(&h->by_num, 64) || htab_init(&h->by_id, 64) || htab_init(&h->exchanges, 64) ||
-	    htab_init(&h->parked, 64)) {
+	h->backlog_max = (size_t)cfg->max_backlog_bytes;
+	h->backlog_tenant_max = (size_t)cfg->max_backlog_tenant_bytes;
+	if (tenants_init(h) != 0 || htab_init(&h->by_num, 64) || htab_init(&h->by_id, 64) ||
+	    htab_init(&h->exchanges, 64) || htab_init(&h->parked, 64)) {
 		snprintf(err, errlen, "out of memory starting the HTTP transport");
 		goto fail;
 	}
@@ -724,6 +756,7 @@ mb_http *mb_http_start(uv_loop_t *loop, const mb_config *cfg, const mb_http_call
 								   : "no authentication: http_trust_proxy=1");
 	return h;
 fail:
+	free(h->tenants);
 	free(h->by_num.b);
 	free(h->by_id.b);
 	free(h->exchanges.b);
@@ -733,12 +766,29 @@ fail:
 	return NULL;
 }
 
-void mb_http_send(mb_http *h, uint64_t session_num, uint64_t exchange, int final, int status,
-		  char *data, size_t len)
+/* A message for conn c (NULL: none, it is only kept for a resume) that the backlog cannot take
+ * is refused: freed, and when it was the final one of c's exchange and too short to be replaced
+ * by an error, c is closed so the exchange does not wait for ever. */
+static int refuse_over_backlog(conn *c, int final, char *data, size_t len, char *err, size_t errlen)
+{
+	char m[512];
+	if (!c || mb_http_backlog_admit(c, len, m, sizeof m) == 0)
+		return 0;
+	mb_log(MB_LOG_NOTICE, "http: %s", m);
+	if (err && errlen)
+		snprintf(err, errlen, "%s", m);
+	free(data);
+	if (final && len <= MB_HTTP_BACKLOG_SHORT)
+		mb_http_conn_close(c);
+	return -ENOBUFS;
+}
+
+int mb_http_send(mb_http *h, uint64_t session_num, uint64_t exchange, int final, int status,
+		 char *data, size_t len, char *err, size_t errlen)
 {
 	if (!h || h->closing || !data) {
 		free(data);
-		return;
+		return 0;
 	}
 	while (len && (data[len - 1] == '\n' || data[len - 1] == '\r'))
 		len--;
@@ -747,30 +797,37 @@ void mb_http_send(mb_http *h, uint64_t session_num, uint64_t exchange, int final
 		conn *c = x ? container_of(x, conn, xnode) : NULL;
 		rstream *r = c ? NULL : mb_http_replay_parked(h, exchange);
 		if (r && (!session_num || r->s->num == session_num)) {
+			if (refuse_over_backlog(r->c, final, data, len, err, errlen))
+				return -ENOBUFS;
 			mb_http_parked_send(h, r, final, data, len); /* its POST connection is gone */
-			return;
+			return 0;
 		}
 		if (!c || c->state != C_BUSY || (session_num && c->xsession != session_num)) {
 			h->st.messages_dropped++;
 			free(data);
-			return;
+			return 0;
 		}
+		if (refuse_over_backlog(c, final, data, len, err, errlen))
+			return -ENOBUFS;
 		if (final)
 			c->xstatus = status;
 		mb_http_exchange_send(c, final, data, len);
-		return;
+		return 0;
 	}
 	if (session_num) {
 		session *s = session_by_num(h, session_num);
 		if (!s) {
 			h->st.messages_dropped++;
 			free(data);
-			return;
+			return 0;
 		}
+		if (refuse_over_backlog(mb_http_session_writer(s), 0, data, len, err, errlen))
+			return -ENOBUFS;
 		mb_http_session_push(h, s, data, len); /* its GET stream, or kept for its resume */
-		return;
+		return 0;
 	}
-	/* broadcast: a copy for every session's GET stream but the last, which takes data */
+	/* broadcast: a copy for every session's GET stream but the last, which takes data; a
+	 * stream whose client is behind on reading gets none */
 	size_t left = 0;
 	for (session *s = h->sessions; s; s = s->next)
 		left += (size_t)mb_http_session_listens(s);
@@ -780,6 +837,11 @@ void mb_http_send(mb_http *h, uint64_t session_num, uint64_t exchange, int final
 		next = s->next;
 		if (!mb_http_session_listens(s))
 			continue;
+		conn *w = mb_http_session_writer(s);
+		if (w && mb_http_backlog_admit(w, len, NULL, 0) != 0) {
+			left--;
+			continue;
+		}
 		char *copy = --left ? malloc(len ? len : 1) : data;
 		if (!copy) {
 			h->st.messages_dropped++;
@@ -792,6 +854,7 @@ void mb_http_send(mb_http *h, uint64_t session_num, uint64_t exchange, int final
 		mb_http_session_push(h, s, copy, len);
 	}
 	free(data);
+	return 0;
 }
 
 void mb_http_stats(mb_http *h, mb_http_stats_t *out)

@@ -129,6 +129,9 @@ typedef struct mb_http_stats {
 	uint64_t read_timeouts;         /* connections cut by http_read_timeout_ms */
 	uint64_t auth_failures;         /* 401 answers */
 	uint64_t bytes_in, bytes_out;
+	uint64_t backlog_bytes;         /* message bytes queued for clients that have not read them */
+	uint64_t backlog_peak;          /* the most backlog_bytes has been (never above max_backlog_bytes) */
+	uint64_t backlog_refused;       /* messages not sent: the backlog would pass max_backlog_*bytes */
 } mb_http_stats_t;
 
 /// Starts listening on cfg->http_listen ("[host:]port"; host an IPv4/IPv6 literal or
@@ -150,10 +153,20 @@ mb_http *mb_http_start(uv_loop_t *loop, const mb_config *cfg, const mb_http_call
 /// Messages for a finished exchange or a gone session are dropped silently.
 /// @param status the HTTP status of a final message sent as the whole (JSON) response; 0 =
 ///               200 (an SSE response has already sent its 200)
+/// A message that would take the backlog (bytes queued for clients that have not read them)
+/// above max_backlog_bytes, or its tenant's above max_backlog_tenant_bytes, is not sent
+/// (counted in backlog_refused): the host may send a short error in its place. A refused final
+/// message too short to be replaced (MB_HTTP_BACKLOG_SHORT bytes or less) closes its exchange's
+/// connection, so no exchange waits for an answer that cannot come.
 /// @param data malloc'd JSON text (trailing newline allowed); ownership is taken in all cases
 /// @param len  its length
-void mb_http_send(mb_http *h, uint64_t session, uint64_t exchange, int final, int status,
-		  char *data, size_t len);
+/// @param err  receives the reason when refused (may be NULL)
+/// @returns 0 (sent, kept or dropped as above), or -ENOBUFS: refused for the backlog
+int mb_http_send(mb_http *h, uint64_t session, uint64_t exchange, int final, int status,
+		 char *data, size_t len, char *err, size_t errlen);
+
+/* A refused final message of at most this many bytes is not replaced: its connection closes. */
+#define MB_HTTP_BACKLOG_SHORT 2048
 
 /// Copies the counters (for /metrics and get_execution_stats).
 void mb_http_stats(mb_http *h, mb_http_stats_t *out);

@@ -130,11 +130,88 @@ wreq *mb_http_wreq_get(mb_http *h, conn *c)
 	}
 	w->c = c;
 	w->own = NULL;
+	w->own_len = 0;
+	w->qbytes = 0;
 	return w;
+}
+
+/* ---- the backlog ------------------------------------------------------------------------------ */
+
+/* The bytes a write request holds for a client that did not take them at once. Counted when the
+ * request is queued and uncounted when it is freed (written, failed, or its connection closed:
+ * libuv then calls on_write with UV_ECANCELED), whatever happens in between. */
+static void backlog_add(mb_http *h, conn *c, wreq *w)
+{
+	if (!w->own_len)
+		return;
+	w->qbytes = w->own_len;
+	w->qslot = c->tslot;
+	h->st.backlog_bytes += w->qbytes;
+	h->tenants[w->qslot].bytes += w->qbytes;
+	if (h->st.backlog_bytes > h->st.backlog_peak)
+		h->st.backlog_peak = h->st.backlog_bytes;
+}
+
+static void backlog_sub(mb_http *h, wreq *w)
+{
+	if (!w->qbytes)
+		return;
+	h->st.backlog_bytes -= w->qbytes;
+	h->tenants[w->qslot].bytes -= w->qbytes;
+	w->qbytes = 0;
+}
+
+uint32_t mb_http_tenant_slot(const mb_http *h, const char *tenant)
+{
+	const mb_http_policy *p = &h->pol;
+	if (!p->ntokens || !tenant || (const void *)tenant < (const void *)p->tokens ||
+	    (const void *)tenant >= (const void *)(p->tokens + p->ntokens))
+		return 0; /* "default" (no tokens) */
+	size_t i = (size_t)((const char *)tenant - (const char *)p->tokens) / sizeof *p->tokens;
+	return p->tokens[i].slot;
+}
+
+static void fmt_bytes(char *buf, size_t n, uint64_t v)
+{
+	snprintf(buf, n, "%llu", (unsigned long long)v);
+}
+
+int mb_http_backlog_admit(conn *c, size_t len, char *err, size_t errlen)
+{
+	mb_http *h = c->h;
+	const struct mb_http_tenant_backlog *t = &h->tenants[c->tslot];
+	char a[24], b[24], m[24];
+	if (len > h->backlog_max || h->st.backlog_bytes > h->backlog_max - len) {
+		fmt_bytes(a, sizeof a, len);
+		fmt_bytes(b, sizeof b, h->st.backlog_bytes);
+		fmt_bytes(m, sizeof m, h->backlog_max);
+		if (err && errlen)
+			snprintf(err, errlen, "the answer (%s bytes) was not sent: %s bytes of earlier messages wait for "
+				 "clients that have not read them, and max_backlog_bytes=%s bounds what the server "
+				 "holds for its clients; read pending answers, ask for a smaller result, or retry "
+				 "later", a, b, m);
+		goto refused;
+	}
+	if (h->pol.ntokens && (len > h->backlog_tenant_max || t->bytes > h->backlog_tenant_max - len)) {
+		fmt_bytes(a, sizeof a, len);
+		fmt_bytes(b, sizeof b, t->bytes);
+		fmt_bytes(m, sizeof m, h->backlog_tenant_max);
+		if (err && errlen)
+			snprintf(err, errlen, "the answer (%s bytes) was not sent: %s bytes of earlier messages wait for "
+				 "clients of tenant \"%s\" that have not read them, and max_backlog_tenant_bytes=%s "
+				 "bounds what the server holds for one tenant; read pending answers, ask for a "
+				 "smaller result, or retry later", a, b, t->name, m);
+		goto refused;
+	}
+	return 0;
+refused:
+	h->st.backlog_refused++;
+	return -ENOBUFS;
 }
 
 void mb_http_wreq_put(mb_http *h, wreq *w)
 {
+	backlog_sub(h, w);
 	free(w->own);
 	if (h->nfree_w < FREE_WREQS && !h->closing) {
 		w->next = h->free_w;
@@ -210,6 +287,7 @@ void mb_http_wreq_send(conn *c, wreq *w, unsigned n)
 		return;
 	}
 	c->writes++;
+	backlog_add(h, c, w);
 	int rc = uv_write(&w->req, (uv_stream_t *)&c->tcp, w->bufs, n, on_write);
 	if (rc) {
 		c->writes--;
@@ -332,6 +410,7 @@ void mb_http_respond(conn *c, int status, const char *ctype, const char *extra, 
 		if (own != body)
 			memcpy(own, body, blen);
 		w->own = own;
+		w->own_len = blen;
 		w->bufs[1] = uv_buf_init(own, (unsigned)blen);
 		n = 2;
 	} else {
@@ -466,6 +545,7 @@ int mb_http_on_message_begin(http_parser *p)
 	for (int i = 0; i < NHDR; i++)
 		((char *)&c->hv)[mb_http_hdr_def[i].off] = 0;
 	c->tenant = NULL;
+	c->tslot = 0;
 	c->sess_num = 0;
 	c->blen = 0;
 	return 0;
@@ -864,6 +944,7 @@ void mb_http_maybe_free(mb_http *h)
 		h->free_w = w->next;
 		free(w);
 	}
+	free(h->tenants);
 	free(h->by_num.b);
 	free(h->by_id.b);
 	free(h->exchanges.b);

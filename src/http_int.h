@@ -32,6 +32,7 @@
 typedef struct mb_http_token {
 	unsigned char hash[MB_HTTP_HASH_BYTES];
 	char tenant[MB_HTTP_TENANT_MAX + 1];
+	uint32_t slot;                 /* its tenant's backlog counter (mb_http.tenants; set by http.c) */
 } mb_http_token;
 
 /* A comma-separated list split into lower-cased entries; any = it contained "*". */
@@ -280,6 +281,7 @@ struct conn {
 	int close_after; /* shut down once queued writes are done */
 	int shut;        /* shutdown requested */
 	size_t writes;   /* uv_write requests in flight */
+	uint32_t tslot;  /* the tenant of its current request: its backlog counter (mb_http.tenants) */
 	uint64_t deadline;
 	size_t wq_last;    /* output queue size at wq_since (stall detection) */
 	uint64_t wq_since;
@@ -327,6 +329,9 @@ typedef struct wreq {
 	struct wreq *next;
 	conn *c;
 	char *own;
+	size_t own_len;   /* the message bytes own holds */
+	size_t qbytes;    /* of them, counted in the backlog while queued (0: none) */
+	uint32_t qslot;   /* the tenant counter they are counted in */
 	uv_buf_t bufs[3];
 	char head[HEAD_MAX];
 } wreq;
@@ -360,6 +365,14 @@ struct mb_http {
 	size_t nended, ended_cap;
 	wreq *free_w;
 	size_t nfree_w;
+	/* the backlog: message bytes queued for clients that have not taken them (max_backlog_bytes;
+	 * per tenant max_backlog_tenant_bytes), counted while a write request holds them */
+	size_t backlog_max, backlog_tenant_max;
+	struct mb_http_tenant_backlog {
+		char name[MB_HTTP_TENANT_MAX + 1];
+		size_t bytes;
+	} *tenants;            /* slot 0: "default" (no tokens); else one per tenant of http_tokens */
+	size_t ntenants;
 	mb_http_stats_t st;
 	char date[40];
 	time_t date_sec;
@@ -527,6 +540,15 @@ void mb_http_conn_close(conn *c);
 /// Frees h once its last handle is closed.
 void mb_http_maybe_free(mb_http *h);
 
+/// Whether a message of len bytes for connection c fits in the backlog (the server's and c's
+/// tenant's). A message that goes out at once is not counted, but the check is made before
+/// writing, so a refused one is never partly sent.
+/// @returns 0, or -ENOBUFS with err naming the limit that would be passed
+int mb_http_backlog_admit(conn *c, size_t len, char *err, size_t errlen);
+
+/// The tenant counter of an authenticated tenant name (mb_http_authenticate's result).
+uint32_t mb_http_tenant_slot(const mb_http *h, const char *tenant);
+
 /// Defers a host callback to the loop (never inside the host's own mb_http_send): kind END_LATER
 /// (on_session_end of session v) or CLOSED_LATER (on_exchange_closed of exchange v).
 void mb_http_later(mb_http *h, int kind, uint64_t v);
@@ -571,6 +593,9 @@ int mb_http_session_push(mb_http *h, session *s, char *data, size_t len);
 
 /// Whether mb_http_session_push has somewhere to put a message for s.
 int mb_http_session_listens(const session *s);
+/// The connection a message pushed to s (mb_http_session_push) is written on, or NULL when it
+/// would only be kept for a resume or dropped.
+conn *mb_http_session_writer(const session *s);
 
 /// Answers a GET with Last-Event-ID on session s: replays the events after it on that stream,
 /// then continues live (or ends the response when the stream has ended; 204 when nothing is

@@ -119,6 +119,14 @@ char *mb_http_metrics_render(const mb_http_stats_t *st, const char *extra, size_
 	       "SSE events dropped from a session's replay buffer over http_replay_bytes.", st->replay_dropped);
 	metric(&b, "moonbox_http_messages_dropped_total", "counter",
 	       "Server messages dropped because their client, exchange or session was gone.", st->messages_dropped);
+	metric(&b, "moonbox_http_backlog_bytes", "gauge",
+	       "Bytes of messages queued for HTTP clients that have not read them (max_backlog_bytes).",
+	       st->backlog_bytes);
+	metric(&b, "moonbox_http_backlog_peak_bytes", "gauge", "The most moonbox_http_backlog_bytes has been.",
+	       st->backlog_peak);
+	metric(&b, "moonbox_http_backlog_refused_total", "counter",
+	       "Messages not sent because the backlog would pass max_backlog_bytes or max_backlog_tenant_bytes.",
+	       st->backlog_refused);
 	metric(&b, "moonbox_http_read_timeouts_total", "counter",
 	       "Connections cut because a request was not read within http_read_timeout_ms.", st->read_timeouts);
 	metric(&b, "moonbox_http_auth_failures_total", "counter", "Requests answered 401.", st->auth_failures);

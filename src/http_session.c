@@ -118,6 +118,7 @@ void mb_http_sse_event(conn *c, const char *head, size_t hlen, const char *id, c
 			hb_str(&b, sse_prefix);
 		}
 		w->own = data;
+		w->own_len = len;
 		w->bufs[n++] = uv_buf_init(data, (unsigned)len);
 		tail = !chunked ? "\n\n" : last ? "\n\n\r\n0\r\n\r\n" : "\n\n\r\n";
 	} else if (!last) {
@@ -238,6 +239,14 @@ int mb_http_session_listens(const session *s)
 	return (s->rp.get && !s->rp.get->done) || s->stream;
 }
 
+conn *mb_http_session_writer(const session *s)
+{
+	rstream *r = s->rp.get;
+	if (r && !r->done)
+		return r->c;
+	return s->stream;
+}
+
 int mb_http_session_push(mb_http *h, session *s, char *data, size_t len)
 {
 	rstream *r = s->rp.get;
@@ -313,7 +322,13 @@ void mb_http_resume(conn *c, session *s)
 	if (!e)
 		mb_http_write_head(c, head, b.n);
 	for (int first = 1; e && c->state != C_CLOSED; e = e->next, first = 0) {
-		char id[MB_HTTP_EVENT_ID_MAX];
+		char id[MB_HTTP_EVENT_ID_MAX], m[512];
+		if (mb_http_backlog_admit(c, e->len, m, sizeof m) != 0) {
+			/* the client resumes while it does not read: it may try again later */
+			mb_log(MB_LOG_NOTICE, "http: a resumed stream is cut: %s", m);
+			mb_http_conn_close(c);
+			return;
+		}
 		char *copy = malloc(e->len ? e->len : 1);
 		if (!copy) {
 			mb_http_conn_close(c);

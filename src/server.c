@@ -7,6 +7,7 @@
  */
 #include "server.h"
 
+#include <malloc.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
@@ -46,7 +47,31 @@ typedef struct mb_server {
 	int eof;
 	int closing;
 	size_t pause_at;   /* executions in flight at which stdin reading pauses */
+	uv_timer_t reclaim; /* after large messages: give their memory back (server_reclaim) */
+	int reclaim_on;
 } mb_server;
+
+/* Memory given back after large answers. Such an answer leaves a few copies of its text behind
+ * in the host state (the result's raw values, the encoded message) that an idle server would not
+ * collect until its next allocations start a cycle, and what glibc frees stays in its heaps. A
+ * moment after the last large message, a full collection of the host state and malloc_trim hand
+ * it back (most large blocks are their own mappings already: main.c sets M_MMAP_THRESHOLD). */
+#define RECLAIM_MESSAGE ((size_t)1 << 20) /* messages this large start the timer */
+#define RECLAIM_DELAY_MS 200
+
+static void on_reclaim(uv_timer_t *t)
+{
+	mb_server *s = t->data;
+	mb_host_collect(s->host);
+	malloc_trim(0);
+}
+
+static void note_large(mb_server *s, size_t len)
+{
+	if (len < RECLAIM_MESSAGE || !s->reclaim_on || uv_is_active((uv_handle_t *)&s->reclaim))
+		return;
+	uv_timer_start(&s->reclaim, on_reclaim, RECLAIM_DELAY_MS, 0);
+}
 
 static void maybe_finish(mb_server *s)
 {
@@ -99,24 +124,48 @@ static void on_drain(void *ud)
 	maybe_finish(ud);
 }
 
-static void host_send(void *ud, uint64_t session, uint64_t exchange, int final, int status, char *data,
-		      size_t len)
+static int host_send(void *ud, uint64_t session, uint64_t exchange, int final, int status, char *data,
+		     size_t len, char *err, size_t errlen)
 {
 	mb_server *s = ud;
+	note_large(s, len);
 	if (s->http_mode) {
 		if (!s->http) { /* closed: in-flight answers have nowhere to go */
 			free(data);
-			return;
+			return 0;
 		}
 		/* one JSON message per send; the transport frames it (JSON body or SSE event) */
-		mb_http_send(s->http, session, exchange, final, status, data,
-			     len && data[len - 1] == '\n' ? len - 1 : len);
-		return;
+		return mb_http_send(s->http, session, exchange, final, status, data,
+				    len && data[len - 1] == '\n' ? len - 1 : len, err, errlen);
 	}
 	/* stdio: one session, no exchanges */
-	int rc = mb_stdio_write(s->io, data, len);
+	int rc = mb_stdio_write(s->io, data, len, err, errlen);
+	if (rc == -ENOBUFS) {
+		mb_log(MB_LOG_NOTICE, "stdout: %s", err);
+		return rc;
+	}
 	if (rc)
 		mb_log(MB_LOG_ERROR, "stdout: %s", uv_strerror(rc));
+	return 0;
+}
+
+/* What get_execution_stats shows of the backlog (the transport's) */
+static void host_backlog(void *ud, uint64_t out[3])
+{
+	mb_server *s = ud;
+	if (s->http) {
+		mb_http_stats_t st;
+		mb_http_stats(s->http, &st);
+		out[0] = st.backlog_bytes;
+		out[1] = st.backlog_peak;
+		out[2] = st.backlog_refused;
+	} else if (s->io) {
+		mb_stdio_backlog b;
+		mb_stdio_get_backlog(s->io, &b);
+		out[0] = b.bytes;
+		out[1] = b.peak;
+		out[2] = b.refused;
+	}
 }
 
 static void job_notify(void *ud, uint64_t job, mb_notify_kind kind, int level, const char *json,
@@ -286,7 +335,11 @@ int mb_server_run_stdio(const mb_config *cfg, void (*before_pool)(void *ud), voi
 		mb_log(MB_LOG_CRIT, "workspaces: %s", err);
 		return 1;
 	}
-	mb_host_io hio = { host_send, s };
+	mb_host_io hio = { host_send, s, host_backlog };
+	uv_timer_init(&s->loop, &s->reclaim);
+	uv_unref((uv_handle_t *)&s->reclaim);
+	s->reclaim.data = s;
+	s->reclaim_on = 1;
 	mb_host_deps deps = { &s->loop, s->store, s->workspaces, NULL, NULL, s->pg };
 	s->host = mb_host_new(cfg, &hio, &deps);
 	if (pii_threaded)
@@ -345,10 +398,13 @@ int mb_server_run_stdio(const mb_config *cfg, void (*before_pool)(void *ud), voi
 		s->io = mb_stdio_open(&s->loop, (size_t)cfg->max_message_bytes, &scb);
 		if (!s->io)
 			return 1;
+		mb_stdio_set_backlog(s->io, (size_t)cfg->max_backlog_bytes);
 		mb_log(MB_LOG_INFO, "serving MCP on stdio (%lld workers, data dir %s)",
 		       (long long)cfg->workers, cfg->data_dir);
 	}
 	uv_run(&s->loop, UV_RUN_DEFAULT);
+	s->reclaim_on = 0;
+	uv_close((uv_handle_t *)&s->reclaim, NULL); /* before the host it uses goes */
 	mb_host_free(s->host);
 	uv_run(&s->loop, UV_RUN_NOWAIT); /* close callbacks of handles closed by lua_close */
 	mb_history_close(s->history);

@@ -13,6 +13,7 @@
 #include "stdio_transport.h"
 
 #include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -43,6 +44,9 @@ struct mb_stdio {
 	 * written from a timer callback leaves at once too. */
 	char *obuf;
 	size_t olen, ocap;
+	size_t queued;    /* bytes in write requests not yet done (the batch is olen) */
+	size_t backlog_max; /* 0 = none */
+	mb_stdio_backlog bl;
 	uv_idle_t flusher;
 	int eof;
 	int paused;
@@ -55,8 +59,11 @@ struct mb_stdio {
 typedef struct {
 	uv_write_t req;
 	char *data;
+	size_t len;
 	mb_stdio *s;
 } write_req;
+
+#define OBUF_KEEP ((size_t)1 << 20) /* batch buffer kept between writes up to this size */
 
 /* Appends bytes to the held (not yet cut) input, keeping their order. */
 static int hold(mb_stdio *s, const char *data, size_t n)
@@ -515,6 +522,7 @@ static void write_cb(uv_write_t *req, int status)
 	mb_stdio *s = w->s;
 	if (status)
 		mb_log(MB_LOG_ERROR, "stdio: write error: %s", uv_strerror(status));
+	s->queued -= w->len;
 	free(w->data);
 	free(w);
 	s->pending_writes--;
@@ -535,6 +543,11 @@ static void flush(uv_idle_t *h)
 		int n = uv_try_write(st, &b, 1);
 		if (n == (int)s->olen) {
 			s->olen = 0;
+			if (s->ocap > OBUF_KEEP) {
+				free(s->obuf);
+				s->obuf = NULL;
+				s->ocap = 0;
+			}
 			if (s->cb.on_drain)
 				s->cb.on_drain(s->cb.ud);
 			return;
@@ -558,12 +571,20 @@ static void flush(uv_idle_t *h)
 	}
 	memcpy(copy, b.base, b.len);
 	s->olen = 0;
+	if (s->ocap > OBUF_KEEP) { /* a large answer's buffer is not kept for ever */
+		free(s->obuf);
+		s->obuf = NULL;
+		s->ocap = 0;
+	}
 	w->data = copy;
+	w->len = b.len;
+	s->queued += b.len;
 	w->s = s;
 	b.base = copy;
 	int rc = uv_write(&w->req, st, &b, 1, write_cb);
 	if (rc) {
 		mb_log(MB_LOG_ERROR, "stdio: write error: %s", uv_strerror(rc));
+		s->queued -= w->len;
 		free(copy);
 		free(w);
 		return;
@@ -571,8 +592,30 @@ static void flush(uv_idle_t *h)
 	s->pending_writes++;
 }
 
-int mb_stdio_write(mb_stdio *s, char *data, size_t len)
+void mb_stdio_set_backlog(mb_stdio *s, size_t max)
 {
+	s->backlog_max = max;
+}
+
+void mb_stdio_get_backlog(const mb_stdio *s, mb_stdio_backlog *out)
+{
+	*out = s->bl;
+	out->bytes = s->queued + s->olen;
+}
+
+int mb_stdio_write(mb_stdio *s, char *data, size_t len, char *err, size_t errlen)
+{
+	size_t held = s->queued + s->olen;
+	if (s->backlog_max && s->out_kind != UV_FILE && (len > s->backlog_max || held > s->backlog_max - len)) {
+		if (err && errlen)
+			snprintf(err, errlen, "the answer (%zu bytes) was not sent: %zu bytes of earlier messages wait "
+				 "for the client to read its stdout, and max_backlog_bytes=%zu bounds what the server "
+				 "holds for it; read pending answers, ask for a smaller result, or retry later",
+				 len, held, s->backlog_max);
+		s->bl.refused++;
+		free(data);
+		return -ENOBUFS;
+	}
 	if (s->out_kind == UV_FILE) {
 		size_t off = 0;
 		while (off < len) {
@@ -602,6 +645,8 @@ int mb_stdio_write(mb_stdio *s, char *data, size_t len)
 	}
 	memcpy(s->obuf + s->olen, data, len);
 	s->olen += len;
+	if (s->queued + s->olen > s->bl.peak)
+		s->bl.peak = s->queued + s->olen;
 	free(data);
 	uv_idle_start(&s->flusher, flush);
 	return 0;

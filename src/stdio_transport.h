@@ -33,8 +33,22 @@ typedef struct mb_stdio_callbacks {
 mb_stdio *mb_stdio_open(uv_loop_t *loop, size_t max_line, const mb_stdio_callbacks *cb);
 
 /// Queues data (a whole message including its trailing newline) for stdout; takes ownership of
-/// the malloc'd buffer. @returns 0 or a negative libuv error
-int mb_stdio_write(mb_stdio *s, char *data, size_t len);
+/// the malloc'd buffer. A message that would take the backlog (bytes written and not yet taken
+/// by the pipe) above the bound set by mb_stdio_set_backlog is refused: freed, with err naming
+/// max_backlog_bytes. @returns 0, -ENOBUFS (refused), or a negative libuv error
+int mb_stdio_write(mb_stdio *s, char *data, size_t len, char *err, size_t errlen);
+
+/// Bounds the backlog (max_backlog_bytes; 0 = no bound, the default).
+void mb_stdio_set_backlog(mb_stdio *s, size_t max);
+
+typedef struct mb_stdio_backlog {
+	uint64_t bytes;   /* written for stdout and not yet taken by it */
+	uint64_t peak;    /* the most bytes has been */
+	uint64_t refused; /* messages refused for the bound */
+} mb_stdio_backlog;
+
+/// Fills out with the backlog's figures.
+void mb_stdio_get_backlog(const mb_stdio *s, mb_stdio_backlog *out);
 
 /// Stops reading stdin (flow control: the client's writes then block in the pipe) and starts
 /// again. Idempotent.

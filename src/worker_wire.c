@@ -134,6 +134,8 @@ int mb_wmsg_bytes(mb_wmsg *m, const char **s, size_t *n)
 	return 0;
 }
 
+#define READER_KEEP ((size_t)256 << 10) /* reader room kept between frames up to this size */
+
 /* Makes room for want bytes of frame at the start of the buffer. */
 static int reserve(mb_wreader *r, size_t want)
 {
@@ -159,6 +161,15 @@ int mb_wreader_next(mb_wreader *r, mb_wmsg *m)
 		r->len -= r->need;
 		r->need = 0;
 		r->handed = 0;
+		if (r->cap > READER_KEEP && r->len <= READER_KEEP / 2) {
+			/* a large frame's room is not kept for ever (a result of 16 MB held 16 MB per
+			 * worker in the server after it was answered) */
+			unsigned char *nb = realloc(r->buf, READER_KEEP);
+			if (nb) {
+				r->buf = nb;
+				r->cap = READER_KEEP;
+			}
+		}
 	}
 	if (!r->need && r->len >= 4) { /* the header's length is in: check it */
 		uint64_t n = get_le(r->buf, 4);

@@ -81,8 +81,20 @@ end
 
 
 -- ctx: anything with .session and .exchange (a request, or the context of a message)
+-- A final message the transport refused because its client has not read earlier ones
+-- (max_backlog_bytes, max_backlog_tenant_bytes) is replaced by a short error naming the limit;
+-- the transport closes the connection of one too short to replace (MB_HTTP_BACKLOG_SHORT).
+local BACKLOG_CODE = -32000
+local function send_backlog_error(ctx, id, why)
+  local limit = why:match("(max_backlog_[%w_]+)=") or "max_backlog_bytes"
+  mb.send({ jsonrpc = "2.0", id = id == nil and null or id,
+            error = { code = BACKLOG_CODE, message = clip(why, 1024), data = { limit = limit } } },
+          ctx.session, ctx.exchange, true, ctx.session == 0 and modern.status_of(BACKLOG_CODE, false) or nil)
+end
+
 local function send_result(ctx, id, result)
-  mb.send({ jsonrpc = "2.0", id = id, result = result }, ctx.session, ctx.exchange, true)
+  local ok, why = mb.send({ jsonrpc = "2.0", id = id, result = result }, ctx.session, ctx.exchange, true)
+  if ok == false then send_backlog_error(ctx, id, why) end
 end
 
 -- Messages and the strings of data echo what the client sent (a uri, a method, a name): they
@@ -99,8 +111,9 @@ local function send_error(ctx, id, code, message, data, status)
   end
   if data ~= nil then err.data = data end
   if status == nil and ctx.session == 0 then status = modern.status_of(code, false) end
-  mb.send({ jsonrpc = "2.0", id = id == nil and null or id, error = err }, ctx.session, ctx.exchange, true,
-          status)
+  local ok, why = mb.send({ jsonrpc = "2.0", id = id == nil and null or id, error = err }, ctx.session,
+                          ctx.exchange, true, status)
+  if ok == false then send_backlog_error(ctx, id, why) end
 end
 
 local function notify(ctx, method, params)

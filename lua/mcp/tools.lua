@@ -398,6 +398,11 @@ register({
   -- tenants' work, so a token's tenant does not see them (they are in /metrics)
   if tenant == "default" then
     sc.pool = mb.pool_stats()
+    if mb.backlog then -- bytes queued for clients that have not read them (max_backlog_bytes)
+      local b = mb.backlog()
+      sc.backlog = { bytes = b.bytes, peak_bytes = b.peak, refused = b.refused,
+                     max_bytes = cfg.max_backlog_bytes, max_tenant_bytes = cfg.max_backlog_tenant_bytes }
+    end
     for name, provider in pairs(M.server_stats_providers) do sc[name] = provider() end
   end
   return structured_result(sc)

@@ -88,10 +88,12 @@ static void fz_lua_hook(lua_State *L, lua_Debug *ar)
 		(*c)++;
 }
 
-static void fz_send(void *ud, uint64_t session, uint64_t exchange, int final, int status, char *data,
-			size_t len)
+static int fz_send(void *ud, uint64_t session, uint64_t exchange, int final, int status, char *data,
+		       size_t len, char *why, size_t whylen)
 {
 	(void)ud;
+	(void)why;
+	(void)whylen;
 	(void)status;
 	(void)session;
 	(void)exchange;
@@ -113,6 +115,7 @@ static void fz_send(void *ud, uint64_t session, uint64_t exchange, int final, in
 	fz.last_len = n;
 	fz.sent++;
 	free(data);
+	return 0;
 }
 
 static void fz_cleanup(void)
@@ -191,7 +194,7 @@ static void fz_host_start(const char *name, char **extra)
 		FZ_FAIL("workspaces: %s", err);
 	if (mb_pii_from_config(&fz.cfg, &fz.pii, fz.key, err, sizeof err) != 0)
 		FZ_FAIL("pii: %s", err);
-	mb_host_io io = { fz_send, NULL };
+	mb_host_io io = { fz_send, NULL, NULL };
 	mb_host_deps deps = { uv_default_loop(), fz.store, fz.ws, fz.pii, fz.key };
 	if (!(fz.host = mb_host_new(&fz.cfg, &io, &deps)))
 		FZ_FAIL("host did not start");

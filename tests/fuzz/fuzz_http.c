@@ -78,7 +78,7 @@ static char *msg(const char *fmt, json_t *id, size_t *len)
 static void later(uint64_t session, uint64_t exchange, char *data, size_t len)
 {
 	if (host.npending == MAX_PENDING) {
-		mb_http_send(H, session, exchange, 1, 0, data, len);
+		mb_http_send(H, session, exchange, 1, 0, data, len, NULL, 0);
 		return;
 	}
 	host.pending[host.npending].session = session;
@@ -125,7 +125,7 @@ static int on_message(void *ud, uint64_t session, uint64_t exchange, const char 
 		out = msg(strstr(body, "fail") ? "{\"jsonrpc\":\"2.0\",\"id\":%s,\"error\":{\"code\":-32602,\"message\":\"no\"}}"
 					       : "{\"jsonrpc\":\"2.0\",\"id\":%s,\"result\":{\"protocolVersion\":\"2025-11-25\"}}",
 			  id, &n);
-		mb_http_send(H, session, exchange, 1, 0, out, n);
+		mb_http_send(H, session, exchange, 1, 0, out, n, NULL, 0);
 		json_decref(j);
 		return 1;
 	}
@@ -139,10 +139,10 @@ static int on_message(void *ud, uint64_t session, uint64_t exchange, const char 
 	switch (h % 4) {
 	case 0:
 		free(note);
-		mb_http_send(H, session, exchange, 1, 0, out, n);
+		mb_http_send(H, session, exchange, 1, 0, out, n, NULL, 0);
 		break;
 	case 1:
-		mb_http_send(H, session, exchange, 0, 0, note, nn);
+		mb_http_send(H, session, exchange, 0, 0, note, nn, NULL, 0);
 		later(session, exchange, out, n);
 		break;
 	case 2:
@@ -150,8 +150,8 @@ static int on_message(void *ud, uint64_t session, uint64_t exchange, const char 
 		later(session, exchange, out, n);
 		break;
 	default:
-		mb_http_send(H, session, exchange, 0, 0, note, nn);
-		mb_http_send(H, session, exchange, 1, 0, out, n);
+		mb_http_send(H, session, exchange, 0, 0, note, nn, NULL, 0);
+		mb_http_send(H, session, exchange, 1, 0, out, n, NULL, 0);
 	}
 	json_decref(j);
 	return 1;
@@ -533,9 +533,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 			host.npending = 0;
 			for (int i = 0; i < np; i++)
 				mb_http_send(H, host.pending[i].session, host.pending[i].exchange, 1, 0, host.pending[i].data,
-					     host.pending[i].len);
+					     host.pending[i].len, NULL, 0);
 			char *b = strdup("{\"jsonrpc\":\"2.0\",\"method\":\"notifications/message\",\"params\":{}}");
-			mb_http_send(H, 0, 0, 0, 0, b, strlen(b));
+			mb_http_send(H, 0, 0, 0, 0, b, strlen(b), NULL, 0);
 			pump(fd);
 		}
 		if (!z)

@@ -24,10 +24,12 @@
 static mb_config cfg;
 static mb_host *host;
 
-static void on_send(void *ud, uint64_t session, uint64_t exchange, int final, int status, char *data,
-			size_t len)
+static int on_send(void *ud, uint64_t session, uint64_t exchange, int final, int status, char *data,
+		       size_t len, char *why, size_t whylen)
 {
 	(void)ud;
+	(void)why;
+	(void)whylen;
 	(void)status;
 	(void)session;
 	(void)exchange;
@@ -40,6 +42,7 @@ static void on_send(void *ud, uint64_t session, uint64_t exchange, int final, in
 		abort(); /* we must never emit invalid JSON */
 	json_decref(v);
 	free(data);
+	return 0;
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
@@ -61,7 +64,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		mb_workspaces *ws = mb_workspaces_new(path, &wl, err, sizeof err);
 		if (!ws)
 			abort();
-		mb_host_io io = { on_send, NULL };
+		mb_host_io io = { on_send, NULL, NULL };
 		mb_host_deps deps = { uv_default_loop(), store, ws };
 		host = mb_host_new(&cfg, &io, &deps);
 		if (!host)

@@ -12,16 +12,19 @@
 #include "host.h"
 
 /* mb_host_io.send for tests that do not read the host's messages: frees them. */
-static inline void unit_host_discard(void *ud, uint64_t session, uint64_t exchange, int final,
-				     int status, char *data, size_t len)
+static inline int unit_host_discard(void *ud, uint64_t session, uint64_t exchange, int final,
+				    int status, char *data, size_t len, char *err, size_t errlen)
 {
 	(void)ud;
+	(void)err;
+	(void)errlen;
 	(void)status;
 	(void)session;
 	(void)exchange;
 	(void)final;
 	(void)len;
 	free(data);
+	return 0;
 }
 
 /* Runs prelude and code as one chunk in the host state of h (prelude brings modules into scope,

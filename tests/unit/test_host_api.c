@@ -58,7 +58,7 @@ TEST(every_function_is_documented_and_every_documented_one_exists)
 	mb_workspace_limits wl = { 1 << 20, 1 << 24, 1000 };
 	mb_workspaces *ws = mb_workspaces_new(path, &wl, err, sizeof err);
 	CHECK(ws != NULL);
-	mb_host_io io = { unit_host_discard, NULL };
+	mb_host_io io = { unit_host_discard, NULL, NULL };
 	mb_host_deps deps = { .loop = uv_default_loop(), .store = store, .workspaces = ws };
 	mb_host *h = mb_host_new(&cfg, &io, &deps);
 	CHECK(h != NULL);

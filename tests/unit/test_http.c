@@ -84,7 +84,7 @@ static void delayed_closed(uv_handle_t *h)
 static void delayed_fire(uv_timer_t *t)
 {
 	delayed *d = t->data;
-	mb_http_send(H, d->session, d->exchange, 1, 0, d->data, d->len);
+	mb_http_send(H, d->session, d->exchange, 1, 0, d->data, d->len, NULL, 0);
 	t->data = d;
 	uv_close((uv_handle_t *)t, delayed_closed);
 	pthread_mutex_lock(&F.mu);
@@ -145,15 +145,15 @@ static int fake_message(void *ud, uint64_t session, uint64_t exchange, const cha
 		else
 			out = dumps(json_pack("{s:s,s:O,s:{s:s,s:s}}", "jsonrpc", "2.0", "id", id, "result",
 					      "protocolVersion", "2025-11-25", "tenant", tenant), &n);
-		mb_http_send(H, session, exchange, 1, 0, out, n);
+		mb_http_send(H, session, exchange, 1, 0, out, n, NULL, 0);
 	} else if (strcmp(method, "slow") == 0 || strcmp(method, "slowsync") == 0) {
 		char *note = dumps(json_pack("{s:s,s:s,s:{s:O,s:i,s:i}}", "jsonrpc", "2.0", "method",
 					     "notifications/progress", "params", "progressToken", id, "progress", 50,
 					     "total", 100), &n);
-		mb_http_send(H, session, exchange, 0, 0, note, n);
+		mb_http_send(H, session, exchange, 0, 0, note, n, NULL, 0);
 		out = reply(id, tenant, session, &n);
 		if (method[4] == 's')
-			mb_http_send(H, session, exchange, 1, 0, out, n);
+			mb_http_send(H, session, exchange, 1, 0, out, n, NULL, 0);
 		else
 			later(session, exchange, out, n, 30);
 	} else if (strcmp(method, "delay") == 0) {
@@ -166,12 +166,12 @@ static int fake_message(void *ud, uint64_t session, uint64_t exchange, const cha
 		s[big] = 0;
 		out = dumps(json_pack("{s:s,s:O,s:s}", "jsonrpc", "2.0", "id", id, "result", s), &n);
 		free(s);
-		mb_http_send(H, session, exchange, 1, 0, out, n);
+		mb_http_send(H, session, exchange, 1, 0, out, n, NULL, 0);
 	} else {
 		out = reply(id, tenant, session, &n);
 		char *nl = realloc(out, n + 1); /* like the host: a trailing newline */
 		nl[n] = '\n';
-		mb_http_send(H, session, exchange, 1, 0, nl, n + 1);
+		mb_http_send(H, session, exchange, 1, 0, nl, n + 1, NULL, 0);
 	}
 	json_decref(j);
 	return 1;
@@ -335,7 +335,7 @@ typedef struct send_args {
 static void send_job(void *arg)
 {
 	send_args *a = arg;
-	mb_http_send(H, a->session, a->exchange, a->final, 0, strdup(a->text), strlen(a->text));
+	mb_http_send(H, a->session, a->exchange, a->final, 0, strdup(a->text), strlen(a->text), NULL, 0);
 }
 
 /* Sends a host message from the test thread (on the loop). */

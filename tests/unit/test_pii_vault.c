@@ -33,7 +33,7 @@ static void start(void)
 		fprintf(stderr, "%s\n", err);
 		exit(1);
 	}
-	mb_host_io io = { unit_host_discard, NULL };
+	mb_host_io io = { unit_host_discard, NULL, NULL };
 	mb_host_deps deps = { uv_default_loop(), store, wss, det, key, NULL };
 	host = mb_host_new(&cfg, &io, &deps);
 	if (!host)

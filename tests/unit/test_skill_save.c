@@ -144,7 +144,7 @@ int main(void)
 	snprintf(path, sizeof path, "%s/workspaces", dir);
 	mb_workspace_limits wl = { 1 << 20, 1 << 24, 100 };
 	mb_workspaces *wss = mb_workspaces_new(path, &wl, err, sizeof err);
-	mb_host_io io = { unit_host_discard, NULL };
+	mb_host_io io = { unit_host_discard, NULL, NULL };
 	mb_host_deps deps = { uv_default_loop(), store, wss, NULL, NULL, NULL };
 	host = mb_host_new(&cfg, &io, &deps);
 	if (!host)
