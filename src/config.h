@@ -43,6 +43,8 @@ typedef struct mb_config {
 	int64_t workers;            /* concurrent executions (0 = number of CPUs) */
 	int64_t max_queue;          /* queued executions beyond that; more are refused */
 	int64_t max_queue_bytes;    /* code + context bytes held by queued executions */
+	int64_t max_queue_per_tenant;       /* one tenant's executions running or queued */
+	int64_t max_queue_bytes_per_tenant; /* and their code + context bytes */
 	int64_t timeout_grace_ms;   /* answer a stuck execution this long after its deadline */
 	int64_t max_abandoned;      /* stuck worker threads tolerated before refusing work */
 
@@ -55,8 +57,11 @@ typedef struct mb_config {
 	int64_t cache_ttl_ms;       /* 2026-07-28 ttlMs of list and read results */
 	int64_t mrtr_hold_ms;       /* an execution held for client input waits this long */
 	int64_t mrtr_max_held;
+	int64_t mrtr_max_held_per_tenant;
+	int64_t max_client_requests_per_tenant; /* questions to clients waiting, per tenant */
 	int64_t max_resource_subscriptions;
 	int64_t max_listeners;
+	int64_t max_listeners_per_tenant;
 
 	/* re.* (PCRE2) */
 	int64_t regex_match_limit;
@@ -84,6 +89,7 @@ typedef struct mb_config {
 	int64_t journal_max_rows;       /* execution records kept per tenant */
 	int64_t journal_max_age_s;      /* records older than this are dropped (0 = no age limit) */
 	int64_t journal_max_code_bytes; /* code kept with a record (longer: hash and size only) */
+	int64_t journal_search_bytes; /* code one list_executions search reads */
 	int64_t journal_head_bytes;     /* first bytes of result, output and error kept */
 	int64_t max_host_calls;         /* skills/workspace/upstream calls per execution */
 
@@ -106,6 +112,7 @@ typedef struct mb_config {
 	int64_t http_read_timeout_ms;
 	int64_t http_max_connections;
 	int64_t http_max_sessions;
+	int64_t http_max_sessions_per_tenant;
 	int64_t http_replay_bytes;      /* 0 = no SSE event ids, no resumption */
 	int64_t http_replay_total_bytes; /* all sessions together */
 

@@ -294,6 +294,13 @@ static int l_submit(lua_State *L)
 	return 1;
 }
 
+/* mb.busy(message) -> nil, message, structured_json, structured_quoted, io_meta: the answer of a
+ * submit refused by policy in Lua (a tenant's share of the queue), shaped like the pool's own. */
+static int l_busy(lua_State *L)
+{
+	return push_refusal(L, luaL_checkstring(L, 1));
+}
+
 static int l_wait(lua_State *L)
 {
 	mb_host *h = host_of(L);
@@ -493,13 +500,15 @@ static void push_config(lua_State *L, const mb_config *c)
 	CI(regex_max_pattern_bytes); CI(regex_max_subject_bytes); CI(store_busy_timeout_ms);
 	CI(max_skill_bytes); CI(workspace_max_file_bytes); CI(workspace_max_bytes);
 	CI(workspace_max_files); CI(history_max_rows); CI(journal_max_rows);
-	CI(journal_max_age_s); CI(journal_max_code_bytes); CI(journal_head_bytes); CI(max_host_calls); CI(max_queue_bytes);
+	CI(journal_max_age_s); CI(journal_max_code_bytes); CI(journal_head_bytes); CI(journal_search_bytes); CI(max_host_calls); CI(max_queue_bytes);
 	CI(max_abandoned); CI(pii_policy); CI(pii_restore); CI(max_backlog_bytes); CI(max_backlog_tenant_bytes);
 	CI(upstream_timeout_ms); CI(upstream_init_timeout_ms); CI(upstream_max_calls);
 	CI(upstream_max_parallel); CI(upstream_restart_max_ms); CI(upstream_shutdown_grace_ms);
 	CI(upstream_ask_args_bytes);
 	CI(cache_ttl_ms); CI(mrtr_hold_ms); CI(mrtr_max_held); CI(max_resource_subscriptions);
-	CI(max_listeners); CI(inferred_shape_max_nodes); CI(inferred_shape_total_nodes);
+	CI(max_listeners); CI(max_listeners_per_tenant); CI(mrtr_max_held_per_tenant);
+	CI(max_client_requests_per_tenant); CI(max_queue_per_tenant); CI(max_queue_bytes_per_tenant);
+	CI(inferred_shape_max_nodes); CI(inferred_shape_total_nodes);
 #undef CI
 	lua_pushboolean(L, c->http_tokens[0] != 0); /* tenants exist (the tokens stay in C) */
 	lua_setfield(L, -2, "tenants");
@@ -907,7 +916,7 @@ mb_host *mb_host_new(const mb_config *cfg, const mb_host_io *io, const mb_host_d
 	lua_createtable(L, 0, 16);
 	static const luaL_Reg fns[] = {
 		{ "send", l_send }, { "json_encode", l_json_encode }, { "json_decode", l_json_decode },
-		{ "submit", l_submit }, { "wait", l_wait }, { "cancel", l_cancel }, { "log", l_log },
+		{ "submit", l_submit }, { "busy", l_busy }, { "wait", l_wait }, { "cancel", l_cancel }, { "log", l_log },
 		{ "now_ms", l_now_ms }, { "pool_stats", l_pool_stats }, { "backlog", l_backlog }, { "host_reply", l_host_reply },
 		{ "wall_ms", l_wall_ms }, { "history_add", l_history_add },
 		{ "history_flush", l_history_flush }, { "pii_token", l_pii_token },

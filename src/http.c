@@ -418,6 +418,20 @@ static void handle_post(conn *c)
 			mb_http_respond_error(c, 503, -32000, m, "Retry-After: 5\r\n");
 			return;
 		}
+		/* one tenant's share: counted only when the server holds that many sessions at all */
+		if (h->st.sessions_active >= (uint64_t)h->cfg->http_max_sessions_per_tenant) {
+			uint64_t mine = 0;
+			for (session *o = h->sessions; o; o = o->next)
+				mine += strcmp(o->tenant, c->tenant) == 0;
+			if (mine >= (uint64_t)h->cfg->http_max_sessions_per_tenant) {
+				char m[200];
+				snprintf(m, sizeof m, "Service Unavailable: %llu sessions of yours are open "
+					 "(http_max_sessions_per_tenant=%lld); end one (DELETE) or retry later",
+					 (unsigned long long)mine, (long long)h->cfg->http_max_sessions_per_tenant);
+				mb_http_respond_error(c, 503, -32000, m, "Retry-After: 5\r\n");
+				return;
+			}
+		}
 		s = mb_http_session_new(h, c->tenant);
 		if (!s) {
 			mb_http_respond_error(c, 503, -32000, "Service Unavailable: out of memory", "Retry-After: 5\r\n");

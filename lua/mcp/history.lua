@@ -64,8 +64,14 @@ end
 
 -- The newest rows of tenant matching f (all optional): query (text in the code, ASCII case
 -- folded), outcome ("ok", "failed" or an error type), tool (text in the tools called), since_ms,
--- until_ms; at most f.limit rows. Every value is a bound parameter and matched with instr(),
--- so `%`, `_`, quotes and FTS syntax in them are plain text. Returns rows, more (bool).
+-- until_ms, before_id (rows recorded before that one); at most f.limit rows. Every value is a
+-- bound parameter and matched with instr(), so `%`, `_`, quotes and FTS syntax in them are plain
+-- text. Returns rows, more (bool), cut: with a query, the code searched is bounded by
+-- journal_search_bytes (newest first); when older rows were left unsearched, cut = {rows,
+-- bytes, before} says how much was searched and the ref to continue from (before = the oldest
+-- row searched). The search runs in the statement, on the loop thread with SQLite: unbounded,
+-- 1,000 rows of 64 KiB code cost about 0.7 s per call there and a ping behind five searches
+-- waited 4.3 s (docs/journal.md, "Search").
 -- s with every byte that is not part of valid UTF-8 replaced by U+FFFD (nil stays nil).
 function M.utf8_text(s)
   if s == nil or utf8.len(s) then return s end
@@ -94,18 +100,55 @@ function M.list(tenant, f)
   M.flush()
   local where, args = { "tenant = ?" }, { tenant or "default" }
   local function add(cond, v) where[#where + 1] = cond; if v ~= nil then args[#args + 1] = v end end
-  if f.query then add("instr(lower(code), lower(?)) > 0", as_text(f.query)) end
   if f.outcome == "failed" then add("outcome <> 'ok'")
   elseif f.outcome then add("outcome = ?", as_text(f.outcome)) end
   if f.tool then add("instr(tools_called, ?) > 0", as_text(f.tool)) end
   if f.since_ms then add("started_at >= ?", f.since_ms) end
   if f.until_ms then add("started_at < ?", f.until_ms) end
+  if f.before_id then add("id < ?", f.before_id) end
+  local cut
+  if f.query then
+    -- the first row (newest first) the budget leaves out, and what comes before it: over the
+    -- tenant's rows (before_id too, not the other filters), from the index executions_code_bytes
+    local b_where, b_args = "tenant = ?", { tenant or "default" }
+    if f.before_id then b_where, b_args[2] = b_where .. " AND id < ?", f.before_id end
+    b_args[#b_args + 1] = cfg.journal_search_bytes
+    cut = db.row("SELECT id, before_id, before_rows, before_bytes FROM (SELECT id, "
+      .. "LAG(id) OVER w AS before_id, CAST(COUNT(*) OVER w - 1 AS BIGINT) AS before_rows, "
+      .. "CAST(SUM(COALESCE(code_bytes, 0)) OVER w - COALESCE(code_bytes, 0) AS BIGINT) AS before_bytes "
+      .. "FROM executions WHERE " .. b_where .. " WINDOW w AS (ORDER BY id DESC)) AS s "
+      .. "WHERE before_bytes >= ? ORDER BY id DESC LIMIT 1", table.unpack(b_args, 1, #b_args))
+    if cut then
+      add("id > ?", cut.id)
+      cut.before = db.row("SELECT ref FROM executions WHERE id = ?", cut.before_id).ref
+    end
+    if PG then
+      add("instr(lower(code), lower(?)) > 0", as_text(f.query))
+    elseif f.query:find("%z") then
+      add("0") -- no code holds NUL (JSON strings cannot bring it); LIKE would stop at it
+    else
+      -- SQLite's LIKE folds ASCII case as lower() does and finds the text ~8x faster than
+      -- instr(lower(code), ...), which copies every code to lower it
+      add("code LIKE ? ESCAPE '\\'", "%" .. f.query:gsub("[\\%%_]", "\\%0") .. "%")
+    end
+  end
   args[#args + 1] = f.limit + 1
   local rows = db.query("SELECT " .. LIST_COLS .. " FROM executions WHERE " .. table.concat(where, " AND ")
     .. " ORDER BY id DESC LIMIT ?", table.unpack(args, 1, #args))
   local more = #rows > f.limit
   if more then rows[#rows] = nil end
+  -- a search that found more than limit stopped before the budget's end: nothing was left out
+  if cut and not more then
+    return rows, false, { rows = cut.before_rows, bytes = cut.before_bytes, before = cut.before }
+  end
   return rows, more
+end
+
+-- The store's id of tenant's row ref (for list_executions' before), or nil.
+function M.id_of(tenant, ref)
+  M.flush()
+  local r = db.row("SELECT id FROM executions WHERE tenant = ? AND ref = ?", tenant or "default", as_text(ref))
+  return r and r.id
 end
 
 -- One row of tenant by its ref, or nil (unknown, or another tenant's: the same answer).

@@ -62,7 +62,7 @@ local function time_arg(args, name)
 end
 
 -- A text filter: a string no longer than journal_max_code_bytes (longer cannot match anything kept)
--- nor MAX_SEARCH_BYTES. SQLite's instr() compares the whole text at every position of the code,
+-- nor MAX_SEARCH_BYTES. The match (LIKE on SQLite, instr() before) compares the whole text at every position of the code,
 -- on the loop thread: a 32 KiB query against a tenant's 1000 rows of 64 KiB code held the server
 -- for about 12 s; at 256 bytes the worst case is a few times the scan itself.
 local MAX_SEARCH_BYTES = 256
@@ -161,7 +161,7 @@ local function summary(r)
 end
 
 local ARGS = { id = true, query = true, outcome = true, tool = true, since = true, ["until"] = true,
-               limit = true }
+               limit = true, before = true }
 
 function M.init(tools)
   tools.journal = M
@@ -171,7 +171,9 @@ function M.init(tools)
     description = "Your recent execute_code runs, newest first, to pick up where you left off: "
       .. "id, time, outcome, the start of the code. Filters: query (text in the code), outcome "
       .. "(ok, failed or an error type), tool (an upstream tool it called, e.g. \"server.tool\"), "
-      .. "since/until (UTC time or ms since the epoch), limit. Give id to get one execution in "
+      .. "since/until (UTC time or ms since the epoch), before (an id: only older ones), limit. "
+      .. "A query searches the newest executions' code up to a bound; search_cut in the answer says "
+      .. "where it stopped and the before to go on with. Give id to get one execution in "
       .. "full: code, error, the start of its result and output as you saw them, tools called. "
       .. "Rerun one with execute_code {rerun_id = id, context_vars = ...}.",
     inputSchema = {
@@ -183,6 +185,7 @@ function M.init(tools)
         tool = { type = "string", maxLength = MAX_SEARCH_BYTES, description = "Text of an upstream tool it called (server.tool)" },
         since = { type = mb.array({ "string", "integer" }), description = "Started at or after (UTC time or epoch ms)" },
         ["until"] = { type = mb.array({ "string", "integer" }), description = "Started before (UTC time or epoch ms)" },
+        before = { type = "string", description = "An execution id: only executions recorded before it (to page on, or to go on with a search that was cut)" },
         limit = { type = "integer", minimum = 1, maximum = cfg.journal_max_rows,
                   description = "At most this many (default " .. DEFAULT_LIMIT .. ")" },
       },
@@ -220,6 +223,12 @@ function M.init(tools)
     if err then return tools.tool_error(err) end
     f.until_ms, err = time_arg(args, "until")
     if err then return tools.tool_error(err) end
+    if args.before ~= nil and args.before ~= null then
+      local id, berr = M.check_id(args.before, "before")
+      if not id then return tools.tool_error(berr) end
+      f.before_id = history.id_of(tenant, id)
+      if not f.before_id then return tools.tool_error(not_found(id)) end
+    end
     local limit = args.limit
     if limit == nil or limit == null then
       limit = math.min(DEFAULT_LIMIT, cfg.journal_max_rows)
@@ -228,10 +237,19 @@ function M.init(tools)
         .. "journal_max_rows=%d", cfg.journal_max_rows))
     end
     f.limit = limit
-    local rows, more = history.list(tenant, f)
+    local rows, more, cut = history.list(tenant, f)
     local out = {}
     for i, r in ipairs(rows) do out[i] = summary(r) end
-    return tools.structured_result({ executions = mb.array(out), more = more })
+    local answer = { executions = mb.array(out), more = more }
+    if cut then
+      answer.search_cut = {
+        searched_executions = cut.rows, searched_code_bytes = cut.bytes, before = cut.before,
+        journal_search_bytes = cfg.journal_search_bytes,
+        note = string.format("only the newest %d executions' code was searched (journal_search_bytes=%d); "
+          .. "older ones may match: call again with before = %q", cut.rows, cfg.journal_search_bytes, cut.before),
+      }
+    end
+    return tools.structured_result(answer)
   end)
 end
 

@@ -271,13 +271,21 @@ function M.listen_filter(params)
 end
 
 local next_listener, nlisteners = 0, 0
--- Registers a listener and returns it, or nil and why (max_listeners).
+local tenant_listeners = {} -- tenant -> its listeners open (only tenants with some)
+-- Registers a listener and returns it, or nil and why (max_listeners, or the tenant's share of
+-- them, max_listeners_per_tenant: one tenant cannot take every listen of the server).
 function M.add_listener(l)
   if nlisteners >= mb.config.max_listeners then
     return nil, string.format("subscriptions/listen: %d listens are open (max_listeners=%d)",
                               nlisteners, mb.config.max_listeners)
   end
+  local mine = tenant_listeners[l.tenant] or 0
+  if mine >= mb.config.max_listeners_per_tenant then
+    return nil, string.format("subscriptions/listen: your %d listens are open "
+      .. "(max_listeners_per_tenant=%d); close one first", mine, mb.config.max_listeners_per_tenant)
+  end
   nlisteners = nlisteners + 1
+  tenant_listeners[l.tenant] = mine + 1
   next_listener = next_listener + 1
   l.key = next_listener
   listeners[l.key] = l
@@ -288,6 +296,8 @@ function M.remove_listener(l)
   if listeners[l.key] == l then
     listeners[l.key] = nil
     nlisteners = nlisteners - 1
+    local n = tenant_listeners[l.tenant] - 1
+    tenant_listeners[l.tenant] = n > 0 and n or nil
   end
 end
 
@@ -306,20 +316,62 @@ M.K_SUB = K_SUB
 ---------------------------------------------------------------------------------------------
 -- input_required: executions held for the client's input
 
-local holds = {}   -- hold id -> hold
-local nholds = 0
+-- A hold is live while its execution waits for the retry: it counts against mrtr_max_held and
+-- its tenant's mrtr_max_held_per_tenant. When the execution ends before the retry came, the hold
+-- is freed at once (ended): it no longer counts, and only its outcome is kept for the retry,
+-- until mrtr_hold_ms (at most mrtr_max_held such outcomes are kept, mrtr_max_held_per_tenant
+-- of one tenant; beyond that the oldest is forgotten). Before, an ended hold
+-- counted for its whole mrtr_hold_ms: six 300 ms executions of one tenant refused every other
+-- tenant's questions for minutes.
+local holds = {}   -- hold id -> hold (live or ended)
+local nholds = 0   -- live holds
+local tenant_holds = {} -- tenant -> its live holds
+local ended = {}   -- ended holds, oldest first
 local next_hold = 0
 M.holds = holds
 
 function M.held_count() return nholds end
+function M.held_count_of(tenant) return tenant_holds[tenant] or 0 end
+
+local function uncount(hold)
+  if hold.ended then
+    for i, h in ipairs(ended) do
+      if h == hold then table.remove(ended, i) break end
+    end
+  else
+    nholds = nholds - 1
+    local n = tenant_holds[hold.tenant] - 1
+    tenant_holds[hold.tenant] = n > 0 and n or nil
+  end
+end
 
 local function drop(hold)
   if holds[hold.id] ~= hold then return end
   holds[hold.id] = nil
-  nholds = nholds - 1
+  uncount(hold)
   if hold.timer then hold.timer:stop(); hold.timer = nil end
 end
 M.drop = drop
+
+-- The execution of hold ended before its retry came: the hold stops counting (its worker and
+-- its place are free) and keeps only the outcome for the retry. The oldest kept outcomes are
+-- forgotten beyond mrtr_max_held in all and mrtr_max_held_per_tenant per tenant.
+function M.hold_ended(hold)
+  if holds[hold.id] ~= hold or hold.ended then return end
+  uncount(hold)
+  hold.ended = true
+  hold.inputs = nil
+  ended[#ended + 1] = hold
+  local mine = 0
+  for i = #ended, 1, -1 do
+    local h = ended[i]
+    if h.tenant == hold.tenant then
+      mine = mine + 1
+      if mine > mb.config.mrtr_max_held_per_tenant then drop(h) end
+    end
+  end
+  while #ended > mb.config.mrtr_max_held do drop(ended[1]) end
+end
 
 -- A new hold for entry (the request's in-flight entry) waiting for the answers to inputs =
 -- {key -> {method, params}}. Returns the hold and its requestState, or nil and why.
@@ -329,6 +381,11 @@ function M.hold(entry, tenant, tool, inputs, on_expire)
     return nil, string.format("%d executions already wait for their clients' input "
       .. "(mrtr_max_held=%d)", nholds, mb.config.mrtr_max_held)
   end
+  local mine = tenant_holds[tenant] or 0
+  if mine >= mb.config.mrtr_max_held_per_tenant then
+    return nil, string.format("%d of your executions already wait for your input "
+      .. "(mrtr_max_held_per_tenant=%d): answer or cancel one first", mine, mb.config.mrtr_max_held_per_tenant)
+  end
   next_hold = next_hold + 1
   local id = string.format("%x.%x", next_hold, math.random(0, 0x7fffffff))
   local ttl = mb.config.mrtr_hold_ms
@@ -336,9 +393,14 @@ function M.hold(entry, tenant, tool, inputs, on_expire)
                  expires = mb.wall_ms() + ttl }
   holds[id] = hold
   nholds = nholds + 1
+  tenant_holds[tenant] = mine + 1
   hold.timer = mb.timer(ttl, function()
     hold.timer = nil
-    if holds[id] == hold then drop(hold); on_expire(hold) end
+    if holds[id] == hold then
+      local was_ended = hold.ended
+      drop(hold)
+      if not was_ended then on_expire(hold) end
+    end
   end)
   local state = mb.seal(string.format("%s|%s|%s|%d", id, tenant, tool or "", hold.expires))
   hold.state = state
@@ -360,7 +422,8 @@ function M.find_hold(state, tenant, tool)
   end
   local hold = holds[id]
   if not hold then
-    return nil, "requestState is no longer held (answered already, or its execution ended)"
+    return nil, "requestState is no longer held (answered already, stopped, or its execution ended "
+      .. "and its outcome was forgotten: mrtr_max_held_per_tenant outcomes are kept)"
   end
   return hold
 end

@@ -131,4 +131,10 @@ return {
   UPDATE executions SET ref = lower(hex(randomblob(8))) WHERE ref IS NULL;
   CREATE INDEX executions_by_ref ON executions (tenant, ref);
   ]],
+
+  -- 6: list_executions' search budget (journal_search_bytes) sums code_bytes newest first; from
+  -- this index, not the rows, where code_bytes sits after the code (its overflow pages)
+  [[
+  CREATE INDEX executions_code_bytes ON executions (tenant, id, code_bytes);
+  ]],
 }

@@ -139,4 +139,10 @@ return {
     PRIMARY KEY (tenant, token)
   );
   ]],
+
+  -- 2: list_executions' search budget (journal_search_bytes) sums code_bytes newest first, from
+  -- this index (as SQLite's migration 6)
+  [[
+  CREATE INDEX executions_code_bytes ON executions (tenant, id, code_bytes);
+  ]],
 }

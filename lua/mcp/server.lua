@@ -437,15 +437,42 @@ request_mt.__index = request_mt
 
 -- Starts an execution and waits for it; returns the result table, or nil when cancelled, or
 -- nil, err, refusal when it could not start (refusal: the shaped result of that, error_type busy).
+-- Each tenant's executions running or waiting for a worker, and their code and context bytes:
+-- one tenant's share of the pool (max_queue_per_tenant, max_queue_bytes_per_tenant), so that it
+-- cannot fill max_queue or max_queue_bytes for everyone.
+local tenant_jobs, tenant_job_bytes = {}, {}
+
+local function tenant_refusal(tenant, bytes)
+  local n, b = tenant_jobs[tenant] or 0, tenant_job_bytes[tenant] or 0
+  if n >= mb.config.max_queue_per_tenant then
+    return string.format("server busy: %d of your executions are already running or queued "
+      .. "(max_queue_per_tenant=%d)", n, mb.config.max_queue_per_tenant)
+  end
+  if b + bytes > mb.config.max_queue_bytes_per_tenant then
+    return string.format("server busy: your executions running or queued already hold %d bytes of "
+      .. "code and context (max_queue_bytes_per_tenant=%d)", b, mb.config.max_queue_bytes_per_tenant)
+  end
+end
+
 function request_mt:execute(spec)
   if self.entry.cancelled then return nil end
   local started = mb.wall_ms()
-  spec.tenant = self.tenant
-  local job, err, sj, sq, io = mb.submit(spec)
+  local tenant = self.tenant
+  spec.tenant = tenant
+  local bytes = #spec.code + (spec.context_json and #spec.context_json or 0)
+  local job, err, sj, sq, io
+  local over = tenant_refusal(tenant, bytes)
+  if over then
+    job, err, sj, sq, io = mb.busy(over)
+  else
+    job, err, sj, sq, io = mb.submit(spec)
+  end
   if not job then
     return nil, err, sj and { success = false, error_type = "busy", structured_json = sj,
                               structured_quoted = sq, io_meta = io }
   end
+  tenant_jobs[tenant] = (tenant_jobs[tenant] or 0) + 1
+  tenant_job_bytes[tenant] = (tenant_job_bytes[tenant] or 0) + bytes
   self.entry.job = job
   self.entry.tool = spec.tool -- the logger name of its log messages
   -- when the execution's own limit ends it: how long host calls may wait for (mcp/upstream.lua)
@@ -453,6 +480,9 @@ function request_mt:execute(spec)
   by_job[job] = self.entry
   local res = mb.wait(job)
   by_job[job] = nil
+  local n = tenant_jobs[tenant] - 1
+  tenant_jobs[tenant] = n > 0 and n or nil
+  tenant_job_bytes[tenant] = n > 0 and tenant_job_bytes[tenant] - bytes or nil
   self:abandon_client_requests()
   tools.upstream.abandon(self.entry) -- cancels its upstream calls still in flight
   self.entry.job = nil
@@ -466,6 +496,25 @@ end
 -- request's execution and waits (yields) for the answer. Returns result or nil, error. 2025-11-25:
 -- a request to the client on this request's session and exchange. 2026-07-28: input_required
 -- (input_request below).
+-- Questions to clients waiting for their answers, per tenant (both eras): one tenant's code
+-- cannot keep more than max_client_requests_per_tenant of them open.
+local asking = {}
+-- Whether n more questions of tenant fit (nil and the error that says why not).
+local function ask_room(tenant, n)
+  local mine = asking[tenant] or 0
+  if mine + n > mb.config.max_client_requests_per_tenant then
+    return nil, { code = -32603, message = string.format("%d of your questions to the client already "
+      .. "wait for answers (max_client_requests_per_tenant=%d): answer some first", mine,
+      mb.config.max_client_requests_per_tenant) }
+  end
+  return true
+end
+local function ask_begin(tenant) asking[tenant] = (asking[tenant] or 0) + 1 end
+local function ask_end(tenant)
+  local n = (asking[tenant] or 1) - 1
+  asking[tenant] = n > 0 and n or nil
+end
+
 function request_mt:client_request(method, params, capability)
   if self.modern then return self:input_request(method, params) end
   local caps = self.sess.client_capabilities or {}
@@ -473,6 +522,9 @@ function request_mt:client_request(method, params, capability)
     return nil, { code = -32601, message = string.format(
       "the client did not declare the %s capability, so moonbox cannot send it %s", capability, method) }
   end
+  local room, full = ask_room(self.tenant, 1)
+  if not room then return nil, full end
+  ask_begin(self.tenant)
   next_client_request = next_client_request + 1
   local id = "mb-" .. next_client_request
   local co = coroutine.running()
@@ -482,6 +534,7 @@ function request_mt:client_request(method, params, capability)
   self.entry.client_requests[id] = true
   mb.send({ jsonrpc = "2.0", id = id, method = method, params = params }, self.session, self.exchange, false)
   local msg = coroutine.yield()
+  ask_end(self.tenant)
   self.entry.client_requests[id] = nil
   if msg.error ~= nil then return nil, msg.error end
   return msg.result
@@ -550,8 +603,17 @@ function request_mt:input_requests(list)
       return nil, { message = entry.fail_with.message }
     end
   end
+  local unanswered = 0
+  for _, q in ipairs(list) do
+    if not (entry.preset and is_object(entry.preset[q.key])) then unanswered = unanswered + 1 end
+  end
+  if unanswered > 0 then
+    local room, full = ask_room(self.tenant, unanswered)
+    if not room then return nil, full end
+  end
   entry.pending = entry.pending or {}
   local co, waiting, answers, first_err = coroutine.running(), 0, {}, nil
+  local tenant = self.tenant
   for _, q in ipairs(list) do
     local key = q.key
     if entry.pending[key] then key = key .. "." .. tostring(next_input + 1) end
@@ -562,8 +624,10 @@ function request_mt:input_requests(list)
       answers[q.key] = preset
     else
       waiting = waiting + 1
+      ask_begin(tenant)
       local name = q.key
       entry.pending[key] = { method = q.method, params = q.params, done = function(msg)
+        ask_end(tenant)
         if msg.error ~= nil then first_err = first_err or msg.error else answers[name] = msg.result end
         waiting = waiting - 1
         -- only once yielded below: ask_inputs may answer at once (mrtr_max_held reached), while
@@ -832,6 +896,7 @@ local function dispatch(msg, t0, ctx)
   release(request, entry)
   if target and target ~= request then release(target, entry) end
   if entry.hold then -- answered input_required, and the execution ended before the retry came
+    modern.hold_ended(entry.hold) -- its place is free at once; only the outcome waits for the retry
     local o_ok, o_result = ok, result
     entry.finished = function()
       if not o_ok then error(o_result, 0) end

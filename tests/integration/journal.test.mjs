@@ -14,7 +14,9 @@ import path from "node:path";
 import {
   UPSTREAM_JS, SQLITE_ONLY, connectClient, pgDbOf, testPg, connectWithConfig, execute, nodeServer, sqlite3Cli, toolErrText as errText,
   toolOk as ok, useServer, waitUpstream, withDataDir,
+  spawnRaw,
 } from "../lib/moonbox.mjs";
+import { fillJournal } from "../lib/journal_rows.mjs";
 
 const T = { timeout: 60000 };
 const ID_RE = /^[0-9a-f]{16}$/;
@@ -199,7 +201,7 @@ describe("list_executions and rerun_id (stdio, SDK client)", () => {
         await run(client, { code: "return 1" });
       });
       // back to the schema of user_version 4, with a row as the old writer made it
-      const down = sqlite3Cli(db, ["DROP INDEX executions_by_ref",
+      const down = sqlite3Cli(db, ["DROP INDEX executions_by_ref", "DROP INDEX executions_code_bytes",
         ...["ref", "code", "code_bytes", "context_bytes", "result_head", "result_bytes", "output_head",
           "output_bytes", "error", "tools_called", "rerun_of"].map((c) => `ALTER TABLE executions DROP COLUMN ${c}`),
         "DELETE FROM executions",
@@ -218,7 +220,73 @@ describe("list_executions and rerun_id (stdio, SDK client)", () => {
         const [fresh] = await listed(client, { query: "new" });
         assert.equal(ok(await list(client, { id: fresh.id })).result, "new");
       });
-      assert.equal(sqlite3Cli(db, "PRAGMA user_version").stdout.trim(), "5");
+      assert.equal(sqlite3Cli(db, "PRAGMA user_version").stdout.trim(), "6");
     });
+  });
+
+  // The search reads at most journal_search_bytes of code per call, newest first (on SQLite on
+  // the loop thread): before, each search of this journal read all 64 MB and a ping behind
+  // five of them waited seconds (docs/journal.md, "Search"). No time is asserted: the answers
+  // and the bound each search reports.
+  it("a full journal of large rows: a ping behind several searches is answered; the bound is said and before goes on", { ...T, timeout: 120000 }, async () => {
+    const p = spawnRaw({ args: ["--journal-max-rows", "2000"] }); // the oldest row is kept
+    try {
+      await p.initialize();
+      const old = await p.request("old", "tools/call", { name: "execute_code", arguments: { code: "return 'NEEDLE old'" } });
+      assert.equal(old.result?.structuredContent?.result, "NEEDLE old", JSON.stringify(old).slice(0, 300));
+      await p.request("flush", "tools/call", { name: "list_executions", arguments: {} }); // its row first
+      fillJournal(p.dataDir, 1000);
+      const fresh = await p.request("new", "tools/call", { name: "execute_code", arguments: { code: "return 'needle new'" } });
+      assert.equal(fresh.result?.structuredContent?.result, "needle new");
+      const search = (id, args) => ({ jsonrpc: "2.0", id, method: "tools/call",
+        params: { name: "list_executions", arguments: { query: "needle", ...args } } });
+      for (let i = 0; i < 5; i++) p.send(search(`s${i}`));
+      p.send({ jsonrpc: "2.0", id: "ping", method: "ping" });
+      assert.deepEqual((await p.response("ping", { timeout: 60000 })).result, {});
+      for (let i = 0; i < 5; i++) {
+        const r = (await p.response(`s${i}`, { timeout: 60000 })).result.structuredContent;
+        assert.deepEqual(r.executions.map((e) => e.code), ["return 'needle new'"]);
+        const cut = r.search_cut;
+        assert.ok(cut, JSON.stringify(r).slice(0, 400));
+        assert.equal(cut.journal_search_bytes, 4194304);
+        assert.ok(cut.searched_executions > 1 && cut.searched_executions < 1002, JSON.stringify(cut));
+        // within the bound by at most the one row that crossed it
+        assert.ok(cut.searched_code_bytes <= 4194304 + 65536, JSON.stringify(cut));
+        assert.match(cut.before, /^[0-9a-f]{16}$/);
+        assert.match(cut.note, /journal_search_bytes=4194304.*before/);
+      }
+      // going on with before, page after page, reaches the oldest one: what one unbounded
+      // search found before
+      const found = [];
+      let before;
+      let pages = 0;
+      do {
+        const r = (await p.request(`p${pages}`, "tools/call", { name: "list_executions",
+          arguments: { query: "needle", ...(before ? { before } : {}) } })).result.structuredContent;
+        found.push(...r.executions.map((e) => e.code));
+        before = r.search_cut?.before;
+        pages += 1;
+      } while (before && pages < 100);
+      assert.deepEqual(found, ["return 'needle new'", "return 'NEEDLE old'"]);
+      assert.ok(pages > 2 && pages < 100, `${pages} pages`);
+    } finally {
+      await p.dispose();
+    }
+  });
+
+  it("journal_search_bytes above the journal: one search finds everything, no cut", { ...T, timeout: 120000 }, async () => {
+    const p = spawnRaw({ args: ["--journal-search-bytes", String(1 << 30)] });
+    try {
+      await p.initialize();
+      await p.request("old", "tools/call", { name: "execute_code", arguments: { code: "return 'NEEDLE old'" } });
+      await p.request("flush", "tools/call", { name: "list_executions", arguments: {} });
+      fillJournal(p.dataDir, 200);
+      await p.request("new", "tools/call", { name: "execute_code", arguments: { code: "return 'needle new'" } });
+      const r = (await p.request("s", "tools/call", { name: "list_executions", arguments: { query: "needle" } })).result.structuredContent;
+      assert.deepEqual(r.executions.map((e) => e.code), ["return 'needle new'", "return 'NEEDLE old'"]);
+      assert.equal(r.search_cut, undefined);
+    } finally {
+      await p.dispose();
+    }
   });
 });

@@ -139,6 +139,41 @@ check("limit above journal_max_rows", err(list({ limit = 51 }, req("alice"))),
   "invalid arguments: limit must be an integer from 1 to journal_max_rows=50")
 check("an unknown argument", err(list({ tenant = "bob" }, req("alice"))):match('has no argument "tenant"') ~= nil, true)
 
+check("a backslash is a literal", ids(list({ query = "\\%" }, req("alice"))), {})
+check("NUL matches nothing", ids(list({ query = "\0" }, req("alice"))), {})
+
+---------------------------------------------------------------------------------------------
+-- the search budget: journal_search_bytes of code, newest first; search_cut says where it
+-- stopped and before goes on from there until everything was searched
+
+do
+  local keep = m.config.journal_search_bytes
+  m.config.journal_search_bytes = 60 -- a5 (46 bytes) and a4 (9000, not kept), then cut
+  local r = list({ query = "return" }, req("alice")).structuredContent
+  check("nothing found in the newest two", ids(list({ query = "return" }, req("alice"))), {})
+  check("the cut is said, with where to go on", { r.search_cut.searched_executions,
+    r.search_cut.searched_code_bytes, r.search_cut.before, r.search_cut.journal_search_bytes, r.more },
+    { 2, 46 + 9000, "00000000000000a4", 60, false })
+  check("and in words", r.search_cut.note, 'only the newest 2 executions\' code was searched '
+    .. '(journal_search_bytes=60); older ones may match: call again with before = "00000000000000a4"')
+  local found, pages, before = {}, 0, nil
+  repeat
+    pages = pages + 1
+    local page = list({ query = "return", before = before }, req("alice")).structuredContent
+    for _, e in ipairs(page.executions) do found[#found + 1] = e.id:sub(-2) end
+    before = page.search_cut and page.search_cut.before
+  until not before or pages > 10
+  check("going on with before finds what one unbounded search found", found, { "a3", "a1", "a6" })
+  m.config.journal_search_bytes = 1 << 40
+  check("unbounded: all at once, no cut", { ids(list({ query = "return" }, req("alice"))),
+    list({ query = "return" }, req("alice")).structuredContent.search_cut }, { { "a3", "a1", "a6" }, nil })
+  m.config.journal_search_bytes = keep
+end
+check("before pages a list", ids(list({ before = "00000000000000a3" }, req("alice"))), { "a2", "a1", "a6" })
+check("before of an unknown id", err(list({ before = "00000000000000ff" }, req("alice"))):match("^no execution 00000000000000ff") ~= nil, true)
+check("before of another tenant's id is unknown", err(list({ before = "00000000000000b1" }, req("alice"))):match("^no execution") ~= nil, true)
+check("a bad before", err(list({ before = "x" }, req("alice"))):match("^invalid arguments: before must be an execution id") ~= nil, true)
+
 ---------------------------------------------------------------------------------------------
 -- tenants
 

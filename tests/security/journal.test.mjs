@@ -74,6 +74,14 @@ describe("the journal does not cross tenants (HTTP, two tokens)", () => {
     }
     const never = "0000000000000000";
     assert.equal(errText(await call(beta, "list_executions", { id: never })), unknownText(never));
+    // before (paging, a search that was cut) by alpha's ids: the same answer, nothing listed
+    for (const id of ids) {
+      assert.equal(errText(await call(beta, "list_executions", { before: id })), unknownText(id));
+      assert.equal(errText(await call(beta, "list_executions", { before: id, query: secret })), unknownText(id));
+    }
+    for (const before of [`${ids[0]}' OR '1'='1`, "%", ids[0].slice(0, 15)]) {
+      assert.match(errText(await call(beta, "list_executions", { before })), /before must be an execution id/);
+    }
     // ids that try to reach around the lookup are malformed, not searched
     for (const id of [`${ids[0]}' OR '1'='1`, "%", "*", ids[0].slice(0, 15), `${ids[0]}0`]) {
       assert.match(errText(await call(beta, "list_executions", { id })), /id must be an execution id from list_executions/);
