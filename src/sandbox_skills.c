@@ -33,7 +33,6 @@ void mb_sandbox_host_call(lua_State *L, const char *name)
 	/* the host decodes these on its loop: bounded by what they expand to (a table written
 	 * twice counts twice), refused here before they are built in full */
 	mb_json_limits lim = c->json_lim;
-	lim.root_name = "arguments";
 	lim.max_nodes = (uint64_t)c->cfg->max_call_nodes;
 	lim.node_limit_name = "max_call_nodes";
 	lim.max_output_bytes = (size_t)c->cfg->max_message_bytes;

@@ -153,14 +153,18 @@ static void put_item(lua_State *L, int idx, rbuf *b)
 		 * as soon as the calls' arguments together pass the host's bounds */
 		uint64_t most = (uint64_t)c->cfg->max_call_nodes, used = 0;
 		mb_json_limits lim = c->json_lim;
-		lim.root_name = "arguments";
 		lim.max_nodes = b->nodes < most ? most - b->nodes : 1;
 		lim.node_limit_name = "max_call_nodes";
 		size_t room = b->n + sl + tl + 3 < b->limit ? b->limit - b->n - sl - tl - 3 : 0;
 		lim.max_output_bytes = room ? room : 1;
 		lim.output_limit_name = "max_message_bytes";
 		args = mb_json_encode_n(L, lua_gettop(L), &lim, 0, &al, &used, err, sizeof err);
-		if (!args && (strstr(err, "max_message_bytes") || strstr(err, "max_call_nodes"))) {
+		if (!args && strstr(err, "max_message_bytes")) {
+			snprintf(msg, sizeof msg, "%.100s.%.100s: the arguments of the upstream calls add "
+				 "up to more than %zu bytes (max_message_bytes)", server, tool, b->limit);
+			put_fail(L, b, msg);
+		}
+		if (!args && strstr(err, "max_call_nodes")) {
 			snprintf(msg, sizeof msg, "%.100s.%.100s: the arguments of the upstream calls are "
 				 "too large: %s", server, tool, err);
 			put_fail(L, b, msg);

@@ -95,7 +95,7 @@ for (const [mode, skip] of MODES) {
       const ok = await p.exec({ code: "local t = {} for i = 1, 40 do t[i] = i end return pcall(mcp.call, 'nosuch', 'tool', {t = t})" });
       assert.match(ok.sc.result[1], /unknown upstream server "nosuch"/, JSON.stringify(ok.sc));
       const no = await p.exec({ code: "local t = {} for i = 1, 60 do t[i] = i end return pcall(mcp.call, 'nosuch', 'tool', {t = t})" });
-      assert.match(no.sc.result[1], /more than 50 JSON values \(max_call_nodes=50\) at arguments\.t\[49\]/, JSON.stringify(no.sc));
+      assert.match(no.sc.result[1], /more than 50 JSON values \(max_call_nodes=50\) at value\.t\[49\]/, JSON.stringify(no.sc));
     });
   });
 
