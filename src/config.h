@@ -34,6 +34,7 @@ typedef struct mb_config {
 	int64_t max_output_bytes;   /* captured print output; head and tail kept */
 	int64_t max_code_bytes;     /* source size of code and of each load() */
 	int64_t max_result_bytes;   /* JSON size of the returned result */
+	int64_t max_result_nodes;   /* JSON values in the returned result */
 	int64_t max_notifications;  /* mcp.log / mcp.progress per execution */
 	int64_t max_code_jumps;     /* goto/break/labels per chunk (sandbox.c) */
 	int64_t max_c_stack_kb;     /* C stack of calls nested through C (budget.h) */
@@ -47,11 +48,13 @@ typedef struct mb_config {
 	int64_t max_queue_bytes_per_tenant; /* and their code + context bytes */
 	int64_t timeout_grace_ms;   /* answer a stuck execution this long after its deadline */
 	int64_t max_abandoned;      /* stuck worker threads tolerated before refusing work */
+	int64_t max_result_checks;  /* large frames of worker processes checked at once */
 
 	/* protocol */
 	int64_t max_message_bytes;  /* one JSON-RPC line on stdio */
 	int64_t max_backlog_bytes;  /* bytes queued for clients that do not read, all together */
 	int64_t max_backlog_tenant_bytes; /* the same per HTTP tenant */
+	int64_t max_call_nodes;     /* JSON values in one host call's arguments */
 	int64_t json_max_depth;     /* nesting of JSON in and out, protocol and sandbox */
 	int64_t tools_page_size;    /* tools/list page size */
 	int64_t cache_ttl_ms;       /* 2026-07-28 ttlMs of list and read results */

@@ -21,6 +21,7 @@
 #define MB_JSON_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 #include <lua.h>
 
@@ -36,6 +37,10 @@ typedef struct {
 	                                * "max_message_bytes"; static string; NULL = "max_input_bytes" */
 	const char *output_limit_name; /* same for max_output_bytes, e.g. "max_result_bytes";
 	                                * NULL = "max_output_bytes" */
+	uint64_t max_nodes;            /* encode: values written (a table written twice counts
+	                                * twice; keys are not values); 0 = unlimited */
+	const char *node_limit_name;   /* named for max_nodes in messages, e.g. "max_result_nodes";
+	                                * static string; NULL = "max_nodes" */
 	int unique_keys;               /* decode: a key repeated in one object is an error
 	                                * ("duplicate object key near '"k"'"), not last-wins */
 	const char *const *raw_path;   /* decode: keys from the root (NULL-terminated, at most
@@ -106,11 +111,17 @@ int mb_json_mark_array(lua_State *L, int idx);
 /// @param len    set to the length of the text (without the NUL)
 /// @param err    receives the error message on failure, e.g. "cannot encode function at
 ///               result.items[3]", "JSON output exceeds max_output_bytes=N" (with
-///               lim->output_limit_name) or the budget's limit message
+///               lim->output_limit_name), "more than N JSON values
+///               (max_nodes=N) at value[7]" (with lim->node_limit_name) or the budget's limit
+///               message
 /// @param errlen size of err
 /// @returns the text, or NULL on failure
 char *mb_json_encode(lua_State *L, int idx, const mb_json_limits *lim, int flags, size_t *len,
 		     char *err, size_t errlen);
+
+/// mb_json_encode that also sets *nodes to the number of values written (when it succeeds).
+char *mb_json_encode_n(lua_State *L, int idx, const mb_json_limits *lim, int flags, size_t *len,
+		       uint64_t *nodes, char *err, size_t errlen);
 
 /// One member of an object built from C by mb_json_object.
 typedef struct {

@@ -86,6 +86,8 @@ mb_json_limits json_norm_limits(const mb_json_limits *lim)
 		l.input_limit_name = "max_input_bytes";
 	if (!l.output_limit_name)
 		l.output_limit_name = "max_output_bytes";
+	if (!l.node_limit_name)
+		l.node_limit_name = "max_nodes";
 	return l;
 }
 
@@ -202,6 +204,7 @@ typedef struct {
 	int amt_loaded, rmt_loaded; /* SLOT_AMT / SLOT_RMT hold the metatables */
 	int has_memo;     /* SLOT_MEMO holds a table */
 	unsigned nodes;
+	uint64_t values, max_values; /* values written (a dropped text's values uncounted) */
 	char *buf;        /* the output: realloc'd, its capacity charged to b */
 	size_t len, cap, max;
 	int failed;       /* err holds the message; the Lua error on the stack is ours */
@@ -908,6 +911,7 @@ static void enc_object(enc *e, int idx, const seg *path, int depth, int primed)
 {
 	lua_State *L = e->L;
 	size_t start = e->len;
+	uint64_t values = e->values;
 	char num[48];
 	size_t nlen = 0;
 	seg s = {path, NULL, 0, NULL, 0};
@@ -952,6 +956,7 @@ static void enc_object(enc *e, int idx, const seg *path, int depth, int primed)
 dedup:
 	lua_pop(L, 2);
 	e->len = start;
+	e->values = values;
 	memo_set(e, idx, MEMO_DEDUP);
 	enc_object_dedup(e, idx, path, depth);
 }
@@ -1004,6 +1009,7 @@ static void enc_table(enc *e, int idx, const seg *path, int depth)
 		goto classify;
 	}
 	size_t start = e->len;
+	uint64_t values = e->values;
 	seg s = {path, NULL, 0, NULL, 0};
 	int v = lua_gettop(L);
 	out_byte(e, '[');
@@ -1016,6 +1022,7 @@ static void enc_table(enc *e, int idx, const seg *path, int depth)
 		if (!lua_isinteger(L, -2) || lua_tointeger(L, -2) != i + 1) {
 			lua_pop(L, 2);
 			e->len = start;
+			e->values = values;
 			memo_set(e, idx, MEMO_CLASSIFY);
 			goto classify;
 		}
@@ -1041,6 +1048,10 @@ static void enc_value(enc *e, int idx, const seg *path, int depth)
 {
 	lua_State *L = e->L;
 	enc_tick(e);
+	if (++e->values > e->max_values)
+		enc_fail(e, path, "more than %llu JSON values (%s=%llu)",
+			 (unsigned long long)e->max_values, e->lim->node_limit_name,
+			 (unsigned long long)e->max_values);
 	int t = lua_type(L, idx);
 	switch (t) {
 	case LUA_TNIL:
@@ -1151,17 +1162,26 @@ static int enc_run(enc *e, int idx)
 	return -1;
 }
 
-char *mb_json_encode(lua_State *L, int idx, const mb_json_limits *lim, int flags, size_t *len,
-		     char *err, size_t errlen)
+char *mb_json_encode_n(lua_State *L, int idx, const mb_json_limits *lim, int flags, size_t *len,
+		       uint64_t *nodes, char *err, size_t errlen)
 {
 	mb_json_limits l = json_norm_limits(lim);
 	enc e = {.L = L, .b = json_pick_budget(L), .lim = &l, .lenient = (flags & MB_JSON_LENIENT) != 0,
-		 .max = l.max_output_bytes, .err = err, .errlen = errlen};
+		 .max = l.max_output_bytes, .max_values = l.max_nodes ? l.max_nodes : UINT64_MAX,
+		 .err = err, .errlen = errlen};
 	*len = 0;
 	if (enc_run(&e, idx) != 0)
 		return NULL;
 	*len = e.len;
+	if (nodes)
+		*nodes = e.values;
 	return e.buf;
+}
+
+char *mb_json_encode(lua_State *L, int idx, const mb_json_limits *lim, int flags, size_t *len,
+		     char *err, size_t errlen)
+{
+	return mb_json_encode_n(L, idx, lim, flags, len, NULL, err, errlen);
 }
 
 /* ---- documents built from C ------------------------------------------------------------------ */
@@ -1262,7 +1282,8 @@ int json_l_encode(lua_State *L)
 	char err[256];
 	lua_settop(L, 1);
 	enc e = {.L = L, .b = json_pick_budget(L), .lim = lim, .push = 1, .max = lim->max_output_bytes,
-		 .err = err, .errlen = sizeof err};
+		 .max_values = lim->max_nodes ? lim->max_nodes : UINT64_MAX, .err = err,
+		 .errlen = sizeof err};
 	if (enc_run(&e, 1) != 0)
 		return json_raise(L, "json.encode", err);
 	free(e.buf);

@@ -459,8 +459,10 @@ static void capture_result(lua_State *L, mb_sandbox_ctx *c, int base, mb_exec_re
 	lim.root_name = "result";
 	lim.max_output_bytes = (size_t)c->req->cfg->max_result_bytes;
 	lim.output_limit_name = "max_result_bytes";
+	lim.max_nodes = (uint64_t)c->req->cfg->max_result_nodes;
+	lim.node_limit_name = "max_result_nodes";
 	char *j = mb_json_encode(L, -1, &lim, MB_JSON_LENIENT, &len, err, sizeof err);
-	if (!j && strstr(err, "max_result_bytes")) {
+	if (!j && (strstr(err, "max_result_bytes") || strstr(err, "max_result_nodes"))) {
 		char msg[MB_ERR_MAX + 64]; /* a short prefix and err */
 		snprintf(msg, sizeof msg, "result is too large: %s", err);
 		set_error(res, "result", msg);

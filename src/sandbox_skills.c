@@ -33,9 +33,18 @@ void mb_sandbox_host_call(lua_State *L, const char *name)
 		luaL_error(L, "%s: not available here (no server to call)", name);
 	char err[MB_ERR_MAX];
 	size_t len;
-	char *args = mb_json_encode(L, -1, &c->json_lim, 0, &len, err, sizeof err);
+	/* the host decodes these on its loop: bounded by what they expand to (a table written
+	 * twice counts twice), refused here before they are built in full */
+	mb_json_limits lim = c->json_lim;
+	lim.max_nodes = (uint64_t)c->cfg->max_call_nodes;
+	lim.node_limit_name = "max_call_nodes";
+	lim.max_output_bytes = (size_t)c->cfg->max_message_bytes;
+	lim.output_limit_name = "max_message_bytes";
+	char *args = mb_json_encode(L, -1, &lim, 0, &len, err, sizeof err);
 	if (!args) {
 		mb_budget_poll(L);
+		if (strstr(err, "max_call_nodes") || strstr(err, "max_message_bytes"))
+			luaL_error(L, "%s: the arguments are too large: %s", name, err);
 		luaL_error(L, "%s: %s", name, err);
 	}
 	lua_pop(L, 1);

@@ -60,6 +60,7 @@ static void push_spec(lua_State *L, int server, int tool, int args)
 typedef struct {
 	char *p;
 	size_t n, cap, limit;
+	uint64_t nodes; /* JSON values of the args so far (max_call_nodes bounds them together) */
 } rbuf;
 
 /* The buffer lives in a userdata on the Lua stack, so an error raised while it is being filled
@@ -152,7 +153,26 @@ static void put_item(lua_State *L, int idx, rbuf *b)
 		put_fail(L, b, "upstream server and tool names are strings without NUL or newline characters");
 	char *args = NULL;
 	if (!lua_isnil(L, -1)) {
-		args = mb_json_encode(L, lua_gettop(L), &c->json_lim, 0, &al, err, sizeof err);
+		/* bounded by what it expands to (a table written twice counts twice), so it stops
+		 * as soon as the calls' arguments together pass the host's bounds */
+		uint64_t most = (uint64_t)c->cfg->max_call_nodes, used = 0;
+		mb_json_limits lim = c->json_lim;
+		lim.max_nodes = b->nodes < most ? most - b->nodes : 1;
+		lim.node_limit_name = "max_call_nodes";
+		size_t room = b->n + sl + tl + 3 < b->limit ? b->limit - b->n - sl - tl - 3 : 0;
+		lim.max_output_bytes = room ? room : 1;
+		lim.output_limit_name = "max_message_bytes";
+		args = mb_json_encode_n(L, lua_gettop(L), &lim, 0, &al, &used, err, sizeof err);
+		if (!args && strstr(err, "max_message_bytes")) {
+			snprintf(msg, sizeof msg, "%.100s.%.100s: the arguments of the upstream calls add "
+				 "up to more than %zu bytes (max_message_bytes)", server, tool, b->limit);
+			put_fail(L, b, msg);
+		}
+		if (!args && strstr(err, "max_call_nodes")) {
+			snprintf(msg, sizeof msg, "%.100s.%.100s: the arguments of the upstream calls are "
+				 "too large: %s", server, tool, err);
+			put_fail(L, b, msg);
+		}
 		if (!args) {
 			snprintf(msg, sizeof msg, "%.100s.%.100s: arguments: %s", server, tool, err);
 			put_fail(L, b, msg);
@@ -175,6 +195,7 @@ static void put_item(lua_State *L, int idx, rbuf *b)
 			args = restored;
 			al = rl;
 		}
+		b->nodes += used;
 	}
 	if (b->n + sl + tl + al + 3 > b->limit) {
 		free(args);

@@ -30,17 +30,25 @@ int mb_worker_spawn(const mb_config *cfg, int probe, mb_wspawn *out, char *err, 
 /// Unmaps the shared page and closes the descriptor of a spawn whose process is gone.
 void mb_worker_spawn_release(mb_wspawn *w);
 
-/// Whether n bytes are JSON text (jansson; a key holding \u0000 counts as valid).
-int mb_worker_valid_json(const char *s, size_t n);
+/// Whether n bytes are one JSON value (json_check.h: one pass, no tree; a key holding \u0000
+/// counts as valid) nested at most cfg->json_max_depth deep with at most max_nodes values (0:
+/// any number). Sets *nodes to the values counted when nodes is not NULL.
+int mb_worker_valid_json(const char *s, size_t n, const mb_config *cfg, uint64_t max_nodes,
+			 uint64_t *nodes);
 
 /// Whether the arguments of a host call named name are what the server may splice or decode:
-/// JSON, or for upstream calls "server\0tool\0args" items whose args are JSON or empty.
-int mb_worker_valid_call(const char *name, const char *args, size_t n);
+/// JSON, or for upstream calls "server\0tool\0args" items whose args are JSON or empty, with
+/// at most cfg->max_call_nodes values in all (what the worker's encoder allows). Sets why to
+/// what was wrong. @returns 1 or 0
+int mb_worker_valid_call(const char *name, const char *args, size_t n, const mb_config *cfg,
+			 char *why, size_t whylen);
 
 /// W_DONE into res (zeroed by the caller; code_hash and the time are the caller's): the result
 /// JSON checked, the error type one of the known ones, the reported tokens recomputed with the
 /// key (mismatches dropped). @returns 0; 1 when res says what was wrong with it but the worker
-/// is not to be trusted again (a result that is not JSON); -1 for a malformed frame
+/// is not to be trusted again (a result that is not JSON, or holds more values than
+/// max_result_nodes or is nested deeper than json_max_depth, which its encoder refuses); -1
+/// for a malformed frame
 int mb_worker_read_done(mb_wmsg *m, const mb_exec_request *req, mb_exec_result *res);
 
 /// Makes res a failure of this type with this message (what it had is freed).

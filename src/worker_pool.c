@@ -45,6 +45,7 @@
 #include "worker_proc.h"
 
 #define BIG_DONE (256u << 10)  /* a result this large is checked and shaped off the loop */
+#define BIG_CALL (256u << 10)  /* host-call arguments this large are checked off the loop */
 #define RESPAWN_PAUSE_MS 1000  /* after a worker failed to start */
 #define READY_TIMEOUT_MS 10000 /* a worker's start: exec, Lua, PCRE2 JIT, confinement */
 #define AHEAD_MAX 64           /* jobs sent ahead to one busy worker under load, at most */
@@ -113,6 +114,11 @@ struct mb_wpool {
 	size_t queued, queued_bytes, busy, alive, handles, unanswered;
 	uint64_t next_id, submitted, completed, refused, started, crashed, killed, stolen;
 	int stopping;
+	/* large W_DONE and W_CALL checks on the thread pool: at most max_result_checks run at
+	 * once, the rest wait here in order (offload_frame) */
+	struct offload *checks_head, *checks_tail;
+	size_t checks_running, checks_waiting;
+	uint64_t checks_done;
 	mb_wbuf wb;
 	char start_failure[MB_ERR_MAX + 128]; /* why the last start failed ("" once a worker is ready) */
 };
@@ -831,7 +837,8 @@ static void dispatch(mb_wpool *pp)
 
 /* ---- what a worker sends -------------------------------------------------------------------- */
 
-typedef struct {
+typedef struct offload offload;
+struct offload {
 	uv_work_t work;
 	mb_wpool *pp;
 	uint64_t job_id;
@@ -845,7 +852,14 @@ typedef struct {
 	mb_exec_result res;
 	mb_wbuf out;
 	int bad, untrusted;
-} offload;
+	/* W_CALL: the call (its arguments are frame[args_at..len)), its job's call number, and
+	 * the verdict of the check (why it is refused, "" when it is fine) */
+	char name[65];
+	size_t args_at;
+	uint64_t seq;
+	char why[256];
+	offload *next;        /* waiting for a check slot */
+};
 
 static void offload_work(uv_work_t *req)
 {
@@ -853,6 +867,10 @@ static void offload_work(uv_work_t *req)
 	mb_wmsg m = {o->type, (const unsigned char *)o->frame, (const unsigned char *)o->frame + o->len};
 	if (o->type == W_WS) {
 		o->bad = mb_worker_ws(&m, o->ws, &o->out) != 0;
+	} else if (o->type == W_CALL) {
+		if (mb_worker_valid_call(o->name, o->frame + o->args_at, o->len - o->args_at, o->req.cfg,
+					 o->why, sizeof o->why))
+			o->why[0] = '\0';
 	} else {
 		int rc = mb_worker_read_done(&m, &o->req, &o->res);
 		o->bad = rc < 0;
@@ -872,15 +890,85 @@ static wjob *live_job(mb_wpool *pp, uint64_t id, wproc *w, int type)
 	return NULL;
 }
 
+static void call_go(wproc *w, wjob *j, const char *nm, const char *args, size_t an,
+		    const char *refusal);
+static void offload_done(uv_work_t *req, int status);
+
+/* Starts a check (W_DONE, W_CALL) when fewer than max_result_checks run, else queues it;
+ * workspace operations start at once. @returns 0, or a libuv error */
+static int offload_start(offload *o)
+{
+	mb_wpool *pp = o->pp;
+	int check = o->type != W_WS;
+	if (check && pp->checks_running >= (size_t)pp->cfg->max_result_checks) {
+		o->next = NULL;
+		if (pp->checks_tail)
+			pp->checks_tail->next = o;
+		else
+			pp->checks_head = o;
+		pp->checks_tail = o;
+		pp->checks_waiting++;
+		return 0;
+	}
+	int rc = uv_queue_work(pp->loop, &o->work, offload_work, offload_done);
+	if (rc == 0 && check)
+		pp->checks_running++;
+	return rc;
+}
+
+static void offload_free(offload *o)
+{
+	mb_wpool *pp = o->pp;
+	mb_exec_result_free(&o->res);
+	mb_wbuf_free(&o->out);
+	free(o->frame);
+	free(o);
+	pool_release(pp);
+}
+
+/* A check slot is free: the next waiting check starts (one that cannot is answered as if it
+ * had failed, so its job is not left waiting). */
+static void checks_next(mb_wpool *pp)
+{
+	while (pp->checks_head && pp->checks_running < (size_t)pp->cfg->max_result_checks) {
+		offload *o = pp->checks_head;
+		pp->checks_head = o->next;
+		if (!pp->checks_head)
+			pp->checks_tail = NULL;
+		pp->checks_waiting--;
+		if (uv_queue_work(pp->loop, &o->work, offload_work, offload_done) == 0) {
+			pp->checks_running++;
+			continue;
+		}
+		o->bad = 1;
+		snprintf(o->why, sizeof o->why, "the server could not check the arguments");
+		pp->checks_running++; /* offload_done gives it back */
+		offload_done(&o->work, UV_ECANCELED);
+	}
+}
+
 static void offload_done(uv_work_t *req, int status)
 {
 	offload *o = req->data;
 	mb_wpool *pp = o->pp;
+	if (o->type != W_WS) {
+		pp->checks_running--;
+		pp->checks_done++;
+	}
 	wjob *j = pp->stopping ? NULL : live_job(pp, o->job_id, o->w, o->type);
 	/* the verdict on the process that sent the frame: if it has died meanwhile, its slot may
 	 * run a new process, with another job (of any tenant: a fresh process takes any) */
 	int same = o->w->gen == o->gen && o->w->state != P_DEAD;
-	if (j && status == 0 && !o->bad) {
+	if (o->type == W_CALL) {
+		/* the call goes on only if its job still waits for this very call (the deadline or a
+		 * cancel may have answered it meanwhile) */
+		if (j && same && j->call_waiting && j->seq == o->seq) {
+			if (status != 0 && !o->why[0])
+				snprintf(o->why, sizeof o->why, "the server could not check the arguments");
+			call_go(o->w, j, o->name, o->frame + o->args_at, o->len - o->args_at,
+				o->why[0] ? o->why : NULL);
+		}
+	} else if (j && status == 0 && !o->bad) {
 		if (o->type == W_WS) {
 			j->sent += o->out.len;
 			send_frame(o->w, &o->out);
@@ -902,23 +990,22 @@ static void offload_done(uv_work_t *req, int status)
 		if (same)
 			died(o->w, "the worker process broke the protocol; it was stopped");
 	}
-	mb_exec_result_free(&o->res);
-	mb_wbuf_free(&o->out);
-	free(o->frame);
-	free(o);
-	pool_release(pp);
+	offload_free(o);
+	checks_next(pp);
 }
 
-static int offload_frame(wproc *w, wjob *j, mb_wmsg *m)
+/* A copy of the frame's payload from 'from' (m->p when NULL) goes to the thread pool. */
+static offload *offload_new(wproc *w, wjob *j, mb_wmsg *m, const unsigned char *from)
 {
 	offload *o = calloc(1, sizeof *o);
-	size_t len = (size_t)(m->end - m->p);
+	const unsigned char *p = from ? from : m->p;
+	size_t len = (size_t)(m->end - p);
 	char *copy = o ? malloc(len ? len : 1) : NULL;
 	if (!copy) {
 		free(o);
-		return -1;
+		return NULL;
 	}
-	memcpy(copy, m->p, len);
+	memcpy(copy, p, len);
 	o->pp = w->pp;
 	o->job_id = j->id;
 	o->w = w;
@@ -929,16 +1016,56 @@ static int offload_frame(wproc *w, wjob *j, mb_wmsg *m)
 	o->ws = j->req.workspace;
 	o->req = j->req; /* read_done reads its limits only, never what its pointers point to */
 	o->work.data = o;
-	w->pp->handles++;
-	if (uv_queue_work(w->pp->loop, &o->work, offload_work, offload_done) != 0) {
-		w->pp->handles--;
-		free(copy);
+	return o;
+}
+
+static int offload_submit(offload *o)
+{
+	mb_wpool *pp = o->pp;
+	pp->handles++;
+	if (offload_start(o) != 0) {
+		pp->handles--;
+		free(o->frame);
 		free(o);
 		return -1;
 	}
 	return 0;
 }
 
+static int offload_frame(wproc *w, wjob *j, mb_wmsg *m)
+{
+	offload *o = offload_new(w, j, m, NULL);
+	return o ? offload_submit(o) : -1;
+}
+
+/* The checked call goes to the host (pp->cb.on_call), or is refused with the reason. */
+static void call_go(wproc *w, wjob *j, const char *nm, const char *args, size_t an,
+		    const char *refusal)
+{
+	mb_wpool *pp = w->pp;
+	if (refusal) {
+		j->call_waiting = 0;
+		j->sent += strlen(refusal);
+		mb_worker_reply(&pp->wb, 1, 0, refusal, strlen(refusal));
+		send_frame(w, &pp->wb);
+		return;
+	}
+	if (w->nahead && (strncmp(nm, "client_request", 14) == 0 || strncmp(nm, "upstream_", 9) == 0)) {
+		/* a question to the client (input_required may wait minutes for a person) or an
+		 * upstream call: the jobs sent ahead go back to the queue for other workers; the
+		 * worker, waiting for this call's reply, drops them before it can start one */
+		mb_wbuf_start(&pp->wb, W_RECALL);
+		send_frame(w, &pp->wb);
+		requeue_ahead(w);
+		dispatch(pp);
+	}
+	pp->cb.on_call(pp->cb.ud, j->id, j->seq, nm, args, an);
+}
+
+/* A host call: its arguments are checked (json_check.h, no tree, the worker encoder's bounds)
+ * before the host decodes or splices them - here when small, on the thread pool when larger
+ * than BIG_CALL (the worker waits for the reply either way, and may send nothing else) - and
+ * the call counts against max_host_calls from the moment it is taken. */
 static int on_call(wproc *w, wjob *j, mb_wmsg *m)
 {
 	mb_wpool *pp = w->pp;
@@ -950,36 +1077,33 @@ static int on_call(wproc *w, wjob *j, mb_wmsg *m)
 	char nm[65];
 	memcpy(nm, name, nn);
 	nm[nn] = 0;
-	const char *refusal = NULL;
-	char msg[128];
-	if (!mb_worker_valid_call(nm, args, an)) {
-		refusal = "malformed arguments from the worker process";
-	} else if (j->calls >= (uint64_t)pp->cfg->max_host_calls) {
+	char msg[256];
+	j->call_waiting = 1;
+	if (j->calls >= (uint64_t)pp->cfg->max_host_calls) {
 		snprintf(msg, sizeof msg, "too many calls to the server in one execution "
 			 "(max_host_calls=%lld)", (long long)pp->cfg->max_host_calls);
-		refusal = msg;
-	} else if (!pp->cb.on_call) {
-		refusal = "no server calls here";
+		call_go(w, j, nm, args, an, msg);
+		return 0;
 	}
-	if (refusal) {
-		j->sent += strlen(refusal);
-		mb_worker_reply(&pp->wb, 1, 0, refusal, strlen(refusal));
-		send_frame(w, &pp->wb);
+	if (!pp->cb.on_call) {
+		call_go(w, j, nm, args, an, "no server calls here");
 		return 0;
 	}
 	j->calls++;
 	j->seq++;
-	j->call_waiting = 1;
-	if (w->nahead && (strncmp(nm, "client_request", 14) == 0 || strncmp(nm, "upstream_", 9) == 0)) {
-		/* a question to the client (input_required may wait minutes for a person) or an
-		 * upstream call: the jobs sent ahead go back to the queue for other workers; the
-		 * worker, waiting for this call's reply, drops them before it can start one */
-		mb_wbuf_start(&pp->wb, W_RECALL);
-		send_frame(w, &pp->wb);
-		requeue_ahead(w);
-		dispatch(pp);
+	if (an > BIG_CALL) {
+		offload *o = offload_new(w, j, m, (const unsigned char *)args);
+		if (!o)
+			return -1;
+		memcpy(o->name, nm, nn + 1);
+		o->seq = j->seq;
+		return offload_submit(o);
 	}
-	pp->cb.on_call(pp->cb.ud, j->id, j->seq, nm, args, an);
+	if (!mb_worker_valid_call(nm, args, an, pp->cfg, msg, sizeof msg)) {
+		call_go(w, j, nm, args, an, msg);
+		return 0;
+	}
+	call_go(w, j, nm, args, an, NULL);
 	return 0;
 }
 
@@ -994,7 +1118,7 @@ static void on_notify(wproc *w, wjob *j, mb_wmsg *m)
 		return;
 	int lv = (int)(int64_t)level;
 	if ((kind != MB_NOTIFY_LOG && kind != MB_NOTIFY_PROGRESS) || lv < -1 || lv > 7 ||
-	    !mb_worker_valid_json(json, n))
+	    !mb_worker_valid_json(json, n, w->pp->cfg, 0, NULL))
 		return;
 	w->pp->cb.on_notify(w->pp->cb.ud, j->id, (mb_notify_kind)kind, lv, json, n);
 }

@@ -11,7 +11,9 @@
  * mcpServers, paths).
  *
  * Every byte from a worker is hostile. JSON it hands on - log data, host-call arguments,
- * upstream arguments, the result - is checked with jansson before anything splices it; the
+ * upstream arguments, the result - is checked before anything splices or decodes it, in one
+ * pass that builds nothing (json_check.h), against the bounds the worker's own encoder keeps
+ * (json_max_depth, max_call_nodes, max_result_nodes); the
  * error type is one of a fixed list; the tokens it reports as minted are recomputed with the
  * key and dropped when they do not match (so a worker cannot bind a token to a value in the
  * vault). Workspace operations run here on the tenant's workspace, with workspace.c's own
@@ -22,7 +24,6 @@
 
 #include <errno.h>
 #include <fcntl.h>
-#include <jansson.h>
 #include <pthread.h>
 #include <signal.h>
 #include <spawn.h>
@@ -36,6 +37,7 @@
 #include <unistd.h>
 
 #include "codec.h"
+#include "json_check.h"
 #include "log.h"
 #include "tokest.h"
 #include "worker_proc.h"
@@ -159,21 +161,20 @@ void mb_worker_spawn_release(mb_wspawn *w)
 
 /* ---- checking what a worker sends ----------------------------------------------------------- */
 
-int mb_worker_valid_json(const char *s, size_t n)
+int mb_worker_valid_json(const char *s, size_t n, const mb_config *cfg, uint64_t max_nodes,
+			 uint64_t *nodes)
 {
-	json_error_t e;
-	json_t *j = json_loadb(s, n, JSON_DECODE_ANY | JSON_ALLOW_NUL, &e);
-	if (!j)
-		return json_error_code(&e) == json_error_null_byte_in_key;
-	json_decref(j);
-	return 1;
+	mb_json_check_limits lim = {.max_depth = (int)cfg->json_max_depth, .max_nodes = max_nodes};
+	return mb_json_check(s, n, &lim, nodes, NULL, 0) == MB_JSON_CHECK_OK;
 }
 
 /* Upstream calls carry "server\0tool\0args" items (one per line for a batch): every args part
- * must be JSON text or empty, because the gateway may splice it into the upstream request. */
-static int valid_upstream(const char *s, size_t n, int batch)
+ * must be JSON text or empty, because the gateway may splice it into the upstream request;
+ * their values count together against max_call_nodes, as in the worker's encoder. */
+static int valid_upstream(const char *s, size_t n, int batch, const mb_config *cfg)
 {
 	const char *end = s + n;
+	uint64_t most = (uint64_t)cfg->max_call_nodes, used = 0;
 	while (s < end || (!batch && n == 0)) {
 		const char *nl = batch ? memchr(s, '\n', (size_t)(end - s)) : NULL;
 		const char *item_end = nl ? nl : end;
@@ -181,8 +182,12 @@ static int valid_upstream(const char *s, size_t n, int batch)
 		const char *b = a ? memchr(a + 1, 0, (size_t)(item_end - a - 1)) : NULL;
 		if (!b)
 			return 0;
-		if (item_end > b + 1 && !mb_worker_valid_json(b + 1, (size_t)(item_end - b - 1)))
+		uint64_t k = 0;
+		if (item_end > b + 1 &&
+		    (used >= most || !mb_worker_valid_json(b + 1, (size_t)(item_end - b - 1), cfg,
+							   most - used, &k)))
 			return 0;
+		used += k;
 		if (!batch)
 			return 1;
 		s = nl ? nl + 1 : end;
@@ -258,8 +263,20 @@ int mb_worker_read_done(mb_wmsg *m, const mb_exec_request *req, mb_exec_result *
 	res->memory_peak_bytes = peak > req->memory_bytes ? req->memory_bytes : (size_t)peak;
 	if (res->success) {
 		if (has_result && result_n) {
-			if (!mb_worker_valid_json(result, result_n)) {
+			mb_json_check_limits lim = {.max_depth = (int)req->cfg->json_max_depth,
+						    .max_nodes = (uint64_t)req->cfg->max_result_nodes,
+						    .node_limit_name = "max_result_nodes",
+						    .depth_limit_name = "json_max_depth"};
+			char why[160], msg[MB_ERR_MAX];
+			int rc = mb_json_check(result, result_n, &lim, NULL, why, sizeof why);
+			if (rc == MB_JSON_CHECK_INVALID || rc == MB_JSON_CHECK_NOMEM) {
 				mb_worker_set_failure(res, "result", "the worker process returned a result that is not JSON");
+				return 1;
+			}
+			if (rc != MB_JSON_CHECK_OK) { /* its encoder would have refused it */
+				snprintf(msg, sizeof msg, "the worker process returned a result its sandbox "
+					 "should have refused: %s", why);
+				mb_worker_set_failure(res, "result", msg);
 				return 1;
 			}
 			res->result_json = mb_wire_copy(result, result_n);
@@ -332,13 +349,21 @@ void mb_worker_reply(mb_wbuf *out, uint64_t status, uint64_t extra, const char *
 	mb_wbuf_bytes(out, data, n);
 }
 
-int mb_worker_valid_call(const char *name, const char *args, size_t n)
+int mb_worker_valid_call(const char *name, const char *args, size_t n, const mb_config *cfg,
+			 char *why, size_t whylen)
 {
+	int ok;
 	if (strcmp(name, "upstream_call") == 0)
-		return valid_upstream(args, n, 0);
-	if (strcmp(name, "upstream_batch") == 0)
-		return valid_upstream(args, n, 1);
-	return mb_worker_valid_json(args, n);
+		ok = valid_upstream(args, n, 0, cfg);
+	else if (strcmp(name, "upstream_batch") == 0)
+		ok = valid_upstream(args, n, 1, cfg);
+	else
+		ok = mb_worker_valid_json(args, n, cfg, (uint64_t)cfg->max_call_nodes, NULL);
+	if (!ok)
+		snprintf(why, whylen, "malformed arguments from the worker process (not JSON, nested "
+			 "deeper than json_max_depth=%lld or more values than max_call_nodes=%lld)",
+			 (long long)cfg->json_max_depth, (long long)cfg->max_call_nodes);
+	return ok;
 }
 
 int mb_worker_mint(mb_wmsg *m, mb_wbuf *out)
