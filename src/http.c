@@ -418,8 +418,10 @@ static void handle_post(conn *c)
 			mb_http_respond_error(c, 503, -32000, m, "Retry-After: 5\r\n");
 			return;
 		}
-		/* one tenant's share: counted only when the server holds that many sessions at all */
-		if (h->st.sessions_active >= (uint64_t)h->cfg->http_max_sessions_per_tenant) {
+		/* one tenant's share (only where http_tokens makes tenants): counted only when the
+		 * server holds that many sessions at all */
+		if (h->cfg->http_tokens[0] &&
+		    h->st.sessions_active >= (uint64_t)h->cfg->http_max_sessions_per_tenant) {
 			uint64_t mine = 0;
 			for (session *o = h->sessions; o; o = o->next)
 				mine += strcmp(o->tenant, c->tenant) == 0;

@@ -280,7 +280,7 @@ function M.add_listener(l)
                               nlisteners, mb.config.max_listeners)
   end
   local mine = tenant_listeners[l.tenant] or 0
-  if mine >= mb.config.max_listeners_per_tenant then
+  if mb.config.tenants and mine >= mb.config.max_listeners_per_tenant then
     return nil, string.format("subscriptions/listen: your %d listens are open "
       .. "(max_listeners_per_tenant=%d); close one first", mine, mb.config.max_listeners_per_tenant)
   end
@@ -367,7 +367,7 @@ function M.hold_ended(hold)
     local h = ended[i]
     if h.tenant == hold.tenant then
       mine = mine + 1
-      if mine > mb.config.mrtr_max_held_per_tenant then drop(h) end
+      if mb.config.tenants and mine > mb.config.mrtr_max_held_per_tenant then drop(h) end
     end
   end
   while #ended > mb.config.mrtr_max_held do drop(ended[1]) end
@@ -382,7 +382,7 @@ function M.hold(entry, tenant, tool, inputs, on_expire)
       .. "(mrtr_max_held=%d)", nholds, mb.config.mrtr_max_held)
   end
   local mine = tenant_holds[tenant] or 0
-  if mine >= mb.config.mrtr_max_held_per_tenant then
+  if mb.config.tenants and mine >= mb.config.mrtr_max_held_per_tenant then
     return nil, string.format("%d of your executions already wait for your input "
       .. "(mrtr_max_held_per_tenant=%d): answer or cancel one first", mine, mb.config.mrtr_max_held_per_tenant)
   end

@@ -443,6 +443,7 @@ request_mt.__index = request_mt
 local tenant_jobs, tenant_job_bytes = {}, {}
 
 local function tenant_refusal(tenant, bytes)
+  if not mb.config.tenants then return nil end -- one tenant: max_queue and max_queue_bytes alone
   local n, b = tenant_jobs[tenant] or 0, tenant_job_bytes[tenant] or 0
   if n >= mb.config.max_queue_per_tenant then
     return string.format("server busy: %d of your executions are already running or queued "
