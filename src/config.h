@@ -49,6 +49,9 @@ typedef struct mb_config {
 	int64_t timeout_grace_ms;   /* answer a stuck execution this long after its deadline */
 	int64_t max_abandoned;      /* stuck worker threads tolerated before refusing work */
 	int64_t max_result_checks;  /* large frames of worker processes checked at once */
+	int64_t max_workspace_ops_pending; /* a worker's workspace operations unanswered, per job */
+	int64_t max_workspace_ops;  /* a worker's workspace operations per job in all */
+	int64_t workspace_ops_per_tenant; /* one tenant's workspace operations on the thread pool */
 
 	/* protocol */
 	int64_t max_message_bytes;  /* one JSON-RPC line on stdio */

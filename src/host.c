@@ -483,6 +483,10 @@ static int l_pool_stats(lua_State *L)
 		SI("processes_crashed", s.processes_crashed);
 		SI("processes_killed", s.processes_killed);
 		SI("jobs_taken_back", s.jobs_taken_back);
+		SI("workspace_ops_queued", s.workspace_ops_queued);
+		SI("workspace_ops_running", s.workspace_ops_running);
+		SI("workspace_ops_done", s.workspace_ops_done);
+		SI("workspace_ops_dropped", s.workspace_ops_dropped);
 	}
 #undef SI
 	return 1;

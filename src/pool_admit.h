@@ -40,6 +40,9 @@ typedef struct {
 	 * process and taken back before it started them (worker_pool.c, steal and cancel) */
 	size_t processes;
 	uint64_t processes_started, processes_crashed, processes_killed, jobs_taken_back;
+	/* workspace operations of worker processes (worker_ops.c): waiting, on the thread pool,
+	 * answered, dropped unstarted (their execution had ended) */
+	uint64_t workspace_ops_queued, workspace_ops_running, workspace_ops_done, workspace_ops_dropped;
 } mb_pool_stats;
 
 /// The queue limits both pools apply at submit: with idle workers free and queued jobs waiting

@@ -42,7 +42,7 @@ typedef struct mb_server {
 	uv_signal_t sigint, sigterm;
 	uv_timer_t drain;           /* after a signal: waits for in-flight requests */
 	uint64_t drain_until;
-	char metrics[1024];
+	char metrics[2048];
 	char *metrics_all;          /* metrics plus the host's text; freed at the next /metrics */
 	int eof;
 	int closing;
@@ -231,9 +231,19 @@ static const char *http_metrics(void *ud)
 		 "moonbox_workers{state=\"stuck\"} %zu\n"
 		 "# HELP moonbox_queued_executions Executions waiting for a worker.\n"
 		 "# TYPE moonbox_queued_executions gauge\n"
-		 "moonbox_queued_executions %zu\n",
+		 "moonbox_queued_executions %zu\n"
+		 "# HELP moonbox_workspace_ops Workspace operations of worker processes waiting for or on the thread pool (isolation = process).\n"
+		 "# TYPE moonbox_workspace_ops gauge\n"
+		 "moonbox_workspace_ops{state=\"queued\"} %llu\n"
+		 "moonbox_workspace_ops{state=\"running\"} %llu\n"
+		 "# HELP moonbox_workspace_ops_total Workspace operations of worker processes answered, and dropped unstarted (their execution had ended).\n"
+		 "# TYPE moonbox_workspace_ops_total counter\n"
+		 "moonbox_workspace_ops_total{state=\"done\"} %llu\n"
+		 "moonbox_workspace_ops_total{state=\"dropped\"} %llu\n",
 		 (unsigned long long)st.submitted, (unsigned long long)st.completed,
-		 (unsigned long long)st.refused, st.busy, st.workers, st.abandoned, st.queued);
+		 (unsigned long long)st.refused, st.busy, st.workers, st.abandoned, st.queued,
+		 (unsigned long long)st.workspace_ops_queued, (unsigned long long)st.workspace_ops_running,
+		 (unsigned long long)st.workspace_ops_done, (unsigned long long)st.workspace_ops_dropped);
 	free(s->metrics_all);
 	s->metrics_all = NULL;
 	char *extra = mb_host_metrics(s->host);

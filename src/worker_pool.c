@@ -42,6 +42,7 @@
 #include "codec.h"
 #include "log.h"
 #include "worker_int.h"
+#include "worker_ops.h"
 #include "worker_proc.h"
 
 #define BIG_DONE (256u << 10)  /* a result this large is checked and shaped off the loop */
@@ -73,6 +74,7 @@ struct wjob {
 	uint64_t t0, calls, notes, seq;
 	uint64_t wseq;          /* its sequence number on its worker: its claim slot (steal) */
 	uint64_t sent;          /* bytes of replies and workspace answers sent to it (finish) */
+	uint64_t ws_pending, ws_total; /* its workspace operations unanswered, and in all (ws_frame) */
 	int call_waiting, answered;
 	char tenant[72];
 	wjob *next;             /* queue */
@@ -119,6 +121,7 @@ struct mb_wpool {
 	struct offload *checks_head, *checks_tail;
 	size_t checks_running, checks_waiting;
 	uint64_t checks_done;
+	mb_wops wops;           /* workspace operations, queued per tenant (worker_ops.c) */
 	mb_wbuf wb;
 	char start_failure[MB_ERR_MAX + 128]; /* why the last start failed ("" once a worker is ready) */
 };
@@ -859,6 +862,7 @@ struct offload {
 	uint64_t seq;
 	char why[256];
 	offload *next;        /* waiting for a check slot */
+	mb_wop qop;           /* W_WS: its place in the per-tenant queue (worker_ops.c) */
 };
 
 static void offload_work(uv_work_t *req)
@@ -893,6 +897,7 @@ static wjob *live_job(mb_wpool *pp, uint64_t id, wproc *w, int type)
 static void call_go(wproc *w, wjob *j, const char *nm, const char *args, size_t an,
 		    const char *refusal);
 static void offload_done(uv_work_t *req, int status);
+static void ws_settled(mb_wpool *pp, offload *o);
 
 /* Starts a check (W_DONE, W_CALL) when fewer than max_result_checks run, else queues it;
  * workspace operations start at once. @returns 0, or a libuv error */
@@ -990,6 +995,10 @@ static void offload_done(uv_work_t *req, int status)
 		if (same)
 			died(o->w, "the worker process broke the protocol; it was stopped");
 	}
+	if (o->type == W_WS) {
+		ws_settled(pp, o);
+		mb_wops_finished(&pp->wops, &o->qop);
+	}
 	offload_free(o);
 	checks_next(pp);
 }
@@ -1036,6 +1045,88 @@ static int offload_frame(wproc *w, wjob *j, mb_wmsg *m)
 {
 	offload *o = offload_new(w, j, m, NULL);
 	return o ? offload_submit(o) : -1;
+}
+
+/* Workspace operations (W_WS) belong to their job: a job may have max_workspace_ops_pending
+ * unanswered (its sandbox waits for each answer, so a worker that asks for more is compromised
+ * and is stopped) and max_workspace_ops in all (more are answered with an error naming it, off
+ * the thread pool); they wait in their tenant's queue for the thread pool (worker_ops.c), and
+ * those of a job that has ended meanwhile are dropped, never started (ws_live). */
+static void ws_settled(mb_wpool *pp, offload *o)
+{
+	for (wjob *j = pp->all; j; j = j->all_next)
+		if (j->id == o->job_id) {
+			if (j->ws_pending)
+				j->ws_pending--;
+			return;
+		}
+}
+
+static int ws_live(void *ctx, void *data)
+{
+	mb_wpool *pp = ctx;
+	offload *o = data;
+	return !pp->stopping && o->w->gen == o->gen && live_job(pp, o->job_id, o->w, W_WS) != NULL;
+}
+
+static int ws_start(void *ctx, void *data)
+{
+	mb_wpool *pp = ctx;
+	offload *o = data;
+	return uv_queue_work(pp->loop, &o->work, offload_work, offload_done);
+}
+
+static void ws_fail(void *ctx, void *data)
+{
+	(void)ctx;
+	offload *o = data;
+	offload_done(&o->work, UV_ECANCELED);
+}
+
+static void ws_drop(void *ctx, void *data)
+{
+	offload *o = data;
+	ws_settled(ctx, o);
+	offload_free(o);
+}
+
+static int ws_frame(wproc *w, wjob *j, mb_wmsg *m)
+{
+	mb_wpool *pp = w->pp;
+	const mb_config *cfg = pp->cfg;
+	char msg[MB_ERR_MAX];
+	if (j->ws_pending >= (uint64_t)cfg->max_workspace_ops_pending) {
+		snprintf(msg, sizeof msg, "the worker process asked for more than %lld workspace "
+			 "operations at once (max_workspace_ops_pending); it was stopped",
+			 (long long)cfg->max_workspace_ops_pending);
+		died(w, msg);
+		return 0;
+	}
+	if (j->ws_total >= (uint64_t)cfg->max_workspace_ops) {
+		int n = snprintf(msg, sizeof msg, "workspace: this execution has made its %lld "
+				 "workspace operations (max_workspace_ops); do fewer, larger reads and "
+				 "writes, or raise max_workspace_ops", (long long)cfg->max_workspace_ops);
+		mb_wbuf_start(&pp->wb, W_REPLY);
+		mb_wbuf_u64(&pp->wb, (uint64_t)(int64_t)-EDQUOT);
+		mb_wbuf_bytes(&pp->wb, msg, (size_t)n);
+		j->sent += (uint64_t)n;
+		send_frame(w, &pp->wb);
+		return 0;
+	}
+	offload *o = offload_new(w, j, m, NULL);
+	if (!o)
+		return -1;
+	pp->handles++;
+	j->ws_pending++;
+	j->ws_total++;
+	if (mb_wops_push(&pp->wops, j->tenant, &o->qop, o) != 0) {
+		j->ws_pending--;
+		pp->handles--;
+		free(o->frame);
+		free(o);
+		return -1;
+	}
+	return 0;
 }
 
 /* The checked call goes to the host (pp->cb.on_call), or is refused with the reason. */
@@ -1220,7 +1311,7 @@ static void on_frame(wproc *w, mb_wmsg *m)
 		if (!bad)
 			send_frame(w, &pp->wb);
 		break;
-	case W_WS: bad = offload_frame(w, j, m) != 0; break;
+	case W_WS: bad = ws_frame(w, j, m) != 0; break;
 	case W_DONE:
 		passed(w, j);
 		if ((size_t)(m->end - m->p) > BIG_DONE) {
@@ -1280,6 +1371,12 @@ mb_wpool *mb_wpool_new(uv_loop_t *loop, const mb_config *cfg, const mb_job_callb
 	pp->cfg = cfg;
 	pp->cb = *cb;
 	pp->next_id = 1;
+	pp->wops.per_tenant = (size_t)cfg->workspace_ops_per_tenant;
+	pp->wops.ctx = pp;
+	pp->wops.live = ws_live;
+	pp->wops.start = ws_start;
+	pp->wops.fail = ws_fail;
+	pp->wops.drop = ws_drop;
 	/* the largest frame a worker may send: a result with its output, or a file */
 	uint64_t most = (uint64_t)cfg->max_result_bytes + (uint64_t)cfg->max_output_bytes * 6;
 	if ((uint64_t)cfg->workspace_max_file_bytes > most)
@@ -1460,10 +1557,15 @@ void mb_wpool_get_stats(mb_wpool *pp, mb_pool_stats *out)
 	out->processes_crashed = pp->crashed;
 	out->processes_killed = pp->killed;
 	out->jobs_taken_back = pp->stolen;
+	out->workspace_ops_queued = pp->wops.queued;
+	out->workspace_ops_running = pp->wops.running;
+	out->workspace_ops_done = pp->wops.done;
+	out->workspace_ops_dropped = pp->wops.dropped;
 }
 
 void mb_wpool_close(mb_wpool *pp)
 {
+	mb_wops_clear(&pp->wops); /* (before stopping: a drop's release cannot free pp here) */
 	pp->stopping = 1;
 	for (wproc *w = pp->procs; w; w = w->next) {
 		if (w->retry_open) {

@@ -627,11 +627,12 @@ function hookHttpExit() {
  * @param {string} [opts.storeUrl] the store (--store-url); see storeArgs
  * @param {string} [opts.listen] host:port (default 127.0.0.1:0)
  * @param {object} [opts.env] extra environment variables
+ * @param {string} [opts.binary] the server binary (default MOONBOX; e.g. the test build's)
  */
 export async function startHttp(args = [], opts = {}) {
   requireBinary();
   const dataDir = makeDataDir();
-  const proc = spawn(MOONBOX, ["--data-dir", dataDir, ...storeArgs(dataDir, opts.storeUrl),
+  const proc = spawn(opts.binary ?? MOONBOX, ["--data-dir", dataDir, ...storeArgs(dataDir, opts.storeUrl),
     "--http", opts.listen ?? "127.0.0.1:0", ...args],
   { stdio: ["ignore", "ignore", "pipe"], env: { ...process.env, ...(opts.env ?? {}) } });
   let stderr = "";
