@@ -385,8 +385,13 @@ static mb_sandbox *run_job(mb_wmsg *m, mb_sandbox *sb)
 	b->deadline_ns = mb_now_ns() + req.timeout_ms * 1000000ull;
 	req.host_ud = b;
 	mb_exec_result res;
-	mb_sandbox_run_prepared(sb, &req, b, &res);
+	mb_sandbox *big = NULL;
+	mb_sandbox_run_prepared_defer(sb, &req, b, &res, &big);
 	send_done(&res);
+	/* a large state is closed after the answer is out (lua_close walks every object, which
+	 * must not count against timeout_grace_ms); b, in the shared page, is re-initialised only
+	 * by the next W_JOB, read after this */
+	mb_sandbox_close_deferred(big);
 	mb_exec_result_free(&res);
 	return mb_sandbox_prepare(&cfg);
 }
