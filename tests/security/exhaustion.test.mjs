@@ -182,8 +182,14 @@ describe("teardown after the deadline", () => {
     try {
       const before = await peer.pool();
       const code = "local t = {} for i = 1, 6e6 do t[i] = {} end while true do end";
-      const { sc } = await peer.exec({ code, timeout_ms: 6000, memory_mb: 1024, instruction_limit: 10_000_000_000 }, 30000);
+      // the second waits behind the first on the one worker: it must get its whole timeout_ms
+      // after the state is closed, not have the close counted against its clock
+      const big = peer.send("tools/call", { name: "execute_code", arguments: { code, timeout_ms: 6000, memory_mb: 1024, instruction_limit: 10_000_000_000 } });
+      const spin = peer.send("tools/call", { name: "execute_code", arguments: { code: "while true do end", timeout_ms: 300, instruction_limit: 10_000_000_000 } });
+      const sc = (await peer.wait(big, 30000)).msg.result?.structuredContent ?? {};
+      const sc2 = (await peer.wait(spin, 30000)).msg.result?.structuredContent ?? {};
       const problems = [];
+      if (sc2.error_type !== "timeout") problems.push(`the execution queued behind it: want error_type timeout, got ${brief(sc2)}`);
       if (sc.success !== false || sc.error_type !== "timeout") problems.push(`want error_type timeout, got ${brief(sc)}`);
       // the state really held the 6M tables (else the test proves nothing)
       if (!(sc.memory_peak_bytes > 6e6 * 56)) problems.push(`memory_peak_bytes ${sc.memory_peak_bytes}: the 6M tables were not built before the deadline`);
