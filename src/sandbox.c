@@ -583,9 +583,14 @@ void mb_sandbox_close_deferred(mb_sandbox *sb)
 {
 	if (!sb)
 		return;
-	mb_budget_set_current(sb->aud.b);
+	mb_budget *b = sb->aud.b;
+	size_t held = b->mem_used;
+	uint64_t t0 = mb_now_ns();
+	mb_budget_set_current(b);
 	close_state(sb);
 	mb_budget_set_current(NULL);
+	mb_log(MB_LOG_DEBUG, "sandbox: closed a state of %zu MiB in %.1f ms, after its answer",
+	       held >> 20, (double)(mb_now_ns() - t0) / 1e6);
 }
 
 int mb_sandbox_run_prepared(mb_sandbox *sb, const mb_exec_request *req, mb_budget *b,
