@@ -141,9 +141,10 @@ int mb_sandbox_run_prepared_defer(mb_sandbox *sb, const mb_exec_request *req, mb
 /// Closes a state handed back by mb_sandbox_run_prepared_defer (NULL: nothing).
 void mb_sandbox_close_deferred(mb_sandbox *sb);
 
-/// What a state must hold at its end for its close to be deferred: below it lua_close takes
-/// well under a millisecond and answering first would only cost an event.
-#define MB_SANDBOX_DEFER_CLOSE_BYTES ((size_t)16 << 20)
+/// What a state must hold at its end for its close to be deferred. A trivial execution's state
+/// holds about 11 KB, far below; closing costs about 12 ms per MiB of small objects on a loaded
+/// 2-core machine (docs/security.md), so a state of 2 MiB closes well within timeout_grace_ms.
+#define MB_SANDBOX_DEFER_CLOSE_BYTES ((size_t)2 << 20)
 
 /// Closes a prepared state that will not run (thread exit).
 void mb_sandbox_discard(mb_sandbox *sb);
