@@ -757,8 +757,9 @@ static void wake_closed(uv_handle_t *h)
 	if (stuck)
 		return; /* a stuck thread may still post to us: leave the pool (and its eventfd) to
 			 * process exit */
-	mb_wakeup_release(&p->wake);
-	/* Join the workers that exited; abandoned ones are detached and left to finish. */
+	/* Join the workers that exited; abandoned ones are detached and left to finish. Before
+	 * the wake-up's fd is closed: a worker may still be closing a large state whose execution
+	 * was answered (EV_ANSWER), and posts its EV_DONE when that is over. */
 	mb_worker *w = p->workers;
 	while (w) {
 		mb_worker *next = w->next;
@@ -768,6 +769,7 @@ static void wake_closed(uv_handle_t *h)
 		}
 		w = next;
 	}
+	mb_wakeup_release(&p->wake);
 	uv_mutex_destroy(&p->mu);
 	uv_cond_destroy(&p->cv);
 	free(p);
