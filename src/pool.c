@@ -9,7 +9,9 @@
  * the timer re-arms itself until that deadline: then it signals the worker thread (MB_SANDBOX_SIGNAL, so
  * the count hook fires on the next instruction), and timeout_grace_ms later, if the job is still
  * running, it answers the job with a timeout and abandons the worker: the thread is replaced and
- * exits once its current C call returns. Jobs are freed only on the loop thread.
+ * exits once its current C call returns. Jobs are freed only on the loop thread. A job whose
+ * state ends large is answered first (EV_ANSWER) and freed after its state is closed (EV_DONE),
+ * so that lua_close, which walks every object, does not count against timeout_grace_ms.
  */
 #include "pool.h"
 
@@ -27,7 +29,7 @@
 #include "wakeup.h"
 
 typedef enum { JOB_QUEUED, JOB_RUNNING, JOB_DONE, JOB_ABANDONED } job_state;
-typedef enum { EV_NOTIFY, EV_CALL, EV_DONE, EV_STUCK_EXIT } event_type;
+typedef enum { EV_NOTIFY, EV_CALL, EV_ANSWER, EV_DONE, EV_STUCK_EXIT } event_type;
 
 typedef struct mb_worker mb_worker;
 typedef struct mb_job mb_job;
@@ -290,6 +292,7 @@ static void worker_main(void *arg)
 			return;
 		}
 		mb_job *j = p->q_head;
+		mb_sandbox *big = NULL; /* a state whose close waits for the answer */
 		p->q_head = j->next;
 		if (!p->q_head)
 			p->q_tail = NULL;
@@ -314,8 +317,8 @@ static void worker_main(void *arg)
 			j->res.output = strdup("");
 			mb_exec_result_shape(&j->res);
 		} else {
-			mb_sandbox_run_prepared(next ? next : mb_sandbox_prepare(p->cfg), &j->req,
-						&j->budget, &j->res);
+			mb_sandbox_run_prepared_defer(next ? next : mb_sandbox_prepare(p->cfg), &j->req,
+						      &j->budget, &j->res, &big);
 			next = NULL;
 		}
 
@@ -326,6 +329,15 @@ static void worker_main(void *arg)
 			p->busy--;
 		}
 		uv_mutex_unlock(&p->mu);
+		if (big) {
+			/* A large state: answer first (EV_ANSWER), then close it - lua_close walks
+			 * every object and must not push the answer past timeout_grace_ms. The job
+			 * (its budget, which the allocator and native finalizers credit) lives until
+			 * EV_DONE. */
+			post_simple(p, j, EV_ANSWER);
+			mb_sandbox_close_deferred(big);
+			big = NULL;
+		}
 		post_simple(p, j, EV_DONE);
 		uv_mutex_lock(&p->mu);
 		int leaving = w->abandoned;
@@ -507,6 +519,10 @@ static void drain(mb_wakeup *w)
 		case EV_STUCK_EXIT:
 			forget_worker(p, e->worker);
 			top_up(p);
+			break;
+		case EV_ANSWER: /* done; its state is still being closed (EV_DONE follows) */
+			uv_timer_stop(&j->timer);
+			answer(p, j, &j->res);
 			break;
 		case EV_DONE:
 			uv_timer_stop(&j->timer);
@@ -741,8 +757,9 @@ static void wake_closed(uv_handle_t *h)
 	if (stuck)
 		return; /* a stuck thread may still post to us: leave the pool (and its eventfd) to
 			 * process exit */
-	mb_wakeup_release(&p->wake);
-	/* Join the workers that exited; abandoned ones are detached and left to finish. */
+	/* Join the workers that exited; abandoned ones are detached and left to finish. Before
+	 * the wake-up's fd is closed: a worker may still be closing a large state whose execution
+	 * was answered (EV_ANSWER), and posts its EV_DONE when that is over. */
 	mb_worker *w = p->workers;
 	while (w) {
 		mb_worker *next = w->next;
@@ -752,6 +769,7 @@ static void wake_closed(uv_handle_t *h)
 		}
 		w = next;
 	}
+	mb_wakeup_release(&p->wake);
 	uv_mutex_destroy(&p->mu);
 	uv_cond_destroy(&p->cv);
 	free(p);

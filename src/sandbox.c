@@ -579,9 +579,31 @@ void mb_sandbox_discard(mb_sandbox *sb)
 	close_state(sb);
 }
 
+void mb_sandbox_close_deferred(mb_sandbox *sb)
+{
+	if (!sb)
+		return;
+	mb_budget *b = sb->aud.b;
+	size_t held = b->mem_used;
+	uint64_t t0 = mb_now_ns();
+	mb_budget_set_current(b);
+	close_state(sb);
+	mb_budget_set_current(NULL);
+	mb_log(MB_LOG_DEBUG, "sandbox: closed a state of %zu MiB in %.1f ms, after its answer",
+	       held >> 20, (double)(mb_now_ns() - t0) / 1e6);
+}
+
 int mb_sandbox_run_prepared(mb_sandbox *sb, const mb_exec_request *req, mb_budget *b,
 			    mb_exec_result *res)
 {
+	return mb_sandbox_run_prepared_defer(sb, req, b, res, NULL);
+}
+
+int mb_sandbox_run_prepared_defer(mb_sandbox *sb, const mb_exec_request *req, mb_budget *b,
+				  mb_exec_result *res, mb_sandbox **deferred)
+{
+	if (deferred)
+		*deferred = NULL;
 	memset(res, 0, sizeof *res);
 	uint64_t t0 = mb_now_ns();
 	const mb_config *cfg = req->cfg;
@@ -678,7 +700,10 @@ finish:
 	res->instructions = b->instructions;
 	res->output = mb_sandbox_output_join(c, &res->output_len);
 	mb_sandbox_pii_finish(c, res); /* policy on output and error texts; found values out */
-	close_state(sb); /* the allocator still charges b: the budget outlives the state */
+	if (deferred && b->mem_used >= MB_SANDBOX_DEFER_CLOSE_BYTES)
+		*deferred = sb; /* closed by the caller once the answer is out */
+	else
+		close_state(sb); /* the allocator still charges b: the budget outlives the state */
 	mb_budget_set_current(NULL);
 	res->memory_peak_bytes = b->mem_peak;
 	if (!res->result_json && res->success) {

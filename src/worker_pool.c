@@ -49,6 +49,7 @@
 #define BIG_CALL (256u << 10)  /* host-call arguments this large are checked off the loop */
 #define RESPAWN_PAUSE_MS 1000  /* after a worker failed to start */
 #define READY_TIMEOUT_MS 10000 /* a worker's start: exec, Lua, PCRE2 JIT, confinement */
+#define CLOSE_MIN_MS 1000      /* a large state's close (W_CLOSING) may take at least this long */
 #define AHEAD_MAX 64           /* jobs sent ahead to one busy worker under load, at most */
 #define AHEAD_WORK_NS 2000000  /* ... and about this much work by its recent pace (ahead_room) */
 #define AHEAD_PACE_NS 500000   /* the pace of a worker that has not finished a job yet */
@@ -104,6 +105,7 @@ struct wproc {
 	int retry_open;
 	int pause;              /* the last start failed: wait RESPAWN_PAUSE_MS before the next */
 	char tenant[72];        /* the tenant whose code it ran ("": none yet): it serves no other */
+	int closing;            /* between W_CLOSING and W_CLOSED: busy closing a large state */
 	wproc *next;
 };
 
@@ -227,7 +229,7 @@ static void proc_closed(uv_handle_t *h)
  * shaped, or the last job ahead was taken back): it is idle. */
 static void settle(wproc *w)
 {
-	if (w->state == P_BUSY && !w->job && !w->ahead) {
+	if (w->state == P_BUSY && !w->job && !w->ahead && !w->closing) {
 		w->state = P_IDLE;
 		w->pp->busy--;
 	}
@@ -269,6 +271,7 @@ static int end_worker(wproc *w, int sig)
 		w->pp->alive--;
 	w->state = P_DEAD;
 	w->job = NULL;
+	w->closing = 0;
 	requeue_ahead(w);
 	if (w->pipe_open && !uv_is_closing((uv_handle_t *)&w->pipe))
 		uv_close((uv_handle_t *)&w->pipe, proc_closed);
@@ -1222,7 +1225,7 @@ static void start_ahead(wproc *w)
 {
 	mb_wpool *pp = w->pp;
 	wjob *n = w->ahead;
-	if (!n || w->job || w->state != P_BUSY)
+	if (!n || w->job || w->state != P_BUSY || w->closing) /* closing: at W_CLOSED */
 		return;
 	w->ahead = n->next;
 	if (!w->ahead)
@@ -1261,6 +1264,19 @@ static void detach(wproc *w, wjob *j)
 	dispatch(pp);
 }
 
+/* A worker still closing a large state (W_CLOSING, no W_CLOSED) as long after its W_DONE as
+ * the job itself could run: stuck or compromised. Its answer is out; it is killed and replaced. */
+static void close_overdue(uv_timer_t *t)
+{
+	wproc *w = t->data;
+	if (!w->closing || w->state != P_BUSY)
+		return;
+	mb_log(MB_LOG_WARNING, "pool: a worker process still closing a large state after its "
+	       "execution's timeout_ms; killing it");
+	w->pp->killed++;
+	died(w, NULL);
+}
+
 static void on_frame(wproc *w, mb_wmsg *m)
 {
 	mb_wpool *pp = w->pp;
@@ -1297,6 +1313,18 @@ static void on_frame(wproc *w, mb_wmsg *m)
 		dispatch(pp);
 		return;
 	}
+	if (m->type == W_CLOSED) { /* its large state is closed: it reads jobs again */
+		if (!w->closing || w->job) {
+			died(w, "the worker process broke the protocol; it was stopped");
+			return;
+		}
+		w->closing = 0;
+		uv_timer_stop(&w->retry);
+		settle(w);
+		start_ahead(w);
+		dispatch(pp);
+		return;
+	}
 	wjob *j = w->job;
 	if (!j) { /* nothing to say between jobs */
 		died(w, NULL);
@@ -1304,6 +1332,13 @@ static void on_frame(wproc *w, mb_wmsg *m)
 	}
 	int bad = 0;
 	switch (m->type) {
+	case W_CLOSING: /* its W_DONE follows; the state is closed after it, until W_CLOSED */
+		bad = w->closing;
+		w->closing = 1;
+		/* a worker that never says W_CLOSED is stopped: it gets as long as the job had */
+		uv_timer_start(&w->retry, close_overdue,
+			       j->req.timeout_ms > CLOSE_MIN_MS ? j->req.timeout_ms : CLOSE_MIN_MS, 0);
+		break;
 	case W_NOTIFY: on_notify(w, j, m); break;
 	case W_CALL: bad = on_call(w, j, m) != 0; break;
 	case W_MINT:

@@ -18,7 +18,9 @@
  * (or, for a job that may have started unseen, the id of the job to cancel) there and sends MB_SANDBOX_SIGNAL at the deadline or on cancellation, exactly as on a worker
  * thread, and reads the stop reason there when it has to kill a worker stuck in C - so a memory
  * limit that tripped first is still answered as memory. At the end W_DONE carries the result's
- * fields; the server checks and shapes them. A protocol error, or the server gone, ends the
+ * fields; the server checks and shapes them. A state that ends large (MB_SANDBOX_DEFER_CLOSE_BYTES)
+ * is closed after its W_DONE, between W_CLOSING (before the W_DONE) and W_CLOSED: the answer
+ * does not wait for lua_close, and the server gives the worker nothing to start meanwhile. A protocol error, or the server gone, ends the
  * process.
  */
 #include "worker_proc.h"
@@ -385,8 +387,21 @@ static mb_sandbox *run_job(mb_wmsg *m, mb_sandbox *sb)
 	b->deadline_ns = mb_now_ns() + req.timeout_ms * 1000000ull;
 	req.host_ud = b;
 	mb_exec_result res;
-	mb_sandbox_run_prepared(sb, &req, b, &res);
+	mb_sandbox *big = NULL;
+	mb_sandbox_run_prepared_defer(sb, &req, b, &res, &big);
+	if (big) { /* the server keeps this worker busy until W_CLOSED */
+		mb_wbuf_start(&wb, W_CLOSING);
+		send_or_die();
+	}
 	send_done(&res);
+	if (big) {
+		/* a large state is closed after the answer is out (lua_close walks every object,
+		 * which must not count against timeout_grace_ms); b, in the shared page, is
+		 * re-initialised only by the next W_JOB, read after this */
+		mb_sandbox_close_deferred(big);
+		mb_wbuf_start(&wb, W_CLOSED);
+		send_or_die();
+	}
 	mb_exec_result_free(&res);
 	return mb_sandbox_prepare(&cfg);
 }

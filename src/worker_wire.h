@@ -19,6 +19,8 @@
  *                     W_WS     a workspace operation: op, path, data
  *                     W_MINT   a PII token for (type, value): the key stays in the server
  *                     W_DONE   the result's fields
+ *                     W_CLOSING, W_DONE, W_CLOSED   for a state that ends large: the
+ *                              answer goes out first, the close (lua_close) after it
  *                     W_SKIP   a job sent ahead that the server took back (its sequence
  *                              number): not run (worker_proc.h, claims)
  *
@@ -35,6 +37,8 @@ enum {
 	W_RECALL, /* server -> worker, only while it waits for a reply: drop the jobs sent ahead */
 	W_PROBE,  /* server -> worker, first and only: confine, report, wait for the end */
 	W_SKIP,   /* worker -> server: the job sent ahead with this sequence number was taken back */
+	W_CLOSING, /* worker -> server, right before a W_DONE: it closes a large state after it */
+	W_CLOSED,  /* worker -> server, after that W_DONE: the state is closed, it reads jobs again */
 };
 
 /* Workspace operations of W_WS (the sandbox's port, sandbox.h). */

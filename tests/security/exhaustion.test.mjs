@@ -4,7 +4,8 @@
 
 import { test, describe } from "node:test";
 
-import { hostile } from "./harness.mjs";
+import { hostile, brief } from "./harness.mjs";
+import { startPeer } from "./peer.mjs";
 
 const MiB = 1048576;
 const memory = (mb) => ({
@@ -168,4 +169,39 @@ describe("limits on work and on what comes back", () => {
       timeout_ms: 2000, bound: 1000,
       expect: { success: true, result: [true, "load: chunk is too large: 1200000 bytes, max_code_bytes=1048576"] },
     }));
+});
+
+// issue 30 item 9: closing a state of millions of objects (lua_close walks every one, 0.1-0.2 s)
+// came after the deadline's timeout_grace_ms, so the pool abandoned the worker thread (or killed
+// the worker process) of an execution that had in fact stopped. The answer now goes out first
+// and the state is closed after it. Checked by counters, not by time: no worker thread beyond
+// the configured ones was ever started (threads_peak) and no worker process was killed.
+describe("teardown after the deadline", () => {
+  test("a ~6M-object state that times out is answered without abandoning its worker", async () => {
+    const peer = await startPeer(["--workers", "1"]);
+    try {
+      const before = await peer.pool();
+      const code = "local t = {} for i = 1, 6e6 do t[i] = {} end while true do end";
+      // the second waits behind the first on the one worker: it must get its whole timeout_ms
+      // after the state is closed, not have the close counted against its clock
+      const big = peer.send("tools/call", { name: "execute_code", arguments: { code, timeout_ms: 6000, memory_mb: 1024, instruction_limit: 10_000_000_000 } });
+      const spin = peer.send("tools/call", { name: "execute_code", arguments: { code: "while true do end", timeout_ms: 300, instruction_limit: 10_000_000_000 } });
+      const sc = (await peer.wait(big, 30000)).msg.result?.structuredContent ?? {};
+      const sc2 = (await peer.wait(spin, 30000)).msg.result?.structuredContent ?? {};
+      const problems = [];
+      if (sc2.error_type !== "timeout") problems.push(`the execution queued behind it: want error_type timeout, got ${brief(sc2)}`);
+      if (sc.success !== false || sc.error_type !== "timeout") problems.push(`want error_type timeout, got ${brief(sc)}`);
+      // the state really held the 6M tables (else the test proves nothing)
+      if (!(sc.memory_peak_bytes > 6e6 * 56)) problems.push(`memory_peak_bytes ${sc.memory_peak_bytes}: the 6M tables were not built before the deadline`);
+      const { sc: one } = await peer.exec({ code: "return 1", timeout_ms: 5000 }, 20000);
+      if (one.result !== 1) problems.push(`follow-up return 1: ${brief(one)}`);
+      const after = await peer.pool();
+      if (after.threads_peak !== before.threads_peak) problems.push(`threads_peak went ${before.threads_peak} -> ${after.threads_peak}: a worker thread was abandoned and replaced`);
+      if ((after.processes_killed ?? 0) !== (before.processes_killed ?? 0)) problems.push(`processes_killed went ${before.processes_killed} -> ${after.processes_killed}`);
+      if (/still running .* after its deadline/.test(peer.stderr)) problems.push(`the pool gave up on the worker: ${peer.stderr.match(/.*still running.*/)[0]}`);
+      if (problems.length) throw new Error(problems.join("\n"));
+    } finally {
+      await peer.dispose();
+    }
+  });
 });
