@@ -495,14 +495,16 @@ export const OPS = {
   async upstream_memory(c, r, L, seq) {
     const name = `${c.name}-e${seq}`, obs = `o${int(r, 1, 1e9)}`;
     // server-memory reads and rewrites its whole file per call: two calls at once lose one's
-    // change (its own race, not moonbox's), so the clients of one moonbox take turns with it
+    // change (its own race, not moonbox's), so the clients of one moonbox take turns with it, and
+    // what is checked is what each call answers (a call that timed out while the server was
+    // stopped may still run when it goes on, and undo a later one)
     const res = await memoryTurn(c.server, () => c.tool("execute_code", { code: `
-      servers.memory.create_entities{entities = {{name = ${JSON.stringify(name)}, entityType = "soak", observations = {${JSON.stringify(obs)}}}}}
-      local g = servers.memory.open_nodes{names = {${JSON.stringify(name)}}}
+      local made = servers.memory.create_entities{entities = {{name = ${JSON.stringify(name)}, entityType = "soak", observations = {${JSON.stringify(obs)}}}}}
+      local e = made.entities and made.entities[1]
       servers.memory.delete_entities{entityNames = {${JSON.stringify(name)}}}
-      return { n = #g.entities, obs = g.entities[1] and g.entities[1].observations[1] }` }));
+      return { n = #made.entities, name = e and e.name, obs = e and e.observations[1] }` }));
     L.execId(c, res);
-    eq(execOk(res).result, { n: 1, obs }, "server-memory round trip");
+    eq(execOk(res).result, { n: 1, name, obs }, "server-memory create_entities");
   },
   async skill_save(c, r, L, seq) {
     const name = `${c.owner}_s${int(r, 1, SKILL_NAMES)}`, v = seq * 1000 + int(r, 0, 999);
