@@ -163,7 +163,23 @@ export function makeDataDirs({ disk = false, diskMb = 64 } = {}) {
   }
   const dataDir = path.join(mount ? mount.dir : root, "data");
   mkdirSync(dataDir, { recursive: true });
+  // A SIGKILL of this process (tests/run-node.mjs kills the group on a time-out or an interrupt)
+  // runs no exit handler: a watchdog in a process group of its own unmounts the filesystem once
+  // this process is gone, then exits (it never outlives this process by more than ~0.2 s).
+  let watchdog = null;
+  if (mount) {
+    const script = `const [ppid, mnt, root] = process.argv.slice(1); const { spawnSync } = require("child_process");
+      setInterval(() => { try { process.kill(Number(ppid), 0); } catch {
+        for (let i = 0; i < 20 && spawnSync("umount", [mnt]).status !== 0; i++) spawnSync("umount", ["-l", mnt]);
+        require("fs").rmSync(root, { recursive: true, force: true }); process.exit(0); } }, 200);`;
+    watchdog = spawn(process.execPath, ["-e", script, String(process.pid), mount.dir, root], { detached: true, stdio: "ignore" });
+    watchdog.unref();
+  }
   const cleanup = () => {
+    if (watchdog) {
+      try { process.kill(watchdog.pid, "SIGKILL"); } catch { /* gone */ }
+      watchdog = null;
+    }
     if (mount) {
       for (let i = 0; i < 20; i++) {
         const u = spawnSync("umount", [mount.dir]);
@@ -259,7 +275,8 @@ export async function startSetup(o) {
     await sclient.connect(transport);
     procs.add(transport.pid);
     const stdio = { pid: transport.pid, client: sclient, transport, stderr: () => sstderr, exit: null };
-    transport.onclose = () => { stdio.exit = stdio.exit ?? { closed: true }; };
+    const sdkOnclose = transport.onclose; // the SDK's own (it rejects what is pending): kept
+    transport.onclose = () => { stdio.exit = stdio.exit ?? { closed: true }; sdkOnclose?.(); };
 
     const clients = [new Cl("stdio", "default", sclient, "stdio")];
     for (const [tenant, token] of Object.entries(TOKENS)) {
@@ -762,7 +779,16 @@ export function judgeSoak(samples, events, { t0, durS, warmS, windowS }) {
     for (const [k, f, bound, fmt] of rows) {
       const a = val(first, f), b = val(last, f);
       const peak = Math.max(...samples.map((s) => (s.procs[name] ? f(s.procs[name]) : 0)));
-      summary[`${name}.${k}`] = { first: fmt(a), last: fmt(b), peak: fmt(peak), bound: fmt(bound(a)) };
+      // least-squares slope over the samples after warm-up, per hour (a trend, not a criterion)
+      const pts = after.filter((s) => s.procs[name]).map((s) => [s.t_s / 3600, f(s.procs[name])]);
+      let slope = null;
+      if (pts.length >= 3) {
+        const mx = pts.reduce((q, p) => q + p[0], 0) / pts.length, my = pts.reduce((q, p) => q + p[1], 0) / pts.length;
+        const sxx = pts.reduce((q, p) => q + (p[0] - mx) ** 2, 0);
+        slope = sxx ? pts.reduce((q, p) => q + (p[0] - mx) * (p[1] - my), 0) / sxx : 0;
+      }
+      summary[`${name}.${k}`] = { first: fmt(a), last: fmt(b), peak: fmt(peak), bound: fmt(bound(a)),
+        per_hour: slope == null ? null : (k.includes("rss") ? `${(slope / MiB).toFixed(2)} MiB` : slope.toFixed(1)) };
       if (a != null && b != null && b > bound(a)) problems.push(`${name} ${k} grew: ${fmt(a)} after warm-up, ${fmt(b)} at the end (bound ${fmt(bound(a))})`);
     }
   }
@@ -827,13 +853,13 @@ export async function verifyLedger(setup, L, { journalCheck = 300 } = {}) {
       checked.tokens += part.length;
     }
   }
-  for (const [cn, ids] of L.execIds) {
+  await Promise.all([...L.execIds].map(async ([cn, ids]) => { // the clients at once
     for (const id of ids.slice(-journalCheck)) {
       const res = await byName.get(cn).tool("list_executions", { id });
       if (res.isError) problems.push(`journal ${cn}: execution ${id} was answered but has no row: ${errText(res).slice(0, 160)}`);
       checked.journal++;
     }
-  }
+  }));
   return { problems, checked };
 }
 
