@@ -22,7 +22,7 @@ import { mkdirSync, readFileSync, openSync, writeSync, closeSync, rmSync } from 
 import { setTimeout as sleep } from "node:timers/promises";
 import { TESTS_DIR } from "../lib/moonbox.mjs";
 import { startSetup, Load, Sampler, verifyLedger, rng, int, childrenOf, httpClient, TOKENS, ElicitRequestSchema,
-  CLIENT_TIMEOUT_MS } from "./harness.mjs";
+  CLIENT_TIMEOUT_MS , clientWarnings } from "./harness.mjs";
 
 const DUR_S = Number(process.env.CHAOS_S || 600);
 const STORE = process.env.SOAK_STORE === "pg" ? "pg" : "sqlite";
@@ -265,6 +265,7 @@ test(`chaos: ${DUR_S} s, store ${STORE}, seed ${SEED}`, { timeout: (DUR_S + 600)
     log(`chaos: ${faults.length} faults (${JSON.stringify(faults.reduce((a, f) => ({ ...a, [f.name]: (a[f.name] ?? 0) + 1 }), {}))}); recovery max ${Math.max(0, ...rec)} ms`);
     log(`chaos: ${load.events.length} answers (${JSON.stringify(load.all)}); errors by cause ${JSON.stringify(causes)}`);
     log(`chaos: acknowledged writes checked: ${JSON.stringify(ver.checked)}`);
+    if (clientWarnings.maxListeners) log(`chaos: the test client's MaxListenersExceededWarning ${clientWarnings.maxListeners} times (an SDK client leak, not the server's)`);
     closed = true;
     await mute.close().catch(() => {});
     const exits = await setup.close();

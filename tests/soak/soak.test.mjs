@@ -17,7 +17,7 @@ import path from "node:path";
 import { mkdirSync } from "node:fs";
 import { setTimeout as sleep } from "node:timers/promises";
 import { TESTS_DIR } from "../lib/moonbox.mjs";
-import { startSetup, Load, Sampler, judgeSoak, verifyLedger, MARGINS } from "./harness.mjs";
+import { startSetup, Load, Sampler, judgeSoak, verifyLedger, MARGINS , clientWarnings } from "./harness.mjs";
 
 const DUR_S = Number(process.env.SOAK_S || 1800);
 const INTERVAL_S = Number(process.env.SOAK_INTERVAL_S || (DUR_S < 600 ? 10 : 60));
@@ -62,6 +62,7 @@ test(`soak: ${DUR_S} s, store ${STORE}, seed ${SEED}`, { timeout: (DUR_S + 600) 
     log(`soak: ${load.events.length} answers (${JSON.stringify(load.all)}); by kind ${JSON.stringify(byKind)}`);
     log(`soak: trend ${JSON.stringify(judged.summary)}`);
     log(`soak: acknowledged writes checked: ${JSON.stringify(ver.checked)}`);
+    if (clientWarnings.maxListeners) log(`soak: the test client's MaxListenersExceededWarning ${clientWarnings.maxListeners} times (an SDK client leak, not the server's)`);
     closed = true;
     const exits = await setup.close();
     if (exits.http && (exits.http.code !== 0 || exits.http.signal)) problems.push(`the HTTP server did not exit 0 on SIGTERM: ${JSON.stringify(exits.http)}`);
