@@ -71,6 +71,7 @@ struct mb_history {
 	int down;            /* under mu: rows wait for PostgreSQL, mb_history_flush does not */
 	uint64_t outage_failed;
 	char pg_err[512];    /* the last write's failure (PostgreSQL's or SQLite's message) */
+	char down_msg[512];  /* under mu: pg_err of the failure that put the writer down */
 	int64_t max_rows;
 	mb_history_limits lim;
 	int64_t last_age_trim;
@@ -570,8 +571,11 @@ static void writer(void *arg)
 		uv_mutex_lock(&h->mu);
 		if (rc != WR_OK || trim_failed)
 			h->failed++;
-		if (attempted || !h->conninfo)
+		if (attempted || !h->conninfo) {
 			h->down = rc == WR_RETRY;
+			if (h->down)
+				snprintf(h->down_msg, sizeof h->down_msg, "%s", h->pg_err);
+		}
 		if (rc == WR_RETRY && n && !stop) {
 			requeue(h, rows, n);
 			rows = NULL;
@@ -765,6 +769,17 @@ void mb_history_counters(mb_history *h, uint64_t *dropped, uint64_t *failed)
 	*dropped = h->dropped;
 	*failed = h->failed;
 	uv_mutex_unlock(&h->mu);
+}
+
+int mb_history_outage(mb_history *h, size_t *queued, char *msg, size_t n)
+{
+	uv_mutex_lock(&h->mu);
+	int down = h->down;
+	*queued = h->n;
+	if (down && n)
+		snprintf(msg, n, "%s", h->down_msg);
+	uv_mutex_unlock(&h->mu);
+	return down;
 }
 
 void mb_history_close(mb_history *h)

@@ -22,7 +22,7 @@ import { mkdirSync, readFileSync, openSync, writeSync, closeSync, rmSync } from 
 import { setTimeout as sleep } from "node:timers/promises";
 import { TESTS_DIR } from "../lib/moonbox.mjs";
 import { startSetup, Load, Sampler, verifyLedger, rng, int, childrenOf, httpClient, TOKENS, ElicitRequestSchema,
-  CLIENT_TIMEOUT_MS , clientWarnings } from "./harness.mjs";
+  CLIENT_TIMEOUT_MS, clientWarnings } from "./harness.mjs";
 
 const DUR_S = Number(process.env.CHAOS_S || 600);
 const STORE = process.env.SOAK_STORE === "pg" ? "pg" : "sqlite";
@@ -259,7 +259,7 @@ test(`chaos: ${DUR_S} s, store ${STORE}, seed ${SEED}`, { timeout: (DUR_S + 600)
     log(`chaos: distinct error texts (digits as N):\n  ${Object.entries(texts).sort((a, b) => b[1] - a[1]).slice(0, 30).map(([k, n]) => `${n} x ${k}`).join("\n  ")}`);
     problems.push(...unexplained.slice(0, 25));
     if (unexplained.length > 25) problems.push(`... and ${unexplained.length - 25} more`);
-    const ver = await verifyLedger(setup, load.ledger, { journalCheck: 900 });
+    const ver = await verifyLedger(setup, load.ledger, { journalCheck: 600 }) // of journal_max_rows=1000 per tenant: room for the probes;
     problems.push(...ver.problems.slice(0, 40));
     const rec = faults.filter((f) => f.recovery_ms != null).map((f) => f.recovery_ms);
     log(`chaos: ${faults.length} faults (${JSON.stringify(faults.reduce((a, f) => ({ ...a, [f.name]: (a[f.name] ?? 0) + 1 }), {}))}); recovery max ${Math.max(0, ...rec)} ms`);

@@ -17,7 +17,7 @@ import path from "node:path";
 import { mkdirSync } from "node:fs";
 import { setTimeout as sleep } from "node:timers/promises";
 import { TESTS_DIR } from "../lib/moonbox.mjs";
-import { startSetup, Load, Sampler, judgeSoak, verifyLedger, MARGINS , clientWarnings } from "./harness.mjs";
+import { startSetup, Load, Sampler, judgeSoak, verifyLedger, MARGINS, clientWarnings } from "./harness.mjs";
 
 const DUR_S = Number(process.env.SOAK_S || 1800);
 const INTERVAL_S = Number(process.env.SOAK_INTERVAL_S || (DUR_S < 600 ? 10 : 60));
