@@ -215,7 +215,7 @@ test(`chaos: ${DUR_S} s, store ${STORE}, seed ${SEED}`, { timeout: (DUR_S + 600)
     sampler.start();
     await sleep(Math.min(5000, DUR_S * 100));
     let bag = [];
-    while (Date.now() - t0 < DUR_S * 1000 - 5000) {
+    while (Date.now() - t0 < DUR_S * 1000 - 10000) { // the last 10 s without a new fault
       if (!bag.length) bag = [...enabled].sort(() => R() - 0.5);
       const name = bag.shift();
       const start = Date.now();
@@ -240,6 +240,10 @@ test(`chaos: ${DUR_S} s, store ${STORE}, seed ${SEED}`, { timeout: (DUR_S + 600)
     sampler.stop();
     await load.stop();
     await sampler.sample();
+    // the end: service on both servers before the check of what was acknowledged
+    const finalBack = await recover(async () => (await probes.exec(byServer("http"))) && (await probes.exec(byServer("stdio")))
+      && (await probes.write(byServer("http"))) && probes.write(byServer("stdio")));
+    if (finalBack == null) problems.push(`service not back within ${RECOVERY_S} s at the end`);
 
     if (setup.http.exit) problems.push(`the HTTP server died: ${JSON.stringify(setup.http.exit)}\n${setup.http.stderr().slice(-2000)}`);
     if (setup.stdio.exit) problems.push(`the stdio server died\n${setup.stdio.stderr().slice(-2000)}`);

@@ -825,9 +825,25 @@ export function judgeSoak(samples, events, { t0, durS, warmS, windowS }) {
 export async function verifyLedger(setup, L, { journalCheck = 300 } = {}) {
   const problems = [];
   const byName = new Map(setup.clients.map((c) => [c.name, c]));
-  const checked = { skills: 0, files: 0, tokens: 0, journal: 0 };
+  const checked = { skills: 0, files: 0, tokens: 0, journal: 0, retried: 0 };
+  // a store error right after a fault (a pooled PostgreSQL connection that broke fails its next
+  // statement once) is retried; a wrong value never is
+  const STORE_ERR = /PostgreSQL|store: |database is locked|cannot be written just now/;
+  const tool = async (c, name, args) => {
+    for (let i = 0; ; i++) {
+      let res, err;
+      try { res = await c.tool(name, args); } catch (e) { err = e; }
+      const text = err ? err.message : res.isError ? errText(res) : res.structuredContent?.success === false ? String(res.structuredContent.error) : null;
+      if (text === null || i >= 10 || !STORE_ERR.test(text)) {
+        if (err) throw err;
+        return res;
+      }
+      checked.retried++;
+      await sleep(300);
+    }
+  };
   const run = async (c, code, vars) => {
-    const res = await c.tool("execute_code", { code, context_vars: vars });
+    const res = await tool(c, "execute_code", { code, context_vars: vars });
     const sc = res.structuredContent;
     if (!sc?.success) throw new Error(sc?.error ?? errText(res));
     return sc.result;
@@ -857,7 +873,7 @@ export async function verifyLedger(setup, L, { journalCheck = 300 } = {}) {
   for (const [cn, list] of tokensBy) {
     for (let i = 0; i < list.length; i += 40) {
       const part = list.slice(i, i + 40);
-      const res = await byName.get(cn).tool("restore_pii", { text: part.map((t) => t.token).join(" ") });
+      const res = await tool(byName.get(cn), "restore_pii", { text: part.map((t) => t.token).join(" ") });
       if (res.isError) { problems.push(`restore_pii for ${cn}: ${errText(res).slice(0, 200)}`); continue; }
       const want = part.map((t) => t.value).join(" ");
       if (res.structuredContent.restored_text !== want) {
@@ -869,7 +885,7 @@ export async function verifyLedger(setup, L, { journalCheck = 300 } = {}) {
   }
   await Promise.all([...L.execIds].map(async ([cn, ids]) => { // the clients at once
     for (const id of ids.slice(-journalCheck)) {
-      const res = await byName.get(cn).tool("list_executions", { id });
+      const res = await tool(byName.get(cn), "list_executions", { id });
       if (res.isError) problems.push(`journal ${cn}: execution ${id} was answered but has no row: ${errText(res).slice(0, 160)}`);
       checked.journal++;
     }
