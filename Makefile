@@ -41,7 +41,7 @@ LIB_OBJ   := $(filter-out $(BUILD)/obj/main.o,$(OBJ))
 UNIT_SRC  := $(sort $(wildcard tests/unit/test_*.c))
 UNIT_BIN  := $(patsubst tests/unit/%.c,$(BUILD)/tests/%,$(UNIT_SRC))
 
-.PHONY: all deps test-deps run test test-fresh test-unit test-tsan test-lua test-valgrind test-integration test-security \
+.PHONY: all deps test-deps run test soak chaos test-soak test-fresh test-unit test-tsan test-lua test-valgrind test-integration test-security \
         test-asan test-arch test-fuzz-smoke test-isolation test-confine test-pg bench fuzz print-pkgs clean conformance
 
 # `make` alone installs missing build packages first, as `make run` does (deps is silent when
@@ -209,7 +209,7 @@ test-install: test-deps all
 test: test-deps
 	@$(MAKE) --no-print-directory all
 	@$(MAKE) --no-print-directory test-asan test-tsan test-fuzz-smoke test-confine
-	@$(MAKE) --no-print-directory test-arch test-lua test-valgrind test-integration test-pg test-security test-isolation conformance test-install
+	@$(MAKE) --no-print-directory test-arch test-lua test-valgrind test-integration test-pg test-security test-isolation conformance test-install test-soak
 
 test-unit: $(UNIT_BIN)
 	@tests/run-unit.sh $(UNIT_BIN)
@@ -286,6 +286,23 @@ FORCE:
 
 test-security: $(BUILD)/moonbox $(HOOKS_BUILD)/moonbox
 	@cd tests && MOONBOX=../$(BUILD)/moonbox MOONBOX_HOOKS=../$(HOOKS_BUILD)/moonbox $(TEST_NODE) run-node.mjs security
+
+# Soak and chaos (tests/soak/, docs/testing.md, docs/security.md "Soak and chaos"): an HTTP
+# server with three tenants and a stdio server on one data directory under a checked mix of
+# executions, upstream calls, skills, workspace and PII for SOAK_S seconds (figures every minute
+# as a table and as JSON lines in build/soak.jsonl); chaos the same load while faults are injected
+# at seeded moments (CHAOS_SEED) for CHAOS_S seconds. SOAK_STORE=pg puts the store in a
+# throwaway PostgreSQL cluster. `make test` runs both in a short form (test-soak).
+SOAK_S ?= 1800
+CHAOS_S ?= 600
+SOAK_RUN = cd tests && MOONBOX=../$(BUILD)/moonbox TEST_FILE_LIMIT_S=$$(( $(1) + 900 )) TEST_TIMEOUT_MS=$$(( ($(1) + 600) * 1000 ))
+soak: test-deps $(BUILD)/moonbox
+	@$(call SOAK_RUN,$(SOAK_S)) SOAK_S=$(SOAK_S) $(TEST_NODE) run-node.mjs soak/soak.test.mjs
+chaos: test-deps $(BUILD)/moonbox
+	@$(call SOAK_RUN,$(CHAOS_S)) CHAOS_S=$(CHAOS_S) $(TEST_NODE) run-node.mjs soak/chaos.test.mjs
+test-soak: $(BUILD)/moonbox
+	@$(call SOAK_RUN,60) SOAK_S=60 CHAOS_S=60 SOAK_JSON=build/soak-short.jsonl CHAOS_JSON=build/chaos-short.jsonl \
+	  $(TEST_NODE) run-node.mjs soak/soak.test.mjs soak/chaos.test.mjs
 
 # The official MCP conformance suite over Streamable HTTP with the fixture skill pack
 # (tests/conformance/skills), once per protocol era: the 2025-11-25 requirement set and the

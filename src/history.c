@@ -16,8 +16,10 @@
  * connection broke, PostgreSQL restarting, a serialization failure, a timeout: SQLSTATE classes
  * 08, 40, 53, 57, 58) puts the rows back at the head of the queue (dropping the oldest beyond the
  * queue's bounds), marks the writer down and logs once; the next round (a second later)
- * reconnects and writes them. Another failure (a row PostgreSQL refuses) drops the batch, as on
- * SQLite. TEXT on PostgreSQL holds neither NUL bytes nor invalid UTF-8: those bytes of the
+ * reconnects and writes them. Another failure (a row PostgreSQL refuses) drops the batch. On
+ * SQLite the same: a failure that can pass (SQLITE_FULL: the disk is full; SQLITE_BUSY or
+ * SQLITE_LOCKED: another process on the data directory holds the lock past the busy timeout;
+ * SQLITE_IOERR) keeps the rows queued, any other drops the batch. TEXT on PostgreSQL holds neither NUL bytes nor invalid UTF-8: those bytes of the
  * journal's texts are written as U+FFFD (docs/journal.md).
  */
 #include "history.h"
@@ -68,7 +70,8 @@ struct mb_history {
 	int outage;          /* the writer thread's: a failure was logged, none since */
 	int down;            /* under mu: rows wait for PostgreSQL, mb_history_flush does not */
 	uint64_t outage_failed;
-	char pg_err[512];
+	char pg_err[512];    /* the last write's failure (PostgreSQL's or SQLite's message) */
+	char down_msg[512];  /* under mu: pg_err of the failure that put the writer down */
 	int64_t max_rows;
 	mb_history_limits lim;
 	int64_t last_age_trim;
@@ -212,10 +215,16 @@ static int sqlite_write_rows(mb_history *h, row *rows, size_t n)
 		goto fail;
 	if (sqlite3_exec(h->db, "COMMIT", NULL, NULL, NULL) == SQLITE_OK)
 		return 0;
-fail:
-	mb_log(MB_LOG_ERROR, "history: %s", sqlite3_errmsg(h->db));
+fail:;
+	/* a failure that passes (the disk full, another process holding the lock past the busy
+	 * timeout, an I/O error) keeps the rows queued for the next round, as on PostgreSQL: their
+	 * ids were already given to clients */
+	int code = sqlite3_errcode(h->db) & 0xff;
+	snprintf(h->pg_err, sizeof h->pg_err, "%s", sqlite3_errmsg(h->db));
 	sqlite3_exec(h->db, "ROLLBACK", NULL, NULL, NULL);
-	return WR_DROP;
+	return code == SQLITE_FULL || code == SQLITE_BUSY || code == SQLITE_LOCKED || code == SQLITE_IOERR
+			       ? WR_RETRY
+			       : WR_DROP;
 }
 
 /* ---- PostgreSQL ------------------------------------------------------------------------ */
@@ -532,6 +541,7 @@ static void writer(void *arg)
 			if (attempted)
 				rc = pg_write_rows(h, rows, n, seq, &trim_failed);
 		} else {
+			attempted = n > 0;
 			rc = n ? sqlite_write_rows(h, rows, n) : WR_OK;
 			if (!n && h->lim.max_age_ms > 0 && wall_ms() - h->last_age_trim >= AGE_TRIM_MS &&
 			    trim_age(h, wall_ms()) != 0) {
@@ -540,19 +550,20 @@ static void writer(void *arg)
 				rc = WR_DROP;
 			}
 		}
-		if (attempted) { /* PostgreSQL: logged once per outage, not once a second */
+		if (attempted) { /* logged once per outage, not once a second */
+			const char *store = h->conninfo ? "PostgreSQL" : "SQLite";
 			if (rc != WR_OK || trim_failed) {
 				if (!h->outage)
-					mb_log(MB_LOG_ERROR, "history: PostgreSQL: %s%s", h->pg_err,
+					mb_log(MB_LOG_ERROR, "history: %s: %s%s", store, h->pg_err,
 					       rc == WR_RETRY ? "; rows stay queued and are written when it "
 					       "answers again" : rc == WR_DROP ? "; rows dropped" : " (trimming)");
 				else
-					mb_log(MB_LOG_DEBUG, "history: PostgreSQL: %s", h->pg_err);
+					mb_log(MB_LOG_DEBUG, "history: %s: %s", store, h->pg_err);
 				h->outage = 1;
 				h->outage_failed++;
 			} else if (h->outage) {
-				mb_log(MB_LOG_INFO, "history: PostgreSQL answers again (%llu failed attempts); "
-				       "%zu queued rows written", (unsigned long long)h->outage_failed, n);
+				mb_log(MB_LOG_INFO, "history: %s answers again (%llu failed attempts); "
+				       "%zu queued rows written", store, (unsigned long long)h->outage_failed, n);
 				h->outage = 0;
 				h->outage_failed = 0;
 			}
@@ -560,8 +571,11 @@ static void writer(void *arg)
 		uv_mutex_lock(&h->mu);
 		if (rc != WR_OK || trim_failed)
 			h->failed++;
-		if (attempted || !h->conninfo)
+		if (attempted || !h->conninfo) {
 			h->down = rc == WR_RETRY;
+			if (h->down)
+				snprintf(h->down_msg, sizeof h->down_msg, "%s", h->pg_err);
+		}
 		if (rc == WR_RETRY && n && !stop) {
 			requeue(h, rows, n);
 			rows = NULL;
@@ -755,6 +769,17 @@ void mb_history_counters(mb_history *h, uint64_t *dropped, uint64_t *failed)
 	*dropped = h->dropped;
 	*failed = h->failed;
 	uv_mutex_unlock(&h->mu);
+}
+
+int mb_history_outage(mb_history *h, size_t *queued, char *msg, size_t n)
+{
+	uv_mutex_lock(&h->mu);
+	int down = h->down;
+	*queued = h->n;
+	if (down && n)
+		snprintf(msg, n, "%s", h->down_msg);
+	uv_mutex_unlock(&h->mu);
+	return down;
 }
 
 void mb_history_close(mb_history *h)

@@ -93,6 +93,13 @@ void mb_history_flush(mb_history *h);
 /// Rows dropped because the queue was full, and commits that failed.
 void mb_history_counters(mb_history *h, uint64_t *dropped, uint64_t *failed);
 
+/// Whether the writer is down: its last write failed for a reason that passes (PostgreSQL
+/// unreachable, the disk full, a lock held past the busy timeout) and the rows wait in the queue.
+/// @param queued set to the number of rows waiting
+/// @param msg    receives that failure's message (n bytes, NUL-terminated), when down
+/// @returns 1 when down, else 0
+int mb_history_outage(mb_history *h, size_t *queued, char *msg, size_t n);
+
 /// Commits what is queued, stops the thread and closes its connection.
 void mb_history_close(mb_history *h);
 

@@ -426,6 +426,14 @@ static int l_history_flush(lua_State *L)
 	}
 	lua_pushinteger(L, (lua_Integer)dropped);
 	lua_pushinteger(L, (lua_Integer)failed);
+	size_t queued = 0;
+	char why[512];
+	if (h->history && mb_history_outage(h->history, &queued, why, sizeof why)) {
+		/* the writer is down: rows (ids already given to clients) wait in the queue */
+		lua_pushinteger(L, (lua_Integer)queued);
+		lua_pushstring(L, why);
+		return 4;
+	}
 	return 2;
 }
 

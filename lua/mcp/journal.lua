@@ -91,6 +91,12 @@ function M.check_id(v, name)
 end
 
 local function not_found(id)
+  -- the writer is down: a row of an id just given out may still wait in its queue
+  local _, _, queued, why = history.flush()
+  if queued then
+    return string.format("no execution %s in your journal yet: the journal cannot be written just now (%s); "
+      .. "%d rows wait and are written when it can, so try again shortly", id, clip(tostring(why), 300), queued)
+  end
   return string.format("no execution %s in your journal (list_executions lists the ones kept: the newest "
     .. "journal_max_rows=%d, none older than journal_max_age_s=%d)", id, cfg.journal_max_rows,
     cfg.journal_max_age_s)

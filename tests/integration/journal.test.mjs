@@ -3,7 +3,8 @@
 // once a second; each answer's _meta names its id), execute_code's rerun_id runs a kept execution again with new context_vars and
 // limits, the bounds (journal_max_code_bytes, journal_head_bytes) and their errors, hostile
 // search text, the upstream tools an execution called (server-everything, a real upstream), PII
-// kept only as the tokens the model saw (checked in the SQLite file itself), and migration 5 on
+// kept only as the tokens the model saw (checked in the SQLite file itself), an id given out while
+// another process holds the store's lock (named by list_executions, then found), and migration 5 on
 // a data directory written before the journal existed.
 // Run: cd tests && MOONBOX=../build/moonbox node run-node.mjs integration/journal.test.mjs
 
@@ -13,10 +14,11 @@ import path from "node:path";
 
 import {
   UPSTREAM_JS, SQLITE_ONLY, connectClient, pgDbOf, testPg, connectWithConfig, execute, nodeServer, sqlite3Cli, toolErrText as errText,
-  toolOk as ok, useServer, waitUpstream, withDataDir,
+  toolOk as ok, until, useServer, waitUpstream, withDataDir,
   spawnRaw,
 } from "../lib/moonbox.mjs";
 import { fillJournal } from "../lib/journal_rows.mjs";
+import { spawn } from "node:child_process";
 
 const T = { timeout: 60000 };
 const ID_RE = /^[0-9a-f]{16}$/;
@@ -191,6 +193,40 @@ describe("list_executions and rerun_id (stdio, SDK client)", () => {
       assert.deepEqual(ok(await list(client, { id: found[0].id })).tools_called, ["everything.echo", "everything.get-sum"]);
       assert.deepEqual(await listed(client, { tool: "everything.add" }), []);
       assert.equal((await listed(client)).length, 2);
+    });
+  });
+
+  it("an id given out while the journal cannot be written (a lock held by another process) is "
+    + "kept: list_executions says why it is not there yet, then finds it", { ...T, skip: SQLITE_ONLY }, async () => {
+    // make chaos found both halves: rows of a failed commit were dropped, and list_executions
+    // said "no execution ... in your journal" of an id the client had just been given
+    await withDataDir(async (dataDir) => {
+      await useServer(await connectClient({ dataDir, args: ["--store-busy-timeout-ms", "50"] }), async ({ client }) => {
+        await run(client, { code: "return 0" }); // the store exists
+        // another process holds the write lock until its stdin closes
+        const holder = spawn("sqlite3", [path.join(dataDir, "moonbox.db")], { stdio: ["pipe", "pipe", "pipe"] });
+        const gone = new Promise((resolve) => holder.on("exit", resolve));
+        try {
+          holder.stdin.write("BEGIN IMMEDIATE;\nSELECT 'locked';\n");
+          await new Promise((resolve) => holder.stdout.once("data", resolve));
+          const res = await execute(client, { code: "return 'kept'" });
+          const id = res._meta["dev.moonbox/execution_id"];
+          assert.match(id, ID_RE);
+          const why = await until(async () => {
+            const r = await list(client, { id });
+            return r.isError && /cannot be written just now/.test(errText(r)) && errText(r);
+          }, 15000, "list_executions names the outage");
+          assert.match(why, new RegExp(`^no execution ${id} in your journal yet: the journal cannot be written just now \\(database is locked\\); \\d+ rows wait`));
+        } finally {
+          holder.stdin.end("COMMIT;\n");
+          await gone;
+        }
+        const row = await until(async () => {
+          const r = await list(client, { id: (await listed(client, { query: "kept" }))[0]?.id ?? "0000000000000000" });
+          return !r.isError && r.structuredContent;
+        }, 15000, "the row written once the lock is free");
+        assert.equal(row.result, "kept");
+      });
     });
   });
 

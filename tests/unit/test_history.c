@@ -2,7 +2,8 @@
  * threads all arrive, flush waits for the commit, retention keeps the newest rows (in all, per
  * tenant, by age), close commits what is queued, max_rows=0 records nothing, the journal's
  * fields arrive byte for byte with a random ref each, code over its bound and rows over the
- * queued-bytes bound are not kept, and an unopenable database is refused. */
+ * queued-bytes bound are not kept, rows wait out a lock held past the busy timeout, and an
+ * unopenable database is refused. */
 #include <sqlite3.h>
 #include <stdlib.h>
 #include <string.h>
@@ -301,6 +302,46 @@ TEST(queued_bytes_bound_drops_rows)
 	mb_history_close(h);
 }
 
+/* Another process on the data directory holds the write lock past the busy timeout: the rows of
+ * that round stay queued and are written once the lock is free (before, they were dropped, and
+ * the ids already given to clients were not found). SQLITE_FULL, the disk full, takes the same
+ * path; tests/soak/chaos.test.mjs fills a real disk. */
+TEST(rows_wait_out_a_lock_held_past_the_busy_timeout)
+{
+	fresh_db();
+	char err[256];
+	mb_history *h = open_h(100, 20, err, sizeof err);
+	CHECK(h != NULL);
+	if (!h)
+		return;
+	sqlite3 *other;
+	sqlite3_open(path, &other);
+	CHECK(sqlite3_exec(other, "BEGIN IMMEDIATE", NULL, NULL, NULL) == SQLITE_OK);
+	for (int i = 0; i < 5; i++)
+		add(h, i, "default");
+	/* wait (bounded) until the writer has tried and failed on the lock at least once */
+	uint64_t dropped = 0, failed = 0;
+	for (int i = 0; i < 1000 && failed == 0; i++) {
+		mb_history_counters(h, &dropped, &failed);
+		if (failed == 0)
+			usleep(10000);
+	}
+	CHECK(failed >= 1);
+	CHECK(sqlite3_exec(other, "COMMIT", NULL, NULL, NULL) == SQLITE_OK);
+	sqlite3_close(other);
+	long long n = 0;
+	for (int i = 0; i < 1000 && n != 5; i++) { /* the next round, a second later */
+		mb_history_flush(h);
+		n = scalar("SELECT count(*) FROM executions");
+		if (n != 5)
+			usleep(10000);
+	}
+	CHECK(n == 5);
+	mb_history_counters(h, &dropped, &failed);
+	CHECK(dropped == 0);
+	mb_history_close(h);
+}
+
 TEST(refuses_a_database_without_the_table)
 {
 	snprintf(path, sizeof path, "%s/empty.db", dir);
@@ -328,6 +369,7 @@ int main(void)
 	RUN(close_commits_what_is_queued);
 	RUN(max_rows_zero_records_nothing);
 	RUN(journal_fields_arrive_byte_for_byte);
+	RUN(rows_wait_out_a_lock_held_past_the_busy_timeout);
 	RUN(retention_per_tenant_spares_the_others);
 	RUN(retention_by_age);
 	RUN(queued_bytes_bound_drops_rows);
