@@ -526,7 +526,9 @@ export async function connectWithSkills(opts = {}) {
  * @returns {{status: number|null, stdout: string, stderr: string}}
  */
 export function sqlite3Cli(dbPath, sql, opts = {}) {
-  const args = [...(opts.readonly ? ["-readonly"] : []), dbPath, sql];
+  // -cmd .timeout: wait for a lock the server holds (its history writer commits now and then)
+  // instead of failing at once with "database is locked"
+  const args = [...(opts.readonly ? ["-readonly"] : []), "-cmd", ".timeout 20000", dbPath, sql];
   const r = spawnSync("sqlite3", args, { encoding: "utf8", timeout: opts.timeout ?? 10000 });
   if (r.error) {
     throw new Error(`sqlite3 ${args.join(" ")}: ${r.error.message} (is the sqlite3 package installed?)`);
