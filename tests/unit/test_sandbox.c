@@ -364,7 +364,11 @@ TEST(lazy_env_lists_every_name)
 	/* the encoder and json.array walk them whole (json.array marks the globals as eagerly) */
 	expect_result("json.array(_ENV) return {getmetatable(_ENV), type(rawget(_ENV, 'math'))}",
 		      "[\"json.array\",\"table\"]");
-	expect_result("local ok, e = pcall(json.encode, {g = _ENV}) return {ok, e:match('cannot encode function') ~= nil}",
+	/* which it meets first - a function, or _G inside the globals (a cycle, json_max_depth) -
+	 * follows the hash order of the globals, which Lua seeds at random per state: _G first
+	 * failed this test about once in 50 runs */
+	expect_result("local ok, e = pcall(json.encode, {g = _ENV}) return {ok,"
+		      " (e:match('cannot encode function') or e:match('json_max_depth')) ~= nil}",
 		      "[false,true]");
 	/* the result encoder meets _G inside the globals (a cycle) as it did */
 	run_out *o = run("return {g = _ENV}");
