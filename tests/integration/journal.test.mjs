@@ -207,7 +207,10 @@ describe("list_executions and rerun_id (stdio, SDK client)", () => {
         const holder = spawn("sqlite3", [path.join(dataDir, "moonbox.db")], { stdio: ["pipe", "pipe", "pipe"] });
         const gone = new Promise((resolve) => holder.on("exit", resolve));
         try {
-          holder.stdin.write("BEGIN IMMEDIATE;\nSELECT 'locked';\n");
+          // .timeout: the server's writer may be committing "return 0" right now; without it
+          // BEGIN failed with "database is locked", the shell went on to print 'locked' holding
+          // nothing, and the row was written (failed that way in a clean-clone CI run)
+          holder.stdin.write(".timeout 20000\nBEGIN IMMEDIATE;\nSELECT 'locked';\n");
           await new Promise((resolve) => holder.stdout.once("data", resolve));
           const res = await execute(client, { code: "return 'kept'" });
           const id = res._meta["dev.moonbox/execution_id"];
