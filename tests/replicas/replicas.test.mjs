@@ -205,7 +205,9 @@ describe("session affinity through nginx (three replicas, each on its own SQLite
       const from = ng.accessLog().length;
       const err = await exec(c, "return 4").then((r) => new Error(`answered: ${JSON.stringify(r)}`), (e) => e);
       assert.equal(err.code, 404, `expected the SDK's 404 error, got ${err.stack ?? err}`);
-      const line = accessLines(ng, from).find((l) => l.sid === c.sid && l.status === 404);
+      // nginx writes the log line after it has sent the answer: wait for it, do not read once
+      const line = await until(() => accessLines(ng, from).find((l) => l.sid === c.sid && l.status === 404),
+        5000, `404 in the access log: ${ng.accessLog().slice(from).join("\n")}`).catch(() => undefined);
       assert.ok(line, `404 in the access log: ${ng.accessLog().slice(from).join("\n")}`);
       assert.ok([reps[0].port, reps[1].port].some((p) => line.upstream.endsWith(`127.0.0.1:${p}`)),
         `answered by a live replica: ${line.line}`);
