@@ -47,23 +47,6 @@ static inline void skip_ws(ck *c)
 		c->p++;
 }
 
-static int hex4(const unsigned char *p, unsigned *out)
-{
-	unsigned v = 0;
-	for (int i = 0; i < 4; i++) {
-		unsigned h = p[i], d;
-		if (h >= '0' && h <= '9')
-			d = h - '0';
-		else if ((h | 0x20) >= 'a' && (h | 0x20) <= 'f')
-			d = (h | 0x20) - 'a' + 10;
-		else
-			return 0;
-		v = v << 4 | d;
-	}
-	*out = v;
-	return 1;
-}
-
 /* The rest of a string whose opening quote is behind c->p; leaves c->p after the closing one. */
 static int string_body(ck *c)
 {
@@ -111,7 +94,7 @@ static int string_body(ck *c)
 			continue;
 		case 'u': {
 			unsigned cp, lo;
-			if (end - p < 6 || !hex4(p + 2, &cp)) {
+			if (end - p < 6 || !utf8_hex4(p + 2, &cp)) {
 				c->why = "a \\u escape without four hex digits";
 				goto fail;
 			}
@@ -121,7 +104,7 @@ static int string_body(ck *c)
 				goto fail;
 			}
 			if (cp >= 0xD800 && cp <= 0xDBFF) {
-				if (end - p < 6 || p[0] != '\\' || p[1] != 'u' || !hex4(p + 2, &lo) ||
+				if (end - p < 6 || p[0] != '\\' || p[1] != 'u' || !utf8_hex4(p + 2, &lo) ||
 				    lo < 0xDC00 || lo > 0xDFFF) {
 					c->why = "a high surrogate escape without its low surrogate";
 					goto fail;

@@ -40,34 +40,17 @@ static inline void skip_ws(rd *r)
 		r->p++;
 }
 
-static int hex4(const unsigned char *p, unsigned *out)
-{
-	unsigned v = 0;
-	for (int i = 0; i < 4; i++) {
-		unsigned c = p[i], d;
-		if (c >= '0' && c <= '9')
-			d = c - '0';
-		else if ((c | 0x20) >= 'a' && (c | 0x20) <= 'f')
-			d = (c | 0x20) - 'a' + 10;
-		else
-			return 0;
-		v = v << 4 | d;
-	}
-	*out = v;
-	return 1;
-}
-
 /* \uXXXX (and its low surrogate) at r->p, just after the backslash and 'u'; adds the UTF-8. */
 static int read_unicode(rd *r, luaL_Buffer *B)
 {
 	unsigned cp, lo;
-	if (r->end - r->p < 4 || !hex4(r->p, &cp))
+	if (r->end - r->p < 4 || !utf8_hex4(r->p, &cp))
 		return 0;
 	r->p += 4;
 	if (cp >= 0xDC00 && cp <= 0xDFFF)
 		return 0; /* a low surrogate alone */
 	if (cp >= 0xD800 && cp <= 0xDBFF) {
-		if (r->end - r->p < 6 || r->p[0] != '\\' || r->p[1] != 'u' || !hex4(r->p + 2, &lo) ||
+		if (r->end - r->p < 6 || r->p[0] != '\\' || r->p[1] != 'u' || !utf8_hex4(r->p + 2, &lo) ||
 		    lo < 0xDC00 || lo > 0xDFFF)
 			return 0;
 		r->p += 6;

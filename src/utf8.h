@@ -65,4 +65,23 @@ static inline size_t utf8_cut(const char *s, size_t n, size_t max)
 	return k;
 }
 
+/* The four hex digits of a JSON \uXXXX escape at p into *out; 0 when one is not a hex digit.
+ * Shared by the fast decoder (json_dec.c) and the tree-free checker (json_check.c). */
+static inline int utf8_hex4(const unsigned char *p, unsigned *out)
+{
+	unsigned v = 0;
+	for (int i = 0; i < 4; i++) {
+		unsigned c = p[i], d;
+		if (c >= '0' && c <= '9')
+			d = c - '0';
+		else if ((c | 0x20) >= 'a' && (c | 0x20) <= 'f')
+			d = (c | 0x20) - 'a' + 10;
+		else
+			return 0;
+		v = v << 4 | d;
+	}
+	*out = v;
+	return 1;
+}
+
 #endif
