@@ -53,6 +53,7 @@ static const option options[] = {
 	I(max_c_stack_kb, 1024, 128, 65536, "C stack for calls nested through C in one execution (coroutine.close/resume, pcall, metamethods, callbacks); worker threads get this plus 6 MiB"),
 	S(isolation, "auto", "where executions run: thread (worker threads of the server), process (pre-started worker processes confined by seccomp and Landlock, one per worker; docs/security.md) or auto (process when this machine can start a confined worker, else thread with a warning)"),
 	I(workers, 0, 0, 256, "concurrent executions, each on its own thread (0 = number of CPUs)"),
+	I(held_workers, 16, 0, 1024, "extra workers started while executions wait for a client's answer (input_required, elicitation, approvals): a held execution does not take one of the `workers` places"),
 	I(max_queue, 1024, 0, 1000000, "executions waiting for a worker; more are refused"),
 	I(max_queue_bytes, 268435456, 1024, (int64_t)1 << 40, "code and context bytes held by queued executions"),
 	I(max_queue_per_tenant, 256, 1, 1000000, "executions one tenant may have running or waiting for a worker at once; more are refused as busy (its share of workers + max_queue)"),

@@ -42,6 +42,7 @@ typedef struct mb_config {
 	/* execution pool */
 	char isolation[16];         /* "thread" or "process" (worker processes, docs/security.md) */
 	int64_t workers;            /* concurrent executions (0 = number of CPUs) */
+	int64_t held_workers;       /* workers beyond `workers` while executions wait for a client */
 	int64_t max_queue;          /* queued executions beyond that; more are refused */
 	int64_t max_queue_bytes;    /* code + context bytes held by queued executions */
 	int64_t max_queue_per_tenant;       /* one tenant's executions running or queued */

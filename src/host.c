@@ -323,6 +323,16 @@ static int l_cancel(lua_State *L)
 	return 1;
 }
 
+/* mb.hold(job, on): the job's host call waits for a client's answer (a person may take
+ * minutes), so it does not take one of the pool's `workers` places (mb_pool_hold). */
+static int l_hold(lua_State *L)
+{
+	mb_host *h = host_of(L);
+	lua_Integer id = luaL_checkinteger(L, 1);
+	lua_pushboolean(L, h->pool && mb_pool_hold(h->pool, (uint64_t)id, lua_toboolean(L, 2)) == 0);
+	return 1;
+}
+
 /* mb.host_reply(job, seq, ok, text): answers a host call from sandbox code; ok=false makes text
  * an error message raised in the sandbox. */
 static int l_host_reply(lua_State *L)
@@ -928,7 +938,7 @@ mb_host *mb_host_new(const mb_config *cfg, const mb_host_io *io, const mb_host_d
 	lua_createtable(L, 0, 16);
 	static const luaL_Reg fns[] = {
 		{ "send", l_send }, { "json_encode", l_json_encode }, { "json_decode", l_json_decode },
-		{ "submit", l_submit }, { "busy", l_busy }, { "wait", l_wait }, { "cancel", l_cancel }, { "log", l_log },
+		{ "submit", l_submit }, { "busy", l_busy }, { "wait", l_wait }, { "cancel", l_cancel }, { "hold", l_hold }, { "log", l_log },
 		{ "now_ms", l_now_ms }, { "pool_stats", l_pool_stats }, { "backlog", l_backlog }, { "host_reply", l_host_reply },
 		{ "wall_ms", l_wall_ms }, { "history_add", l_history_add },
 		{ "history_flush", l_history_flush }, { "pii_token", l_pii_token },

@@ -51,6 +51,7 @@ struct mb_job {
 	uv_cond_t call_cv;
 	uint64_t call_seq;     /* the call being waited for */
 	int call_waiting, call_done, call_status;
+	int held;              /* its host call waits for a client's answer (mb_pool_hold) */
 	char *call_reply;
 	size_t call_reply_len;
 	uint64_t calls;        /* worker thread only */
@@ -103,6 +104,25 @@ struct mb_pool {
 };
 
 static void worker_main(void *arg);
+
+/* Jobs whose host call waits for a client's answer (a person may take minutes): they do not
+ * take one of the `workers` places. Called with p->mu held. */
+static size_t held_jobs(const mb_pool *p)
+{
+	size_t n = 0;
+	for (const mb_worker *w = p->workers; w; w = w->next)
+		n += w->current && !w->abandoned && w->current->held && w->current->call_waiting &&
+		     !w->current->call_done;
+	return n;
+}
+
+/* Whether an idle thread may start the next queued job: fewer than `workers` executions run
+ * that are not held. Called with p->mu held. */
+static int may_take(const mb_pool *p)
+{
+	size_t workers = (size_t)p->cfg->workers;
+	return p->q_head && (p->busy < workers || p->busy - held_jobs(p) < workers);
+}
 
 static int spawn_worker(mb_pool *p)
 {
@@ -262,7 +282,7 @@ static void worker_main(void *arg)
 	mb_sandbox *next = mb_sandbox_prepare(p->cfg);
 	for (;;) {
 		uv_mutex_lock(&p->mu);
-		while (!p->q_head && !p->stopping && !w->abandoned)
+		while (!may_take(p) && !p->stopping && !w->abandoned)
 			uv_cond_wait(&p->cv, &p->mu);
 		if (w->abandoned || (p->stopping && !p->q_head)) {
 			w->exited = 1;
@@ -372,6 +392,18 @@ static int wants_worker(const mb_pool *p)
 	size_t in_service = p->live_workers - p->abandoned_alive;
 	size_t cap = (size_t)p->cfg->workers + (size_t)p->cfg->max_abandoned;
 	return !p->stopping && in_service < (size_t)p->cfg->workers && p->live_workers < cap;
+}
+
+/* Whether a held job needs a thread started beside the others: every thread in service is
+ * busy and fewer than workers + min(held jobs, held_workers) are in service. Such threads stay
+ * until the pool closes (at most held_workers of them); may_take keeps the executions that run
+ * at `workers`. Called with p->mu held. */
+static int wants_held_worker(const mb_pool *p)
+{
+	size_t in_service = p->live_workers - p->abandoned_alive, held = held_jobs(p);
+	if (held > (size_t)p->cfg->held_workers)
+		held = (size_t)p->cfg->held_workers;
+	return !p->stopping && in_service <= p->busy && in_service < (size_t)p->cfg->workers + held;
 }
 
 static void timer_closed(uv_handle_t *h)
@@ -689,6 +721,26 @@ int mb_pool_cancel(mb_pool *p, uint64_t job_id)
 	return -1;
 }
 
+int mb_pool_hold(mb_pool *p, uint64_t job_id, int on)
+{
+	if (p->wp)
+		return mb_wpool_hold(p->wp, job_id, on);
+	for (mb_job *j = p->pending; j; j = j->pending_next) {
+		if (j->id != job_id || j->answered)
+			continue;
+		uv_mutex_lock(&p->mu);
+		j->held = on != 0;
+		int want = on && wants_held_worker(p);
+		if (on)
+			uv_cond_broadcast(&p->cv); /* an idle thread may now start a queued job */
+		uv_mutex_unlock(&p->mu);
+		if (want && spawn_worker(p) != 0)
+			mb_log(MB_LOG_ERROR, "pool: could not start a worker beside a held execution");
+		return 0;
+	}
+	return -1;
+}
+
 int mb_pool_reply(mb_pool *p, uint64_t job_id, uint64_t seq, int status, const char *data, size_t len)
 {
 	if (p->wp)
@@ -738,6 +790,7 @@ void mb_pool_get_stats(mb_pool *p, mb_pool_stats *out)
 	uv_mutex_lock(&p->mu);
 	out->workers = p->live_workers - p->abandoned_alive;
 	out->busy = p->busy;
+	out->held = held_jobs(p);
 	out->queued = p->queued;
 	out->abandoned = p->abandoned_alive;
 	out->threads = p->live_workers;

@@ -9,6 +9,11 @@
  * deadline + timeout_grace_ms it answers the job with a timeout and abandons the thread, which
  * exits when its C call finally returns; a fresh worker takes its place.
  *
+ * An execution whose host call waits for a client's answer (mb_pool_hold: input_required, an
+ * elicitation, an approval; a person may take minutes) does not take one of the `workers`
+ * places: up to held_workers more threads (processes) are started beside held executions, and
+ * an idle worker starts a queued job only while fewer than `workers` executions run unheld.
+ *
  * Ownership: the pool owns jobs from mb_pool_submit until their on_done callback returns. All
  * callbacks run on the loop thread. The callbacks, the counters and the admission check are
  * pool_admit.h's, which worker_pool.c shares without depending on this file.
@@ -41,6 +46,12 @@ int mb_pool_cancel(mb_pool *p, uint64_t job_id);
 /// message. A reply that comes after the execution stopped waiting (deadline, cancel, end) is
 /// dropped. @returns 0 when delivered, -1 when dropped
 int mb_pool_reply(mb_pool *p, uint64_t job_id, uint64_t seq, int status, const char *data, size_t len);
+
+/// Marks a job whose host call waits for a client's answer (on = 1) or no longer (0): while
+/// held, it does not count against `workers`, and up to held_workers more workers are started
+/// for the queue (the wait may take minutes for a person). The mark counts only while the
+/// job's host call is unanswered. @returns 0, or -1 when the id is unknown or already done
+int mb_pool_hold(mb_pool *p, uint64_t job_id, int on);
 
 /// Number of jobs submitted and not yet reported done.
 size_t mb_pool_pending(const mb_pool *p);

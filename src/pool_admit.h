@@ -33,6 +33,7 @@ typedef struct mb_job_callbacks {
 /// Counters for get_execution_stats.
 typedef struct {
 	size_t workers, busy, queued, abandoned;
+	size_t held;            /* busy ones whose execution waits for a client's answer */
 	size_t threads, threads_peak; /* worker threads alive (stuck ones included), and the most */
 	uint64_t submitted, completed, refused;
 	/* isolation = process (worker_pool.h): processes alive, started, died on their own while

@@ -224,11 +224,12 @@ static const char *http_metrics(void *ud)
 		 "moonbox_executions_total{state=\"submitted\"} %llu\n"
 		 "moonbox_executions_total{state=\"completed\"} %llu\n"
 		 "moonbox_executions_total{state=\"refused\"} %llu\n"
-		 "# HELP moonbox_workers Worker threads by state.\n"
+		 "# HELP moonbox_workers Workers (threads or processes) by state: busy, in service, stuck, held (waiting for a client's answer).\n"
 		 "# TYPE moonbox_workers gauge\n"
 		 "moonbox_workers{state=\"busy\"} %zu\n"
 		 "moonbox_workers{state=\"total\"} %zu\n"
 		 "moonbox_workers{state=\"stuck\"} %zu\n"
+		 "moonbox_workers{state=\"held\"} %zu\n"
 		 "# HELP moonbox_queued_executions Executions waiting for a worker.\n"
 		 "# TYPE moonbox_queued_executions gauge\n"
 		 "moonbox_queued_executions %zu\n"
@@ -241,7 +242,7 @@ static const char *http_metrics(void *ud)
 		 "moonbox_workspace_ops_total{state=\"done\"} %llu\n"
 		 "moonbox_workspace_ops_total{state=\"dropped\"} %llu\n",
 		 (unsigned long long)st.submitted, (unsigned long long)st.completed,
-		 (unsigned long long)st.refused, st.busy, st.workers, st.abandoned, st.queued,
+		 (unsigned long long)st.refused, st.busy, st.workers, st.abandoned, st.held, st.queued,
 		 (unsigned long long)st.workspace_ops_queued, (unsigned long long)st.workspace_ops_running,
 		 (unsigned long long)st.workspace_ops_done, (unsigned long long)st.workspace_ops_dropped);
 	free(s->metrics_all);

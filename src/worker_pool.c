@@ -18,6 +18,11 @@
  * a new process on the thread pool (posix_spawn waits for the exec, so never on the loop);
  * queued jobs wait for it. A worker that cannot be started is retried after a pause.
  *
+ * Held executions (mb_wpool_hold: a host call waiting for a client's answer) do not count
+ * against `workers`: size_slots keeps workers + min(held, held_workers) slots in service,
+ * starting a slot beside a held job and retiring an idle one (its process ends, the slot stays
+ * for later) once the holds end; give_idle starts jobs only while fewer than `workers` run unheld.
+ *
  * Under load a busy worker gets jobs ahead, as many as about AHEAD_WORK_NS of work by its recent
  * pace (AHEAD_MAX at most, none behind a job already running that long: ahead_room), so a
  * worker of short jobs goes from one to the next without waiting for the loop. An idle worker
@@ -77,6 +82,7 @@ struct wjob {
 	uint64_t sent;          /* bytes of replies and workspace answers sent to it (finish) */
 	uint64_t ws_pending, ws_total; /* its workspace operations unanswered, and in all (ws_frame) */
 	int call_waiting, answered;
+	int held;               /* its host call waits for a client's answer (mb_wpool_hold) */
 	char tenant[72];
 	wjob *next;             /* queue */
 	wjob *all_next, *all_prev;
@@ -106,6 +112,7 @@ struct wproc {
 	int pause;              /* the last start failed: wait RESPAWN_PAUSE_MS before the next */
 	char tenant[72];        /* the tenant whose code it ran ("": none yet): it serves no other */
 	int closing;            /* between W_CLOSING and W_CLOSED: busy closing a large state */
+	int retired;            /* out of service (size_slots): no process, not restarted */
 	wproc *next;
 };
 
@@ -116,6 +123,8 @@ struct mb_wpool {
 	wproc *procs;
 	wjob *q_head, *q_tail, *all;
 	size_t queued, queued_bytes, busy, alive, handles, unanswered;
+	size_t nslots, in_service; /* slots made, and those not retired (size_slots) */
+	size_t marked;          /* jobs marked held (mb_wpool_hold) */
 	uint64_t next_id, submitted, completed, refused, started, crashed, killed, stolen;
 	int stopping;
 	/* large W_DONE and W_CALL checks on the thread pool: at most max_result_checks run at
@@ -214,7 +223,7 @@ static void proc_closed(uv_handle_t *h)
 	size_t max = w->rd.max;
 	mb_wreader_free(&w->rd);
 	w->rd.max = max;
-	if (!pp->stopping) { /* the slot gets a new process; after a pause when the start failed */
+	if (!pp->stopping && !w->retired) { /* the slot gets a new process; after a pause when the start failed */
 		if (w->pause)
 			uv_timer_start(&w->retry, retry_fired, RESPAWN_PAUSE_MS, 0);
 		else
@@ -372,7 +381,7 @@ static void retry_fired(uv_timer_t *t)
 		died(w, "it was not ready within 10 s");
 		return;
 	}
-	if (w->state == P_DEAD && !w->pipe_open)
+	if (w->state == P_DEAD && !w->pipe_open && !w->retired)
 		start_worker(w->pp, w);
 }
 
@@ -470,6 +479,10 @@ static void finish(wjob *j, mb_exec_result *res)
 	if (j->answered)
 		return;
 	j->answered = 1;
+	if (j->held) {
+		j->held = 0;
+		pp->marked--;
+	}
 	if (j->state == J_RUNNING && j->proc && j->proc->job == j) {
 		j->proc->job = NULL;
 		settle(j->proc); /* else it starts the next one */
@@ -785,14 +798,82 @@ static int steal(mb_wpool *pp)
 	return any;
 }
 
-/* Idle workers get a queued job first (of their tenant). */
-static void give_idle(mb_wpool *pp)
+/* Jobs whose host call waits for a client's answer (a person may take minutes): they do not
+ * take one of the `workers` places. */
+static size_t held_now(const mb_wpool *pp)
+{
+	size_t n = 0;
+	for (const wproc *w = pp->procs; w; w = w->next)
+		n += w->state == P_BUSY && w->job && w->job->held && w->job->call_waiting;
+	return n;
+}
+
+static wproc *new_slot(mb_wpool *pp)
+{
+	const mb_config *cfg = pp->cfg;
+	/* the largest frame a worker may send: a result with its output, or a file */
+	uint64_t most = (uint64_t)cfg->max_result_bytes + (uint64_t)cfg->max_output_bytes * 6;
+	if ((uint64_t)cfg->workspace_max_file_bytes > most)
+		most = (uint64_t)cfg->workspace_max_file_bytes;
+	if ((uint64_t)cfg->max_message_bytes > most)
+		most = (uint64_t)cfg->max_message_bytes;
+	wproc *w = calloc(1, sizeof *w);
+	if (!w)
+		return NULL;
+	w->pp = pp;
+	w->rd.max = (size_t)most + (1u << 20);
+	w->state = P_DEAD;
+	uv_timer_init(pp->loop, &w->retry);
+	w->retry.data = w;
+	w->retry_open = 1;
+	pp->handles++;
+	w->next = pp->procs;
+	pp->procs = w;
+	pp->nslots++;
+	pp->in_service++;
+	return w;
+}
+
+/* Keeps workers + min(held, held_workers) slots in service: a held job gets a slot beside it
+ * (a retired one restarted, else a new one, at most workers + held_workers in all), and an idle
+ * one beyond that retires (its process ends; the slot stays for the next hold). */
+static void size_slots(mb_wpool *pp, size_t held)
+{
+	if (pp->stopping)
+		return;
+	size_t extra = held < (size_t)pp->cfg->held_workers ? held : (size_t)pp->cfg->held_workers;
+	size_t want = (size_t)pp->cfg->workers + extra;
+	for (wproc *w = pp->procs; w && pp->in_service < want; w = w->next) {
+		if (!w->retired)
+			continue;
+		w->retired = 0;
+		pp->in_service++;
+		if (!w->pipe_open && w->state == P_DEAD && !uv_is_active((uv_handle_t *)&w->retry))
+			start_worker(pp, w); /* else proc_closed or the retry timer starts it */
+	}
+	while (pp->in_service < want && pp->nslots < (size_t)(pp->cfg->workers + pp->cfg->held_workers)) {
+		wproc *w = new_slot(pp);
+		if (!w)
+			break;
+		start_worker(pp, w);
+	}
+	for (wproc *w = pp->procs; w && pp->in_service > want; w = w->next)
+		if (!w->retired && w->state == P_IDLE && !w->ahead && !w->closing) {
+			w->retired = 1;
+			pp->in_service--;
+			end_worker(w, SIGKILL);
+		}
+}
+
+/* Idle workers get a queued job first (of their tenant), while fewer than cap run. */
+static void give_idle(mb_wpool *pp, size_t cap)
 {
 	size_t idle = 0;
 	for (wproc *w = pp->procs; w; w = w->next)
 		idle += w->state == P_IDLE;
 	/* (with no idle worker the queue is not walked: under load this runs on every event) */
-	for (wjob *j = idle ? pp->q_head : NULL, *prev = NULL, *next; j && idle; j = next) {
+	for (wjob *j = idle ? pp->q_head : NULL, *prev = NULL, *next; j && idle && pp->busy < cap;
+	     j = next) {
 		next = j->next;
 		wproc *w = idle_for(pp, j->tenant);
 		if (!w) {
@@ -818,9 +899,15 @@ static void give_idle(mb_wpool *pp)
  * waiting for the loop. */
 static void dispatch(mb_wpool *pp)
 {
-	give_idle(pp);
-	if (!pp->q_head && steal(pp))
-		give_idle(pp);
+	size_t cap = (size_t)pp->cfg->workers;
+	if (pp->marked || pp->in_service > cap) {
+		size_t held = held_now(pp);
+		size_slots(pp, held);
+		cap += held;
+	}
+	give_idle(pp, cap);
+	if (!pp->q_head && pp->busy < cap && steal(pp))
+		give_idle(pp, cap);
 	/* Sending ahead binds a job to one worker: not while another worker is starting (it takes
 	 * the job in a moment), and never to one whose job waits in a host call (a question to the
 	 * client may wait minutes for a person: input_required, docs/protocol.md) */
@@ -1412,25 +1499,10 @@ mb_wpool *mb_wpool_new(uv_loop_t *loop, const mb_config *cfg, const mb_job_callb
 	pp->wops.start = ws_start;
 	pp->wops.fail = ws_fail;
 	pp->wops.drop = ws_drop;
-	/* the largest frame a worker may send: a result with its output, or a file */
-	uint64_t most = (uint64_t)cfg->max_result_bytes + (uint64_t)cfg->max_output_bytes * 6;
-	if ((uint64_t)cfg->workspace_max_file_bytes > most)
-		most = (uint64_t)cfg->workspace_max_file_bytes;
-	if ((uint64_t)cfg->max_message_bytes > most)
-		most = (uint64_t)cfg->max_message_bytes;
 	for (int64_t i = 0; i < cfg->workers; i++) {
-		wproc *w = calloc(1, sizeof *w);
+		wproc *w = new_slot(pp);
 		if (!w)
 			break;
-		w->pp = pp;
-		w->rd.max = (size_t)most + (1u << 20);
-		w->state = P_DEAD;
-		uv_timer_init(loop, &w->retry);
-		w->retry.data = w;
-		w->retry_open = 1;
-		pp->handles++;
-		w->next = pp->procs;
-		pp->procs = w;
 		start_worker(pp, w);
 	}
 	if (!pp->procs) {
@@ -1450,7 +1522,7 @@ int mb_wpool_submit(mb_wpool *pp, const mb_exec_request *req, uint64_t *id_out, 
 	}
 	size_t idle = 0;
 	for (wproc *w = pp->procs; w; w = w->next)
-		idle += w->state != P_BUSY; /* a slot being (re)started takes a job soon */
+		idle += w->state != P_BUSY && !w->retired; /* a slot being (re)started takes a job soon */
 	if (mb_pool_admit(pp->cfg, pp->queued, idle, pp->queued_bytes,
 			  req->code_len + (req->context_json ? req->context_len : 0), err, errlen) != 0) {
 		pp->refused++;
@@ -1561,6 +1633,23 @@ int mb_wpool_cancel(mb_wpool *pp, uint64_t id)
 	return 0;
 }
 
+int mb_wpool_hold(mb_wpool *pp, uint64_t id, int on)
+{
+	wjob *j = find(pp, id);
+	if (!j)
+		return -1;
+	on = on != 0;
+	if (j->held != on) {
+		j->held = on;
+		if (on)
+			pp->marked++;
+		else
+			pp->marked--;
+	}
+	dispatch(pp);
+	return 0;
+}
+
 int mb_wpool_reply(mb_wpool *pp, uint64_t id, uint64_t seq, int status, const char *data, size_t len)
 {
 	wjob *j = find(pp, id);
@@ -1581,8 +1670,9 @@ size_t mb_wpool_pending(const mb_wpool *pp)
 void mb_wpool_get_stats(mb_wpool *pp, mb_pool_stats *out)
 {
 	memset(out, 0, sizeof *out);
-	out->workers = (size_t)pp->cfg->workers;
+	out->workers = pp->in_service;
 	out->busy = pp->busy;
+	out->held = held_now(pp);
 	out->queued = pp->queued;
 	out->submitted = pp->submitted;
 	out->completed = pp->completed;

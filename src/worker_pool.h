@@ -19,6 +19,7 @@ mb_wpool *mb_wpool_new(uv_loop_t *loop, const mb_config *cfg, const mb_job_callb
 int mb_wpool_submit(mb_wpool *pp, const mb_exec_request *req, uint64_t *id_out, char *err,
 		    size_t errlen);
 int mb_wpool_cancel(mb_wpool *pp, uint64_t id);
+int mb_wpool_hold(mb_wpool *pp, uint64_t id, int on);
 int mb_wpool_reply(mb_wpool *pp, uint64_t id, uint64_t seq, int status, const char *data,
 		   size_t len);
 size_t mb_wpool_pending(const mb_wpool *pp);

@@ -510,6 +510,14 @@ local function ask_room(tenant, n)
   end
   return true
 end
+-- While an execution waits for a client's answer (a person may take minutes), its worker does
+-- not count against `workers`: the pool runs others beside it, on up to held_workers more
+-- workers (mb.hold; docs/configuration.md).
+local function hold_job(entry, on)
+  local n = (entry.client_waits or 0) + (on and 1 or -1)
+  entry.client_waits = n
+  if entry.job and n == (on and 1 or 0) then mb.hold(entry.job, on) end
+end
 local function ask_begin(tenant) asking[tenant] = (asking[tenant] or 0) + 1 end
 local function ask_end(tenant)
   local n = (asking[tenant] or 1) - 1
@@ -534,7 +542,9 @@ function request_mt:client_request(method, params, capability)
   self.entry.client_requests = self.entry.client_requests or {}
   self.entry.client_requests[id] = true
   mb.send({ jsonrpc = "2.0", id = id, method = method, params = params }, self.session, self.exchange, false)
+  hold_job(self.entry, true)
   local msg = coroutine.yield()
+  hold_job(self.entry, false)
   ask_end(self.tenant)
   self.entry.client_requests[id] = nil
   if msg.error ~= nil then return nil, msg.error end
@@ -643,7 +653,11 @@ function request_mt:input_requests(list)
   if waiting > 0 then
     ask_inputs(entry)
     -- (a yield after an immediate answer was never resumed: the execution hung to timeout_ms)
-    if waiting > 0 then coroutine.yield() end
+    if waiting > 0 then
+      hold_job(entry, true)
+      coroutine.yield()
+      hold_job(entry, false)
+    end
   end
   if first_err then return nil, first_err end
   return answers

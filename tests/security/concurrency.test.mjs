@@ -76,7 +76,7 @@ test("ping is answered within 50 ms (or 50 ms after the big line) while a 10 MiB
     // that line on a quiet 2-core machine (was within 50 ms); the cause is not found yet (not
     // glibc's mmap threshold: tried) - the session's note says so. Pings during the execution
     // keep the 50 ms bound; the one behind the line gets 150 ms until the cause is fixed.
-    const AFTER_LINE_BOUND_MS = 150;
+    const AFTER_LINE_BOUND_MS = +(process.env.AFTER_LINE_BOUND_MS ?? 150);
     const late = pings.filter((p) => p.arrived < big - 10 ? p.ms > PING_BOUND_MS
       : p.arrived - Math.max(p.sent, big) > AFTER_LINE_BOUND_MS);
     assert.deepEqual(late.map((p) => p.ms.toFixed(0)), [],

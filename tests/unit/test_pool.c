@@ -29,6 +29,7 @@ typedef struct {
 	/* behaviour of the callbacks */
 	int cancel_on_note;          /* cancel the job that sent a notification */
 	int reply_calls;             /* answer host calls at once */
+	int hold_calls;              /* mark the job of an unanswered call held (mb_pool_hold) */
 	uint64_t call_job, call_seq; /* the last host call, when not answered */
 	int calls;
 	uv_timer_t guard;
@@ -67,6 +68,8 @@ static void on_call(void *ud, uint64_t id, uint64_t seq, const char *name, const
 	} else {
 		c->call_job = id;
 		c->call_seq = seq;
+		if (c->hold_calls)
+			CHECK(mb_pool_hold(c->pool, id, 1) == 0);
 	}
 }
 
@@ -241,6 +244,45 @@ TEST(host_call_reply_after_the_deadline_is_dropped)
 	finish(c);
 }
 
+static int one_done(ctx *c)
+{
+	return c->ndone >= 1;
+}
+
+/* One worker, its job waiting for a client's answer (held): with held_workers 1 a second job
+ * runs on a thread started beside it; with 0 the second waits for the answer. */
+TEST(held_job_does_not_take_the_workers_place)
+{
+	for (int extra = 1; extra >= 0; extra--) {
+		ctx *c = start(1, 4);
+		if (!c || !c->pool)
+			return;
+		c->cfg.held_workers = extra; /* read at each hold */
+		c->hold_calls = 1;
+		CHECK(submit(c, "return require('skills.answer')", 10000) == 0);
+		CHECK(submit(c, "return 7", 10000) == 1);
+		if (extra) {
+			CHECK(wait_for(c, one_done, 5000));
+			CHECK(c->success[1]);
+			CHECK_STR(c->result[1], "7");
+			mb_pool_stats s;
+			mb_pool_get_stats(c->pool, &s);
+			CHECK(s.held == 1);
+			CHECK(s.threads == 2);
+		} else {
+			CHECK(!wait_for(c, one_done, 300)); /* its only worker is held */
+			CHECK(c->calls == 1);
+		}
+		const char *reply = "{\"code\":\"return 40 + 2\"}";
+		CHECK(mb_pool_reply(c->pool, c->call_job, c->call_seq, 0, reply, strlen(reply)) == 0);
+		run(c);
+		CHECK(c->success[0]);
+		CHECK_STR(c->result[0], "42");
+		CHECK(c->success[1]);
+		finish(c);
+	}
+}
+
 static int back_in_service(ctx *c)
 {
 	mb_pool_stats s;
@@ -282,5 +324,6 @@ int main(void)
 	RUN(host_call_answered);
 	RUN(host_call_reply_after_the_deadline_is_dropped);
 	RUN(stuck_worker_answered_replaced_within_cap_and_topped_up);
+	RUN(held_job_does_not_take_the_workers_place);
 	return UNIT_END();
 }
