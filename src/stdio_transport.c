@@ -48,6 +48,7 @@ struct mb_stdio {
 	size_t backlog_max; /* 0 = none */
 	mb_stdio_backlog bl;
 	uv_idle_t flusher;
+	char *spent;      /* a large written message's buffer, freed by the flusher (write_cb) */
 	int eof;
 	int paused;
 	char *held;       /* bytes read but not yet cut into lines because we paused */
@@ -64,6 +65,7 @@ typedef struct {
 } write_req;
 
 #define OBUF_KEEP ((size_t)1 << 20) /* batch buffer kept between writes up to this size */
+#define SPENT_LATER ((size_t)1 << 20) /* written buffers this large are freed after the next write */
 
 /* Appends bytes to the held (not yet cut) input, keeping their order. */
 static int hold(mb_stdio *s, const char *data, size_t n)
@@ -516,6 +518,8 @@ mb_stdio *mb_stdio_open(uv_loop_t *loop, size_t max_line, const mb_stdio_callbac
 	return s;
 }
 
+static void flush(uv_idle_t *h);
+
 static void write_cb(uv_write_t *req, int status)
 {
 	write_req *w = (write_req *)req;
@@ -523,7 +527,19 @@ static void write_cb(uv_write_t *req, int status)
 	if (status)
 		mb_log(MB_LOG_ERROR, "stdio: write error: %s", uv_strerror(status));
 	s->queued -= w->len;
-	free(w->data);
+	/* libuv starts the next queued write only in the loop's next iteration, after this callback.
+	 * Freeing a large buffer is a munmap (main.c's M_MMAP_THRESHOLD), ~2.5 ms for a 20 MiB
+	 * answer: meanwhile the client reads the end of that line alone and parses it before it
+	 * reads the small answers queued behind it (a ping came 50-70 ms after a 10 MiB result's line
+	 * instead of with it). With more output waiting, the buffer is freed by the flusher, which
+	 * runs after that iteration's writes (the idle phase follows libuv's pending writes). */
+	if (!status && w->len >= SPENT_LATER && (s->pending_writes > 1 || s->olen)) {
+		free(s->spent);
+		s->spent = w->data;
+		uv_idle_start(&s->flusher, flush);
+	} else {
+		free(w->data);
+	}
 	free(w);
 	s->pending_writes--;
 	if (!s->pending_writes && s->cb.on_drain)
@@ -531,10 +547,8 @@ static void write_cb(uv_write_t *req, int status)
 }
 
 /* Hands the batch to libuv: as much as the pipe takes now, the rest as one queued write. */
-static void flush(uv_idle_t *h)
+static void flush_batch(mb_stdio *s)
 {
-	mb_stdio *s = h->data;
-	uv_idle_stop(h);
 	if (!s->olen)
 		return;
 	uv_stream_t *st = (uv_stream_t *)&s->out;
@@ -590,6 +604,16 @@ static void flush(uv_idle_t *h)
 		return;
 	}
 	s->pending_writes++;
+}
+
+/* The idle handle: the batch, then a spent buffer (write_cb) once the writes have been made. */
+static void flush(uv_idle_t *h)
+{
+	mb_stdio *s = h->data;
+	uv_idle_stop(h);
+	flush_batch(s);
+	free(s->spent);
+	s->spent = NULL;
 }
 
 void mb_stdio_set_backlog(mb_stdio *s, size_t max)
@@ -703,6 +727,7 @@ static void closed(uv_handle_t *h)
 		free(s->buf);
 		free(s->held);
 		free(s->obuf);
+		free(s->spent);
 		free(s);
 	}
 }
