@@ -113,6 +113,8 @@ struct wproc {
 	char tenant[72];        /* the tenant whose code it ran ("": none yet): it serves no other */
 	int closing;            /* between W_CLOSING and W_CLOSED: busy closing a large state */
 	int retired;            /* out of service (size_slots): no process, not restarted */
+	size_t unread;          /* replies in our write queue, not yet in the channel (send_frame) */
+	const char *stop_why;   /* why we killed it (send_frame): what its end reports */
 	wproc *next;
 };
 
@@ -147,14 +149,27 @@ static void finish(wjob *j, mb_exec_result *res);
 typedef struct {
 	uv_write_t req;
 	char *buf;
+	wproc *w;
+	int reply;              /* a W_REPLY: counted in w->unread until written */
 } wsend;
 
 static void sent(uv_write_t *req, int status)
 {
 	(void)status; /* a worker gone: its end of file says so */
 	wsend *s = (wsend *)req;
+	if (s->reply)
+		s->w->unread--;
 	free(s->buf);
 	free(s);
+}
+
+/* Replies a worker may leave unread in our write queue: its sandbox waits for each answer, so
+ * a worker has at most max_workspace_ops_pending workspace answers and one call's coming (and
+ * a stop's); one that asks on and reads nothing (a flood of W_MINT or workspace reads) would
+ * grow the queue without bound. */
+static size_t unread_max(const mb_wpool *pp)
+{
+	return (size_t)pp->cfg->max_workspace_ops_pending + 2;
 }
 
 /* Writes the frame in b to w (b's buffer is taken over): at once when the channel takes it all
@@ -175,9 +190,24 @@ static void send_frame(wproc *w, mb_wbuf *b)
 		memset(b, 0, sizeof *b);
 		return;
 	}
+	int reply = b->len > 4 && (unsigned char)b->buf[4] == W_REPLY;
+	if (reply && w->unread >= unread_max(w->pp)) { /* it asks and does not read: stopped */
+		free(b->buf);
+		memset(b, 0, sizeof *b);
+		if (!w->stop_why) {
+			w->stop_why = "the worker process left its answers unread; it was stopped";
+			w->pp->killed++;
+			if (w->sp.pid > 0) /* (never 0: the whole process group) */
+				kill(w->sp.pid, SIGKILL); /* its end of file ends it (died), with stop_why */
+		}
+		return;
+	}
 	wsend *s = malloc(sizeof *s);
 	if (!s)
 		return;
+	s->w = w;
+	s->reply = reply;
+	w->unread += (size_t)reply;
 	s->buf = b->buf;
 	if (k > 0) {
 		ub.base += k;
@@ -307,6 +337,8 @@ static void alloc_cb(uv_handle_t *h, size_t hint, uv_buf_t *buf)
 
 static void died(wproc *w, const char *why)
 {
+	if (!why)
+		why = w->stop_why;
 	wjob *j = w->job;
 	mb_wpool *pp = w->pp;
 	int starting = w->state == P_STARTING;
@@ -363,6 +395,10 @@ static void read_cb(uv_stream_t *s, ssize_t n, const uv_buf_t *buf)
 			return;
 		}
 		on_frame(w, &m);
+		if (w->stop_why && w->state != P_DEAD) {
+			died(w, NULL);
+			return;
+		}
 	}
 }
 
@@ -440,6 +476,7 @@ static void start_worker(mb_wpool *pp, wproc *w)
 	w->sp.shared = NULL;
 	w->gen++;
 	w->seq_next = w->seq_done = w->pace_ns = 0; /* a new process, a new page */
+	w->stop_why = NULL;
 	memset(w->revoked, 0, sizeof w->revoked);
 	size_t max = w->rd.max;
 	mb_wreader_free(&w->rd);
@@ -1288,20 +1325,28 @@ static int on_call(wproc *w, wjob *j, mb_wmsg *m)
 	return 0;
 }
 
-static void on_notify(wproc *w, wjob *j, mb_wmsg *m)
+/* mcp.log / mcp.progress. The sandbox sends at most max_notifications, each at most
+ * max_output_bytes of valid JSON, of a known kind and level: anything else is a compromised
+ * worker, stopped before its payload is parsed (a forged 17 MB progress was parsed twice on the
+ * loop, and log payloads reached clients uncut). Returns -1 for those. */
+static int on_notify(wproc *w, wjob *j, mb_wmsg *m)
 {
+	const mb_config *cfg = w->pp->cfg;
 	uint64_t kind, level;
 	const char *json;
 	size_t n;
 	if (mb_wmsg_u64(m, &kind) || mb_wmsg_u64(m, &level) || mb_wmsg_bytes(m, &json, &n))
-		return;
-	if (++j->notes > (uint64_t)w->pp->cfg->max_notifications || !w->pp->cb.on_notify)
-		return;
+		return -1;
 	int lv = (int)(int64_t)level;
 	if ((kind != MB_NOTIFY_LOG && kind != MB_NOTIFY_PROGRESS) || lv < -1 || lv > 7 ||
-	    !mb_worker_valid_json(json, n, w->pp->cfg, 0, NULL))
-		return;
-	w->pp->cb.on_notify(w->pp->cb.ud, j->id, (mb_notify_kind)kind, lv, json, n);
+	    (kind == MB_NOTIFY_PROGRESS) != (lv == -1) || n > (size_t)cfg->max_output_bytes ||
+	    ++j->notes > (uint64_t)cfg->max_notifications)
+		return -1;
+	if (!mb_worker_valid_json(json, n, cfg, 0, NULL))
+		return -1;
+	if (w->pp->cb.on_notify)
+		w->pp->cb.on_notify(w->pp->cb.ud, j->id, (mb_notify_kind)kind, lv, json, n);
+	return 0;
 }
 
 /* w's job has ended (its W_DONE was read): w starts the first job sent ahead to it at once (it
@@ -1426,7 +1471,7 @@ static void on_frame(wproc *w, mb_wmsg *m)
 		uv_timer_start(&w->retry, close_overdue,
 			       j->req.timeout_ms > CLOSE_MIN_MS ? j->req.timeout_ms : CLOSE_MIN_MS, 0);
 		break;
-	case W_NOTIFY: on_notify(w, j, m); break;
+	case W_NOTIFY: bad = on_notify(w, j, m) != 0; break;
 	case W_CALL: bad = on_call(w, j, m) != 0; break;
 	case W_MINT:
 		bad = mb_worker_mint(m, &pp->wb) != 0;
