@@ -144,6 +144,7 @@ install: deps all $(BUILD)/moonbox.1
 	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(SHAREDIR) $(DESTDIR)$(MANDIR)/man1 \
 	  $(DESTDIR)$(DOCDIR)/docs $(DESTDIR)$(UNITDIR) $(DESTDIR)$(SYSCONFDIR)/moonbox
 	install -m 0755 $(BUILD)/moonbox $(DESTDIR)$(PREFIX)/bin/moonbox
+	$(BUILD)/moonbox types $(DESTDIR)$(SHAREDIR) >/dev/null
 	rm -rf $(DESTDIR)$(SHAREDIR)/skills $(DESTDIR)$(SHAREDIR)/catalog $(DESTDIR)$(SHAREDIR)/workflows
 	for f in $(EXAMPLE_FILES); do install -D -m 0644 "$$f" "$(DESTDIR)$(SHAREDIR)/$$f" || exit 1; done
 	sed 's|@PREFIX@|$(PREFIX)|g' $(BUILD)/moonbox.1 | gzip -9n > $(DESTDIR)$(MANDIR)/man1/moonbox.1.gz

@@ -18,6 +18,7 @@
 #include "config_doc.h"
 #include "json.h"
 #include "log.h"
+#include "types_cli.h"
 #include "server.h"
 #include "sandbox.h"
 #include "seed.h"
@@ -92,6 +93,13 @@ int main(int argc, char **argv)
 	if (argc == 2 && strcmp(argv[1], "--print-man") == 0) {
 		mb_config_print_man(stdout);
 		return fflush(stdout) == 0 ? 0 : 1;
+	}
+	if (argc >= 2 && strcmp(argv[1], "types") == 0) {
+		if (argc != 3) {
+			fprintf(stderr, "usage: moonbox types DIR (writes DIR/types/sandbox.lua and DIR/.luarc.json)\n");
+			return 2;
+		}
+		return mb_types_main(argv[2]);
 	}
 	if (argc == 2 && strcmp(argv[1], "--print-options") == 0) {
 		mb_config_print_options(stdout);

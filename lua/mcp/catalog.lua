@@ -980,8 +980,15 @@ for _, k in ipairs(FIELDS) do FIELD_SET[k] = true end
 local function with_lua_types(def, format, tenant)
   if format == "json" then return def end
   local d = mb.json_decode(def)
-  if type(d) ~= "table" or d.kind ~= "tool" then return def end
-  local stub, inferred = require("mcp.tool_stubs").for_entry(d, tenant)
+  if type(d) ~= "table" or (d.kind ~= "tool" and d.kind ~= "function") then return def end
+  local stubs = require("mcp.tool_stubs")
+  local stub, inferred
+  if d.kind == "function" then -- the sandbox API (mcp/sandbox_types.lua)
+    stub = stubs.for_function(d)
+    if not stub then return def end
+  else
+    stub, inferred = stubs.for_entry(d, tenant)
+  end
   if format == "lua" then d.inputSchema, d.outputSchema = nil, nil end
   local extra = {}
   for k, v in pairs(d) do if not FIELD_SET[k] then extra[k] = v end end

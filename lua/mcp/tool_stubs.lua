@@ -77,7 +77,40 @@ function M.file(up, tenant)
   return types.file(servers, cfg.max_message_bytes // 2)
 end
 
+-- The sandbox API's own types (mcp/sandbox_types.lua), made once: they depend on nothing but
+-- the binary.
+local sandbox_file
+function M.sandbox_file()
+  sandbox_file = sandbox_file or require("mcp.sandbox_types").file(require("catalog.sandbox_api"))
+  return sandbox_file
+end
+
+-- The stub of one sandbox function's catalog entry (get_tool_definition, format lua or both)
+function M.for_function(d)
+  local api = require("catalog.sandbox_api")
+  for _, cat in pairs(api.categories) do
+    local t = cat.tools[d.name]
+    if t then return require("mcp.sandbox_types").stub(d.name, t) end
+  end
+  return nil
+end
+
 function M.init(tools)
+  local ST = require("mcp.sandbox_types")
+  tools.resource_providers[#tools.resource_providers + 1] = {
+    list = function()
+      return { { uri = ST.URI, name = "types/sandbox.lua", title = "Lua types of the sandbox API",
+                 description = "LuaLS annotations (---@meta) of every function sandbox code can call "
+                   .. "(json, re, mcp, pii, the workspace and data helpers, skills), for "
+                   .. "lua-language-server; `moonbox types DIR` writes it with a .luarc.json",
+                 mimeType = "text/x-lua" } }
+    end,
+    templates = function() return {} end,
+    read = function(uri)
+      if uri ~= ST.URI then return nil end
+      return { { uri = ST.URI, mimeType = "text/x-lua", text = M.sandbox_file() } }
+    end,
+  }
   tools.resource_providers[#tools.resource_providers + 1] = {
     list = function()
       local up = tools.upstream

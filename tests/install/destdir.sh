@@ -28,7 +28,7 @@ root=$dest$PREFIX
 check "make install PREFIX=$PREFIX DESTDIR=..." make --no-print-directory BUILD="$BUILD" install DESTDIR="$dest" PREFIX=$PREFIX
 
 for f in bin/moonbox share/moonbox/skills/text_stats.lua share/moonbox/catalog/README.md \
-	 share/moonbox/workflows/customer_intake.yaml \
+	 share/moonbox/workflows/customer_intake.yaml share/moonbox/types/sandbox.lua share/moonbox/.luarc.json \
 	 share/man/man1/moonbox.1.gz share/doc/moonbox/README.md share/doc/moonbox/docs/configuration.md \
 	 lib/systemd/system/moonbox.service etc/moonbox/moonbox.env; do
 	check "installed $f" test -f "$root/$f"

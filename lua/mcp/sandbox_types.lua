@@ -1,0 +1,179 @@
+-- mcp/sandbox_types.lua - LuaLS definitions (a ---@meta file) of the sandbox API itself.
+--
+-- Made from the one source the catalog has for it, lua/catalog/sandbox_api.lua, so the types,
+-- get_tool_definition and search_tools cannot drift apart: every entry becomes a function stub
+-- (or a field, for a constant such as json.null) with its description, ---@param per parameter
+-- and ---@return; moonbox's libraries (json, re, mcp, pii) become classes. Beside them, what the
+-- sandbox keeps of the stock libraries that lua-language-server's own Lua 5.4 library does not
+-- describe or describes too widely: os is cut to clock, date, difftime and time (LuaLS's builtin
+-- os is disabled by the .luarc.json below), math keeps Lua 5.2's pow, atan2, cosh, sinh, tanh,
+-- frexp, ldexp and log10. The sandbox's environment is checked against this file both ways by
+-- tests/integration/lua_types.test.mjs (every name it builds is declared, every name declared
+-- is there).
+--
+-- Served as the resource moonbox://types/sandbox.lua, written by `moonbox types DIR` with
+-- servers.lua and a .luarc.json, installed under share/moonbox/types/. Pure Lua, no `mb`.
+
+local sfmt, concat = string.format, table.concat
+
+local M = {}
+
+M.URI = "moonbox://types/sandbox.lua"
+
+-- moonbox's libraries: each a class and a global table
+local LIBS = { json = "JSON encode and decode", re = "PCRE2 regular expressions",
+               mcp = "the MCP client: other tools, the client, notifications",
+               pii = "personal data detection" }
+
+-- Stock functions the sandbox keeps that LuaLS's Lua 5.4 library lacks (or disables here)
+local EXTRA = {
+  { "os.clock", "CPU time used by the execution, in seconds", {}, "number" },
+  { "os.date", "Formats a time (UTC or local as the server's); \"*t\" gives a table",
+    { { "format", "string", true }, { "time", "integer", true } }, "string|osdate" },
+  { "os.difftime", "Seconds between two times", { { "t2", "integer" }, { "t1", "integer", true } }, "number" },
+  { "os.time", "The current time, or the time of a date table, in seconds since the epoch",
+    { { "date", "osdateparam", true } }, "integer" },
+  { "math.pow", "x to the power y (Lua 5.2 compatibility; x ^ y is the same)", { { "x", "number" }, { "y", "number" } }, "number" },
+  { "math.atan2", "The arc tangent of y/x (Lua 5.2 compatibility; math.atan(y, x))", { { "y", "number" }, { "x", "number" } }, "number" },
+  { "math.cosh", "Hyperbolic cosine (Lua 5.2 compatibility)", { { "x", "number" } }, "number" },
+  { "math.sinh", "Hyperbolic sine (Lua 5.2 compatibility)", { { "x", "number" } }, "number" },
+  { "math.tanh", "Hyperbolic tangent (Lua 5.2 compatibility)", { { "x", "number" } }, "number" },
+  { "math.frexp", "m and e with x = m * 2^e (Lua 5.2 compatibility)", { { "x", "number" } }, "number, integer" },
+  { "math.ldexp", "m * 2^e (Lua 5.2 compatibility)", { { "m", "number" }, { "e", "integer" } }, "number" },
+  { "math.log10", "Base-10 logarithm (Lua 5.2 compatibility; math.log(x, 10))", { { "x", "number" } }, "number" },
+}
+M.EXTRA = EXTRA
+
+-- The LuaLS type of a catalog parameter type ("string|integer|function", "array", ...)
+local TYPES = { any = "any", string = "string", integer = "integer", number = "number",
+                boolean = "boolean", table = "table", ["function"] = "function", array = "any[]",
+                object = "table", ["nil"] = "nil" }
+local function lua_type(t)
+  if type(t) ~= "string" then return "any" end
+  local out = {}
+  for part in t:gmatch("[^|]+") do
+    local lt = TYPES[part:match("^%s*(.-)%s*$")]
+    if not lt then return "any" end
+    out[#out + 1] = lt
+  end
+  return #out > 0 and concat(out, "|") or "any"
+end
+
+-- One line of text for a comment (newlines and control bytes become spaces)
+local function line(s)
+  return (tostring(s or ""):gsub("%c", " "):gsub("%s+", " "):gsub("^ ", ""):gsub(" $", ""))
+end
+
+local KEYWORDS = {}
+for w in ([[and break do else elseif end false for function goto if in local nil not or repeat
+  return then true until while]]):gmatch("%S+") do KEYWORDS[w] = true end
+local function ident(s) return type(s) == "string" and s:find("^[%a_][%w_]*$") ~= nil and not KEYWORDS[s] end
+
+-- The return annotation of a catalog "returns" text ("string: JSON text" -> "string # JSON
+-- text", "array of ..." -> "any[] # array of ...", "nothing" -> none)
+local function returns(text)
+  if type(text) ~= "string" or text == "" or text == "nothing" then return nil end
+  if TYPES[text] then return TYPES[text] end
+  local head, rest = text:match("^([%w_|%[%]]+):%s*(.*)$")
+  if head and lua_type(head) ~= "any" then return lua_type(head) .. " # " .. line(rest) end
+  local lead = text:match("^(%a+)")
+  if lead and TYPES[lead] and lead ~= "any" then return TYPES[lead] .. " # " .. line(text) end
+  if text:find("^true") or text:find("^false") then return "boolean # " .. line(text) end
+  if text:find("^array of") or text:find("^a new") or text:find("^a list") then
+    return "any[] # " .. line(text)
+  end
+  if text:find("^{") then return "table # " .. line(text) end
+  return "any # " .. line(text)
+end
+
+-- The stub of one catalog entry (name as the sandbox spells it): comment lines and a definition
+function M.stub(name, t)
+  local out = {}
+  out[#out + 1] = "--- " .. line(t.description)
+  if t.signature then out[#out + 1] = "--- `" .. line(t.signature) .. "`" end
+  local params = t.parameters or {}
+  if #params == 0 and t.signature and not t.signature:find("%(") then -- a constant (json.null)
+    out[#out + 1] = "---@type " .. (name == "json.null" and "lightuserdata" or "any")
+    out[#out + 1] = name .. " = nil"
+    return concat(out, "\n")
+  end
+  local names = {}
+  for _, p in ipairs(params) do
+    local pn = ident(p.name) and p.name or "arg" .. (#names + 1)
+    names[#names + 1] = pn
+    out[#out + 1] = (sfmt("---@param %s%s %s %s", pn, p.optional and "?" or "", lua_type(p.type),
+                          line(p.description)):gsub(" $", ""))
+  end
+  local r = returns(t.returns)
+  if r then out[#out + 1] = "---@return " .. r end
+  out[#out + 1] = sfmt("function %s(%s) end", name, concat(names, ", "))
+  return concat(out, "\n")
+end
+
+-- Every entry of the API as {name = ..., def = entry}, sorted by name
+local function entries(api)
+  local list = {}
+  for _, cat in pairs(api.categories) do
+    for name, t in pairs(cat.tools) do list[#list + 1] = { name = name, def = t } end
+  end
+  table.sort(list, function(a, b) return a.name < b.name end)
+  return list
+end
+
+-- The names the file declares (globals and library.field), for the completeness test
+function M.names(api)
+  local out = {}
+  for _, e in ipairs(entries(api)) do out[#out + 1] = e.name end
+  for _, x in ipairs(EXTRA) do out[#out + 1] = x[1] end
+  table.sort(out)
+  return out
+end
+
+-- The whole ---@meta file
+function M.file(api)
+  local out = { "---@meta sandbox",
+    "-- moonbox sandbox API (Lua 5.4): what execute_code and skills can call, made from the catalog",
+    "-- (lua/catalog/sandbox_api.lua). Use with the .luarc.json that `moonbox types DIR` writes;",
+    "-- servers.<server>.<tool> are typed in servers.lua. Do not edit: it is generated.", "" }
+  local libs = {}
+  for lib in pairs(LIBS) do libs[#libs + 1] = lib end
+  table.sort(libs)
+  for _, lib in ipairs(libs) do
+    out[#out + 1] = sfmt("--- %s\n---@class moonbox.%s\n%s = {}\n", LIBS[lib], lib, lib)
+  end
+  out[#out + 1] = "--- Upstream MCP servers' tools: servers.<server>.<tool>(args) (typed in servers.lua)\n"
+    .. "---@type table<string, table<string, fun(args?: table): any>>\nservers = {}\n"
+  for _, e in ipairs(entries(api)) do out[#out + 1] = M.stub(e.name, e.def) .. "\n" end
+  out[#out + 1] = "-- the stock libraries as the sandbox keeps them (beyond LuaLS's Lua 5.4 library)\n"
+  out[#out + 1] = "---@class oslib\nos = {}\n"
+  for _, x in ipairs(EXTRA) do
+    local t = { description = x[2], parameters = {}, returns = x[4] .. ": " .. x[2] }
+    for _, p in ipairs(x[3]) do t.parameters[#t.parameters + 1] = { name = p[1], type = p[2], optional = p[3] } end
+    local s = M.stub(x[1], t):gsub("---@return [^\n]*", "---@return " .. x[4])
+    out[#out + 1] = s .. "\n"
+  end
+  return concat(out, "\n")
+end
+
+-- The .luarc.json for lua-language-server: Lua 5.4, the stock libraries the sandbox lacks
+-- disabled (io, debug, package, os - os is declared in sandbox.lua as the sandbox keeps it),
+-- moonbox's globals known.
+function M.luarc(api)
+  local globals = { "servers" }
+  for lib in pairs(LIBS) do globals[#globals + 1] = lib end
+  for _, e in ipairs(entries(api)) do
+    if not e.name:find("%.") then globals[#globals + 1] = e.name end
+  end
+  table.sort(globals)
+  local q = {}
+  for _, g in ipairs(globals) do q[#q + 1] = '"' .. g .. '"' end
+  return concat({ "{",
+    '  "$schema": "https://raw.githubusercontent.com/LuaLS/vscode-lua/master/setting/schema.json",',
+    '  "runtime.version": "Lua 5.4",',
+    '  "runtime.builtin": { "io": "disable", "debug": "disable", "package": "disable", "os": "disable" },',
+    '  "workspace.library": [ "types" ],',
+    '  "diagnostics.globals": [ ' .. concat(q, ", ") .. " ]",
+    "}", "" }, "\n")
+end
+
+return M

@@ -1,0 +1,121 @@
+// The sandbox API's own LuaLS types (issue 35): moonbox://types/sandbox.lua, `moonbox types DIR`
+// and get_tool_definition's lua_types for a sandbox function, all made from the catalog's
+// lua/catalog/sandbox_api.lua (lua/mcp/sandbox_types.lua). The file must parse, and it must
+// match the environment the sandbox really builds, both ways: every name sandbox code can reach
+// beyond stock Lua 5.4 is declared, and every name declared is reachable.
+// Run: cd tests && MOONBOX=../build/moonbox node run-node.mjs integration/sandbox_types.test.mjs
+import { describe, it, before, after } from "node:test";
+import assert from "node:assert/strict";
+import { spawnSync } from "node:child_process";
+import { mkdtempSync, readFileSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import path from "node:path";
+
+import { MOONBOX, connectClient } from "../lib/moonbox.mjs";
+
+const T = { timeout: 60000 };
+const URI = "moonbox://types/sandbox.lua";
+
+const has = (cmd) => spawnSync(cmd, ["-v"], { encoding: "utf8" }).status === 0;
+function luaParseError(text) {
+  const r = has("luac5.4") ? spawnSync("luac5.4", ["-p", "-"], { input: text, encoding: "utf8" })
+    : spawnSync("lua5.4", ["-e", 'local f, e = load(io.read("a"), "=t", "t") if not f then io.stderr:write(e) os.exit(1) end'],
+      { input: text, encoding: "utf8" });
+  if (r.error) throw r.error;
+  return r.status === 0 ? null : (r.stderr || `exit ${r.status}`);
+}
+
+// what code sees: globals, and one level into every library table (name.field)
+const ENV = `local out = {}
+for k, v in pairs(_G) do
+  if type(v) == "table" and k ~= "_G" then
+    for k2 in pairs(v) do out[#out + 1] = k .. "." .. tostring(k2) end
+  else out[#out + 1] = k end
+end
+table.sort(out) return out`;
+
+// the same in a stock Lua 5.4 state, for what LuaLS's own Lua 5.4 library already describes
+function stockNames() {
+  const r = spawnSync("lua5.4", ["-e", ENV.replace("return out", "print(table.concat(out, ' '))")], { encoding: "utf8" });
+  assert.equal(r.status, 0, r.stderr);
+  return new Set(r.stdout.trim().split(/\s+/));
+}
+
+// names the meta file declares: `function a.b(`, `a.b = `, `a = `
+function declared(text) {
+  const out = new Set();
+  for (const m of text.matchAll(/^function ([\w.]+)\(/gm)) out.add(m[1]);
+  for (const m of text.matchAll(/^([\w.]+) = /gm)) out.add(m[1]);
+  return out;
+}
+
+describe("the sandbox API's LuaLS types", () => {
+  let s;
+  before(async () => { s = await connectClient(); });
+  after(async () => { await s?.close(); });
+
+  it("moonbox://types/sandbox.lua is listed, parses and matches the sandbox's environment both ways", T, async () => {
+    const list = await s.client.listResources();
+    assert.ok(list.resources.some((r) => r.uri === URI), JSON.stringify(list.resources.map((r) => r.uri)));
+    const text = (await s.client.readResource({ uri: URI })).contents[0].text;
+    assert.match(text, /^---@meta sandbox/);
+    assert.equal(luaParseError(text), null);
+    const env = (await s.client.callTool({ name: "execute_code", arguments: { code: ENV } })).structuredContent.result;
+    assert.ok(Array.isArray(env) && env.length > 100, JSON.stringify(env).slice(0, 300));
+    const stock = stockNames();
+    const decl = declared(text);
+    const have = new Set([...env, ...env.filter((n) => n.includes(".")).map((n) => n.split(".")[0])]);
+    // every name beyond stock Lua is declared ...
+    const undeclared = env.filter((n) => !stock.has(n) && !decl.has(n));
+    assert.deepEqual(undeclared, [], "names the sandbox builds that sandbox.lua does not declare");
+    // ... and every declared one is there (servers is filled only with upstreams configured)
+    const missing = [...decl].filter((n) => !have.has(n) && n !== "servers");
+    assert.deepEqual(missing, [], "names sandbox.lua declares that the sandbox does not have");
+    // the stock libraries the sandbox lacks are not declared, and .luarc.json disables them
+    for (const gone of ["io.open", "os.execute", "os.getenv", "debug.getinfo", "package.loadlib", "dofile", "loadfile", "string.dump"])
+      assert.ok(!decl.has(gone) && !have.has(gone), gone);
+  });
+
+  it("get_tool_definition gives a sandbox function's stub in format lua and both", T, async () => {
+    for (const format of ["lua", "both"]) {
+      const d = (await s.client.callTool({ name: "get_tool_definition",
+        arguments: { tool_name: "json.encode", format } })).structuredContent;
+      const stub = d.lua_types ?? d.extra?.lua_types;
+      assert.match(stub ?? "", /---@param value any[^\n]*\n---@return string[^\n]*\nfunction json\.encode\(value\) end/, JSON.stringify(d).slice(0, 600));
+      assert.equal(luaParseError(stub), null);
+    }
+    const plain = (await s.client.callTool({ name: "get_tool_definition",
+      arguments: { tool_name: "json.encode" } })).structuredContent;
+    assert.equal(plain.lua_types ?? plain.extra?.lua_types, undefined, "format json (the default) has no stub");
+  });
+});
+
+describe("moonbox types DIR", () => {
+  it("writes types/sandbox.lua (the resource's text) and a .luarc.json for lua-language-server", T, async () => {
+    const dir = mkdtempSync(path.join(tmpdir(), "moonbox-types-"));
+    try {
+      const r = spawnSync(MOONBOX, ["types", dir], { encoding: "utf8" });
+      assert.equal(r.status, 0, r.stderr);
+      const text = readFileSync(path.join(dir, "types/sandbox.lua"), "utf8");
+      assert.equal(luaParseError(text), null);
+      const s = await connectClient();
+      try {
+        assert.equal((await s.client.readResource({ uri: URI })).contents[0].text, text);
+      } finally {
+        await s.close();
+      }
+      const rc = JSON.parse(readFileSync(path.join(dir, ".luarc.json"), "utf8"));
+      assert.equal(rc["runtime.version"], "Lua 5.4");
+      for (const lib of ["io", "debug", "package", "os"]) assert.equal(rc["runtime.builtin"][lib], "disable", lib);
+      for (const g of ["json", "re", "mcp", "pii", "servers", "read_file", "tokenize_pii", "save_skill"])
+        assert.ok(rc["diagnostics.globals"].includes(g), g);
+      assert.deepEqual(rc["workspace.library"], ["types"]);
+      // a bad argument: usage and exit 2
+      const bad = spawnSync(MOONBOX, ["types"], { encoding: "utf8" });
+      assert.equal(bad.status, 2);
+      assert.match(bad.stderr, /usage: moonbox types DIR/);
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
+  });
+});
