@@ -144,6 +144,7 @@ static void usage(FILE *f)
 	fprintf(f,
 		"moonbox %s - a code-execution MCP server: runs Lua 5.4 in a restricted sandbox.\n\n"
 		"usage: moonbox [--data-dir DIR] [--config FILE] [--log-level L] [--OPTION VALUE]...\n"
+		"       moonbox run [OPTIONS] FILE.lua | -e CODE | --skill NAME [--args JSON] [--context-vars JSON]\n"
 		"       moonbox types DIR   (the sandbox API's LuaLS types and a .luarc.json for editors)\n"
 		"       moonbox --help | --version\n\n",
 		MB_VERSION);

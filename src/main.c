@@ -18,6 +18,7 @@
 #include "config_doc.h"
 #include "json.h"
 #include "log.h"
+#include "run_cli.h"
 #include "types_cli.h"
 #include "server.h"
 #include "sandbox.h"
@@ -94,6 +95,8 @@ int main(int argc, char **argv)
 		mb_config_print_man(stdout);
 		return fflush(stdout) == 0 ? 0 : 1;
 	}
+	if (argc >= 2 && strcmp(argv[1], "run") == 0)
+		return mb_run_main(argc, argv);
 	if (argc >= 2 && strcmp(argv[1], "types") == 0) {
 		if (argc != 3) {
 			fprintf(stderr, "usage: moonbox types DIR (writes DIR/types/sandbox.lua and DIR/.luarc.json)\n");
