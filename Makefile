@@ -19,7 +19,7 @@ DEB_PKGS  := liblua5.4-dev libuv1-dev libpcre2-dev libjansson-dev libsqlite3-dev
 # man-db: systemd-analyze verify runs `man moonbox(1)` for the unit's Documentation= (tests/install)
 # postgresql, nginx: the replica tests start their own throwaway cluster and balancer
 # (tests/lib/pg.mjs, tests/lib/nginx.mjs); the services the packages start are stopped (test-deps)
-TEST_DEB_PKGS := valgrind clang libclang-rt-14-dev lua5.4 sqlite3 wrk openssl dpkg-dev systemd groff-base procps man-db \
+TEST_DEB_PKGS := valgrind clang libclang-rt-14-dev lua5.4 lua-check sqlite3 wrk openssl dpkg-dev systemd groff-base procps man-db \
                  postgresql nginx
 # services that installing TEST_DEB_PKGS starts (where policy-rc.d lets it); no test uses them
 TEST_DEB_SERVICES := nginx postgresql

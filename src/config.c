@@ -146,6 +146,7 @@ static void usage(FILE *f)
 		"usage: moonbox [--data-dir DIR] [--config FILE] [--log-level L] [--OPTION VALUE]...\n"
 		"       moonbox run [OPTIONS] FILE.lua | -e CODE | --skill NAME [--args JSON] [--context-vars JSON]\n"
 		"       moonbox types DIR   (the sandbox API's LuaLS types and a .luarc.json for editors)\n"
+		"       moonbox check FILE.lua|DIR...   (luacheck with the sandbox's globals)\n"
 		"       moonbox --help | --version\n\n",
 		MB_VERSION);
 	/* The revisions come from protocol.h, the list initialize and server/discover use. */

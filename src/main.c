@@ -95,6 +95,8 @@ int main(int argc, char **argv)
 		mb_config_print_man(stdout);
 		return fflush(stdout) == 0 ? 0 : 1;
 	}
+	if (argc >= 2 && strcmp(argv[1], "check") == 0)
+		return mb_check_main(argc, argv);
 	if (argc >= 2 && strcmp(argv[1], "run") == 0)
 		return mb_run_main(argc, argv);
 	if (argc >= 2 && strcmp(argv[1], "types") == 0) {

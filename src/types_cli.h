@@ -6,4 +6,8 @@
 /// @returns the exit status: 0, 1 when a file cannot be written, 2 for a bad argument
 int mb_types_main(const char *dir);
 
+/// `moonbox check FILE|DIR...`: luacheck with the sandbox's globals (argv as main's).
+/// @returns 0 clean, 1 findings, 2 bad arguments, 4 luacheck missing or failing
+int mb_check_main(int argc, char **argv);
+
 #endif

@@ -7,7 +7,7 @@
 import { describe, it, before, after } from "node:test";
 import assert from "node:assert/strict";
 import { spawnSync } from "node:child_process";
-import { mkdtempSync, readFileSync, rmSync } from "node:fs";
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import path from "node:path";
 
@@ -87,6 +87,50 @@ describe("the sandbox API's LuaLS types", () => {
     const plain = (await s.client.callTool({ name: "get_tool_definition",
       arguments: { tool_name: "json.encode" } })).structuredContent;
     assert.equal(plain.lua_types ?? plain.extra?.lua_types, undefined, "format json (the default) has no stub");
+  });
+});
+
+describe("moonbox check", () => {
+  const check = (args) => spawnSync(MOONBOX, ["check", ...args], { encoding: "utf8" });
+  it("luacheck (Debian's lua-check, installed by make test-deps) is there", () => {
+    assert.ok(has("luacheck") || spawnSync("luacheck", ["--version"]).status === 0, "luacheck is not installed");
+  });
+
+  it("passes the shipped skills, and every name the sandbox builds; flags what it does not have", T, async () => {
+    const shipped = check([path.join(path.dirname(MOONBOX), "../skills")]);
+    assert.equal(shipped.status, 0, shipped.stdout + shipped.stderr);
+    // a file that reads every name of the real environment: no finding (the config is complete)
+    const s = await connectClient();
+    let env;
+    try {
+      env = (await s.client.callTool({ name: "execute_code", arguments: { code: ENV } })).structuredContent.result;
+    } finally {
+      await s.close();
+    }
+    const dir = mkdtempSync(path.join(tmpdir(), "moonbox-check-"));
+    try {
+      const all = path.join(dir, "all.lua");
+      writeFileSync(all, env.filter((n) => /^[A-Za-z_][\w]*(\.[A-Za-z_]\w*)?$/.test(n))
+        .map((n) => `local _ = ${n}`).join("\n") + "\n");
+      const r = check([all]);
+      assert.equal(r.status, 0, r.stdout + r.stderr);
+      // what the sandbox lacks, a misspelt global and a global set are findings in file:line:col form
+      const bad = path.join(dir, "bad.lua");
+      writeFileSync(bad, 'local t = tabel.concat({})\nresult = os.execute("ls")\nlocal d = string.dump\nreturn io.read(), dofile("x")\n');
+      const b = check([bad]);
+      assert.equal(b.status, 1, b.stdout + b.stderr);
+      for (const want of [/bad\.lua:1:11: \(W113\) accessing undefined variable 'tabel'/,
+        /bad\.lua:2:1: \(W111\) setting non-standard global variable 'result'/,
+        /bad\.lua:2:10: \(W143\) accessing undefined field 'execute' of global 'os'/,
+        /bad\.lua:3:\d+: \(W143\) accessing undefined field 'dump' of global 'string'/,
+        /bad\.lua:4:8: \(W113\) accessing undefined variable 'io'/,
+        /bad\.lua:4:\d+: \(W113\) accessing undefined variable 'dofile'/])
+        assert.match(b.stdout, want);
+      assert.equal(check([]).status, 2);
+      assert.equal(check(["--nope"]).status, 2);
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
   });
 });
 
