@@ -354,6 +354,8 @@ function H.new_mb(config)
     history_flush = function() return 0, 0 end,
     pool_stats = function() return { workers = cfg.workers, busy = 0, queued = 0, uptime_s = 7 } end,
     submit = unscripted("submit"), wait = unscripted("wait"), cancel = unscripted("cancel"),
+    -- the pool's held mark (mb_pool_hold): recorded as {job, on}
+    holds = {}, hold = function(job, on) m.holds[#m.holds + 1] = { job, on } return true end,
     host_reply = unscripted("host_reply"),
     db = { migrate = function(list) m.migrated = list return true end,
            exec = unscripted("db.exec"), query = unscripted("db.query"), row = unscripted("db.row"),

@@ -337,7 +337,9 @@ local asked = m.sent[#m.sent]
 check("client request sent on the session, not final", { asked.msg.method, asked.msg.params, asked.session, asked.final, type(asked.msg.id) },
   { "elicitation/create", { message = "Name?" }, 2, false, "string" })
 check("the host call waits for the client", coroutine.status(hc), "suspended")
+check("its job is held while the client answers", m.holds[#m.holds], { ejob, true })
 handle(H.json_encode({ jsonrpc = "2.0", id = asked.msg.id, result = { action = "accept", content = { name = "Ann" } } }), 2)
+check("and no longer once the answer came", m.holds[#m.holds], { ejob, false })
 check("the client's answer is the host call's reply", { replies[#replies].ok, H.json_decode(replies[#replies].text) },
   { true, { action = "accept", content = { name = "Ann" } } })
 
