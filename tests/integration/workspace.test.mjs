@@ -433,6 +433,11 @@ describe("resources", () => {
         { uri: "moonbox://workspace/a%20b.txt", name: "a b.txt", mimeType: "text/plain", size: 6 },
         { uri: "moonbox://workspace/img/p.png", name: "img/p.png", mimeType: "image/png", size: 4 },
         { uri: "moonbox://workspace/%C3%BC.json", name: "ü.json", mimeType: "application/json", size: 2 },
+        // the sandbox API's types (mcp/sandbox_types.lua), always listed
+        { uri: "moonbox://types/sandbox.lua", name: "types/sandbox.lua", title: "Lua types of the sandbox API",
+          description: "LuaLS annotations (---@meta) of every function sandbox code can call (json, re, mcp, pii, "
+            + "the workspace and data helpers, skills), for lua-language-server; `moonbox types DIR` writes it with a .luarc.json",
+          mimeType: "text/x-lua" },
       ]);
       const { resourceTemplates } = await s.client.listResourceTemplates();
       assert.deepEqual(resourceTemplates.map((t) => t.uriTemplate).sort(),
