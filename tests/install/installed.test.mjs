@@ -96,8 +96,10 @@ describe("installed moonbox", { skip: PREFIX ? false : "MOONBOX_PREFIX is not se
     try {
       assert.deepEqual(files(path.join(data, "skills")), files(path.join(SHARE, "skills")));
       assert.deepEqual(files(path.join(data, "catalog")), files(path.join(SHARE, "catalog")));
-      for (const f of files(SHARE))
+      // (what is seeded: skills, catalog, workflows; share/moonbox/types and .luarc.json are for editors)
+      for (const f of files(SHARE).filter((f) => /^(skills|catalog|workflows)\//.test(f)))
         assert.equal(readFileSync(path.join(data, f), "utf8"), readFileSync(path.join(SHARE, f), "utf8"), f);
+      assert.ok(!existsSync(path.join(data, ".luarc.json")) && !existsSync(path.join(data, "types")), "editor files are not seeded");
       assert.equal(statSync(data).mode & 0o777, 0o700, "data directory mode");
 
       assert.deepEqual(await skillNames(s.client), ["csv", "text_stats"]);
