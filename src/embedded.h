@@ -18,4 +18,9 @@ extern const mb_embedded_file mb_embedded_lua[];
 /* Finds a module by name; returns NULL when absent. */
 const mb_embedded_file *mb_embedded_find(const char *name);
 
+/* A package.searchers entry (lua_CFunction) that loads the embedded modules: the host state's,
+ * and the plain state of `moonbox types` / `moonbox check` (types_cli.c). */
+struct lua_State;
+int mb_embedded_searcher(struct lua_State *L);
+
 #endif

@@ -86,8 +86,8 @@ const mb_embedded_file *mb_embedded_find(const char *name)
 	return NULL;
 }
 
-/* package.searchers entry for the embedded modules. */
-static int embedded_searcher(lua_State *L)
+/* package.searchers entry for the embedded modules (embedded.h). */
+int mb_embedded_searcher(lua_State *L)
 {
 	const char *name = luaL_checkstring(L, 1);
 	const mb_embedded_file *f = mb_embedded_find(name);
@@ -931,7 +931,7 @@ mb_host *mb_host_new(const mb_config *cfg, const mb_host_io *io, const mb_host_d
 	/* embedded modules via require */
 	lua_getglobal(L, "package");
 	lua_getfield(L, -1, "searchers");
-	lua_pushcfunction(L, embedded_searcher);
+	lua_pushcfunction(L, mb_embedded_searcher);
 	lua_rawseti(L, -2, 2); /* before the file searchers: ours win */
 	lua_pop(L, 2);
 

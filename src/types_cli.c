@@ -30,20 +30,6 @@
 
 #include "embedded.h"
 
-static int searcher(lua_State *L)
-{
-	const char *name = luaL_checkstring(L, 1);
-	const mb_embedded_file *f = mb_embedded_find(name);
-	if (!f) {
-		lua_pushfstring(L, "no embedded module '%s'", name);
-		return 1;
-	}
-	if (luaL_loadbufferx(L, f->data, f->len, name, "b") != LUA_OK)
-		return lua_error(L);
-	lua_pushstring(L, name);
-	return 2;
-}
-
 static const char script[] =
 	"local dir = ...\n"
 	"local st, api = require('mcp.sandbox_types'), require('catalog.sandbox_api')\n"
@@ -69,7 +55,7 @@ static int run_lua(const char *what, const char *script, size_t len, const char 
 	luaL_openlibs(L);
 	lua_getglobal(L, "package");
 	lua_getfield(L, -1, "searchers");
-	lua_pushcfunction(L, searcher);
+	lua_pushcfunction(L, mb_embedded_searcher);
 	lua_rawseti(L, -2, 2);
 	lua_pop(L, 2);
 	int rc = 0;
@@ -100,8 +86,7 @@ int mb_types_main(const char *dir)
 		fprintf(stderr, "moonbox types: cannot create %s: %s\n", sub, strerror(errno));
 		return 1;
 	}
-	int rc = run_lua("types", script, sizeof script - 1, dir);
-	return rc;
+	return run_lua("types", script, sizeof script - 1, dir);
 }
 
 static const char check_script[] =

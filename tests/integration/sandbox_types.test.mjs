@@ -128,6 +128,10 @@ describe("moonbox check", () => {
         assert.match(b.stdout, want);
       assert.equal(check([]).status, 2);
       assert.equal(check(["--nope"]).status, 2);
+      // without luacheck on PATH: exit 4 naming the package to install
+      const none = spawnSync(MOONBOX, ["check", bad], { encoding: "utf8", env: { ...process.env, PATH: dir } });
+      assert.equal(none.status, 4, none.stderr);
+      assert.match(none.stderr, /install Debian's lua-check/);
     } finally {
       rmSync(dir, { recursive: true, force: true });
     }
@@ -154,6 +158,11 @@ describe("moonbox types DIR", () => {
       for (const g of ["json", "re", "mcp", "pii", "servers", "read_file", "tokenize_pii", "save_skill"])
         assert.ok(rc["diagnostics.globals"].includes(g), g);
       assert.deepEqual(rc["workspace.library"], ["types"]);
+      // a directory that cannot be made: exit 1 naming it
+      const under = path.join(dir, "types/sandbox.lua", "x");
+      const no = spawnSync(MOONBOX, ["types", under], { encoding: "utf8" });
+      assert.equal(no.status, 1, no.stderr);
+      assert.match(no.stderr, /moonbox types: cannot create .*: Not a directory/);
       // a bad argument: usage and exit 2
       const bad = spawnSync(MOONBOX, ["types"], { encoding: "utf8" });
       assert.equal(bad.status, 2);
