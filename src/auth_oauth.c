@@ -1,0 +1,672 @@
+/* auth_oauth.c - the OAuth 2.1 resource server behind the HTTP endpoint (auth_oauth.h).
+ *
+ * Key set life cycle. A fetch goes through up to three steps: the RFC 8414 document
+ * (<origin>/.well-known/oauth-authorization-server<issuer path>), else the OpenID one
+ * (<issuer>/.well-known/openid-configuration), whose issuer must equal oauth_issuer and whose
+ * jwks_uri is kept; then the JWKS. With oauth_jwks_url set, only the last. At most one fetch
+ * runs at a time; waiters queued during it are all woken when it ends, whatever the outcome. A
+ * failed fetch keeps the previous key set (and its error is what a token that needed the new
+ * one hears). last_attempt rate-limits fetches: a stream of tokens with made-up kids costs one
+ * fetch per oauth_jwks_refresh_ms, not one each.
+ *
+ * Token cache. A direct-mapped table of oauth_token_cache slots (rounded up to a power of two)
+ * indexed by the token's keyed BLAKE2b-256 hash; a slot holds the hash and the principal and is
+ * valid until the token's exp. A collision replaces the older entry; the cost is one more
+ * verification. The key is random per process, so a hash says nothing about the token.
+ */
+#include "auth_oauth.h"
+
+#include <ctype.h>
+#include <jansson.h>
+#include <sodium.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <time.h>
+
+#include "auth_fetch.h"
+#include "auth_jwt.h"
+#include "log.h"
+
+#define MAX_SCOPES 16
+#define HASH_BYTES 32
+
+enum { ST_IDLE, ST_RFC8414, ST_OIDC, ST_JWKS };
+
+typedef struct tslot {
+	unsigned char hash[HASH_BYTES];
+	mb_oauth_principal p;
+	int used;
+} tslot;
+
+struct mb_oauth {
+	uv_loop_t *loop;
+	const mb_config *cfg;
+	char issuer[1024], resource[1024];
+	char jwks_url[1024];
+	char md_url[1200], md_path[1100];
+	char *metadata;
+	size_t metadata_len;
+	struct {
+		char name[128];
+		unsigned right;
+	} scopes[MAX_SCOPES];
+	size_t nscopes;
+	mb_jwks *keys;
+	uint64_t fetched_at;   /* uv_now of the key set's arrival */
+	uint64_t last_attempt; /* uv_now when the last fetch started (0: never) */
+	int stage;             /* ST_*: the fetch running */
+	mb_auth_fetch *fetch;
+	char last_err[300];
+	mb_oauth_waiter *waiters;
+	tslot *cache;
+	size_t cache_mask;
+	unsigned char key[32];
+	int closing;
+	mb_oauth_stats st;
+};
+
+/* ---- options --------------------------------------------------------------------------------- */
+
+/* Splits an http(s) URL: *scheme_https, the authority [a, a+alen), the path start. @returns 0/-1 */
+static int url_parts(const char *u, int *https, const char **auth, size_t *alen, const char **path)
+{
+	const char *rest;
+	if (strncasecmp(u, "https://", 8) == 0)
+		*https = 1, rest = u + 8;
+	else if (strncasecmp(u, "http://", 7) == 0)
+		*https = 0, rest = u + 7;
+	else
+		return -1;
+	size_t n = strcspn(rest, "/?#");
+	if (n == 0 || memchr(rest, '@', n) || strpbrk(u, "#"))
+		return -1;
+	for (const char *p = u; *p; p++)
+		if ((unsigned char)*p <= 0x20 || (unsigned char)*p >= 0x7f || *p == '"' || *p == '\\')
+			return -1;
+	*auth = rest;
+	*alen = n;
+	*path = rest + n;
+	return 0;
+}
+
+static int loopback_host(const char *a, size_t n)
+{
+	size_t h = n;
+	if (a[0] == '[') {
+		const char *e = memchr(a, ']', n);
+		h = e ? (size_t)(e - a) + 1 : n;
+		return h == 5 && memcmp(a, "[::1]", 5) == 0;
+	}
+	const char *c = memchr(a, ':', n);
+	if (c)
+		h = (size_t)(c - a);
+	if (h == 9 && strncasecmp(a, "localhost", 9) == 0)
+		return 1;
+	return h > 4 && memcmp(a, "127.", 4) == 0 && strspn(a, "0123456789.") >= h;
+}
+
+/* An https URL, or http on a loopback host. @returns 0 or -1 with err naming the option */
+static int check_url(const char *opt, const char *u, int allow_query, char *err, size_t errlen)
+{
+	int https;
+	const char *a, *path;
+	size_t alen;
+	if (url_parts(u, &https, &a, &alen, &path) != 0 || (!allow_query && strchr(u, '?'))) {
+		mb_seterr(err, errlen, "%s \"%s\" is not an absolute http(s) URL without user info, query or fragment",
+			  opt, u);
+		return -1;
+	}
+	if (!https && !loopback_host(a, alen)) {
+		mb_seterr(err, errlen, "%s \"%s\": an http:// URL is accepted only on a loopback host (127.0.0.1, "
+			  "[::1], localhost); use https://", opt, u);
+		return -1;
+	}
+	return 0;
+}
+
+static int right_of(const char *s, size_t n)
+{
+	if (n == 7 && memcmp(s, "execute", 7) == 0)
+		return MB_RIGHT_EXECUTE;
+	if (n == 6 && memcmp(s, "skills", 6) == 0)
+		return MB_RIGHT_SKILLS;
+	if (n == 5 && memcmp(s, "admin", 5) == 0)
+		return MB_RIGHT_ADMIN;
+	return 0;
+}
+
+/* RFC 6749 scope-token characters: %x21 / %x23-5B / %x5D-7E. */
+static int scope_char(unsigned char ch)
+{
+	return ch == 0x21 || (ch >= 0x23 && ch <= 0x5b) || (ch >= 0x5d && ch <= 0x7e);
+}
+
+static int parse_scopes(mb_oauth *o, const char *s, char *err, size_t errlen)
+{
+	while (*s) {
+		while (*s == ',' || *s == ' ')
+			s++;
+		if (!*s)
+			break;
+		size_t n = strcspn(s, ", ");
+		const char *eq = memchr(s, '=', n);
+		size_t sn = eq ? (size_t)(eq - s) : 0;
+		int r = eq ? right_of(eq + 1, n - sn - 1) : 0;
+		int ok = eq && r && sn > 0 && sn < sizeof o->scopes[0].name && o->nscopes < MAX_SCOPES;
+		for (size_t i = 0; ok && i < sn; i++)
+			ok = scope_char((unsigned char)s[i]) && s[i] != '=';
+		if (!ok) {
+			mb_seterr(err, errlen, "oauth_scopes entry \"%.*s\" is not scope=right (right: execute, skills or "
+				  "admin; at most %d entries; a scope is 1-127 visible characters without \" \\ or =)",
+				  (int)n, s, MAX_SCOPES);
+			return -1;
+		}
+		memcpy(o->scopes[o->nscopes].name, s, sn);
+		o->scopes[o->nscopes].name[sn] = 0;
+		o->scopes[o->nscopes++].right = (unsigned)r;
+		s += n;
+	}
+	return 0;
+}
+
+int mb_oauth_tenant_ok(const char *t, size_t n)
+{
+	if (n == 0 || n > MB_OAUTH_TENANT_MAX)
+		return 0;
+	for (size_t i = 0; i < n; i++)
+		if (!isalnum((unsigned char)t[i]) && t[i] != '_' && t[i] != '-' && t[i] != '.')
+			return 0;
+	return !(n <= 2 && t[0] == '.' && (n == 1 || t[1] == '.')); /* not "." or ".." */
+}
+
+static int build_metadata(mb_oauth *o)
+{
+	json_t *doc = json_object(), *as = json_array(), *sc = json_array(), *bm = json_array();
+	if (!doc || !as || !sc || !bm) {
+		json_decref(doc), json_decref(as), json_decref(sc), json_decref(bm);
+		return -1;
+	}
+	json_array_append_new(as, json_string(o->issuer));
+	for (size_t i = 0; i < o->nscopes; i++)
+		json_array_append_new(sc, json_string(o->scopes[i].name));
+	json_array_append_new(bm, json_string("header"));
+	json_object_set_new(doc, "resource", json_string(o->resource));
+	json_object_set_new(doc, "authorization_servers", as);
+	json_object_set_new(doc, "scopes_supported", sc);
+	json_object_set_new(doc, "bearer_methods_supported", bm);
+	json_object_set_new(doc, "resource_name", json_string("moonbox"));
+	o->metadata = json_dumps(doc, JSON_COMPACT);
+	json_decref(doc);
+	if (!o->metadata)
+		return -1;
+	o->metadata_len = strlen(o->metadata);
+	return 0;
+}
+
+mb_oauth *mb_oauth_new(uv_loop_t *loop, const mb_config *cfg, char *err, size_t errlen)
+{
+	if (errlen)
+		err[0] = 0;
+	if (!cfg->oauth_issuer[0]) {
+		if (cfg->oauth_resource[0] || cfg->oauth_jwks_url[0])
+			mb_seterr(err, errlen, "oauth_resource and oauth_jwks_url need oauth_issuer");
+		return NULL;
+	}
+	if (check_url("oauth_issuer", cfg->oauth_issuer, 0, err, errlen) != 0)
+		return NULL;
+	if (!cfg->oauth_resource[0]) {
+		mb_seterr(err, errlen, "oauth_issuer needs oauth_resource: this server's canonical URL, e.g. "
+			  "https://mcp.example.com/mcp (the audience its tokens must name)");
+		return NULL;
+	}
+	if (check_url("oauth_resource", cfg->oauth_resource, 0, err, errlen) != 0)
+		return NULL;
+	if (cfg->oauth_jwks_url[0] && check_url("oauth_jwks_url", cfg->oauth_jwks_url, 1, err, errlen) != 0)
+		return NULL;
+	if (cfg->oauth_introspection_url[0]) {
+		mb_seterr(err, errlen, "oauth_introspection_url: introspection of opaque tokens (RFC 7662) is not "
+			  "implemented yet; only JWT access tokens are accepted");
+		return NULL;
+	}
+	size_t cl = strlen(cfg->oauth_tenant_claim);
+	if (!cl || strspn(cfg->oauth_tenant_claim, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-.:/") != cl) {
+		mb_seterr(err, errlen, "oauth_tenant_claim \"%s\" is not a claim name", cfg->oauth_tenant_claim);
+		return NULL;
+	}
+	mb_oauth *o = calloc(1, sizeof *o);
+	if (!o) {
+		mb_seterr(err, errlen, "out of memory");
+		return NULL;
+	}
+	o->loop = loop;
+	o->cfg = cfg;
+	snprintf(o->issuer, sizeof o->issuer, "%s", cfg->oauth_issuer);
+	snprintf(o->resource, sizeof o->resource, "%s", cfg->oauth_resource);
+	snprintf(o->jwks_url, sizeof o->jwks_url, "%s", cfg->oauth_jwks_url);
+	if (parse_scopes(o, cfg->oauth_scopes, err, errlen) != 0)
+		goto fail;
+	/* RFC 9728 section 3.1: the well-known path goes between the host and the resource's path */
+	int https;
+	const char *a, *path;
+	size_t alen;
+	url_parts(o->resource, &https, &a, &alen, &path);
+	size_t pl = strlen(path);
+	while (pl && path[pl - 1] == '/')
+		pl--;
+	snprintf(o->md_path, sizeof o->md_path, "/.well-known/oauth-protected-resource%.*s", (int)pl, path);
+	snprintf(o->md_url, sizeof o->md_url, "%.*s%s", (int)(a + alen - o->resource), o->resource, o->md_path);
+	size_t slots = 1;
+	while (slots < (size_t)cfg->oauth_token_cache)
+		slots <<= 1;
+	if (cfg->oauth_token_cache > 0 && !(o->cache = calloc(slots, sizeof *o->cache))) {
+		mb_seterr(err, errlen, "out of memory for oauth_token_cache");
+		goto fail;
+	}
+	o->cache_mask = slots - 1;
+	randombytes_buf(o->key, sizeof o->key);
+	if (build_metadata(o) != 0) {
+		mb_seterr(err, errlen, "out of memory");
+		goto fail;
+	}
+	return o;
+fail:
+	free(o->cache);
+	free(o->metadata);
+	free(o);
+	return NULL;
+}
+
+/* ---- fetching the keys ----------------------------------------------------------------------- */
+
+static void fetch_step(mb_oauth *o, int stage);
+
+static void wake_all(mb_oauth *o)
+{
+	/* first off the queue, all of them: a ready callback may close another waiter's
+	 * connection (whose memory lasts until the loop's close phase; its ready returns at once) */
+	mb_oauth_waiter *w = o->waiters;
+	o->waiters = NULL;
+	for (mb_oauth_waiter *x = w; x; x = x->next)
+		x->queued = 0;
+	while (w) {
+		mb_oauth_waiter *next = w->next;
+		w->prev = w->next = NULL;
+		w->ready(w);
+		w = next;
+	}
+}
+
+static void fetch_end(mb_oauth *o, const char *err)
+{
+	o->stage = ST_IDLE;
+	o->fetch = NULL;
+	if (err) {
+		o->st.jwks_failures++;
+		snprintf(o->last_err, sizeof o->last_err, "%s", err);
+		mb_log(MB_LOG_WARNING, "oauth: the issuer's keys could not be fetched: %s", err);
+	} else {
+		o->last_err[0] = 0;
+	}
+	if (o->closing) {
+		wake_all(o);
+		free(o->cache);
+		free(o->metadata);
+		mb_jwks_free(o->keys);
+		sodium_memzero(o->key, sizeof o->key);
+		free(o);
+		return;
+	}
+	wake_all(o);
+}
+
+/* The discovery document's jwks_uri, after checking its issuer. @returns 0 or -1 with err */
+static int read_discovery(mb_oauth *o, const char *body, size_t len, char *err, size_t errlen)
+{
+	json_error_t je;
+	json_t *d = json_loadb(body, len, 0, &je);
+	json_t *iss = json_is_object(d) ? json_object_get(d, "issuer") : NULL;
+	json_t *ju = json_is_object(d) ? json_object_get(d, "jwks_uri") : NULL;
+	int rc = -1;
+	if (!json_is_object(d))
+		mb_seterr(err, errlen, "the discovery document is not a JSON object");
+	else if (!json_is_string(iss) || strcmp(json_string_value(iss), o->issuer) != 0)
+		mb_seterr(err, errlen, "the discovery document's issuer is not %s", o->issuer);
+	else if (!json_is_string(ju) || json_string_length(ju) >= sizeof o->jwks_url)
+		mb_seterr(err, errlen, "the discovery document has no jwks_uri");
+	else if (check_url("jwks_uri", json_string_value(ju), 1, err, errlen) == 0) {
+		snprintf(o->jwks_url, sizeof o->jwks_url, "%s", json_string_value(ju));
+		rc = 0;
+	}
+	json_decref(d);
+	return rc;
+}
+
+static void on_fetched(void *ud, int status, const char *body, size_t len, const char *ferr, int aborted)
+{
+	mb_oauth *o = ud;
+	char err[400] = "";
+	if (aborted || o->closing) {
+		fetch_end(o, ferr ? ferr : "aborted");
+		return;
+	}
+	int stage = o->stage;
+	if (!ferr && status != 200)
+		snprintf(err, sizeof err, "%s answered HTTP %d",
+			 stage == ST_JWKS ? "the JWKS URL" : "the discovery URL", status);
+	else if (ferr)
+		snprintf(err, sizeof err, "%s", ferr);
+	if (stage == ST_RFC8414 || stage == ST_OIDC) {
+		if (!err[0] && read_discovery(o, body, len, err, sizeof err) == 0) {
+			fetch_step(o, ST_JWKS);
+			return;
+		}
+		if (stage == ST_RFC8414) {
+			mb_log(MB_LOG_DEBUG, "oauth: RFC 8414 discovery: %s; trying OpenID discovery", err);
+			fetch_step(o, ST_OIDC);
+			return;
+		}
+		fetch_end(o, err);
+		return;
+	}
+	mb_jwks *k = NULL;
+	if (!err[0] && mb_jwks_parse(body, len, &k, err, sizeof err) == 0) {
+		mb_jwks_free(o->keys);
+		o->keys = k;
+		o->fetched_at = uv_now(o->loop);
+		o->st.jwks_fetches++;
+		mb_log(MB_LOG_INFO, "oauth: %zu signing key(s) of %s", mb_jwks_count(k), o->issuer);
+		fetch_end(o, NULL);
+		return;
+	}
+	fetch_end(o, err);
+}
+
+static void fetch_step(mb_oauth *o, int stage)
+{
+	char url[2200], err[300];
+	if (stage == ST_RFC8414) {
+		int https;
+		const char *a, *path;
+		size_t alen;
+		url_parts(o->issuer, &https, &a, &alen, &path);
+		size_t pl = strlen(path);
+		while (pl && path[pl - 1] == '/')
+			pl--;
+		snprintf(url, sizeof url, "%.*s/.well-known/oauth-authorization-server%.*s", (int)(a + alen - o->issuer),
+			 o->issuer, (int)pl, path);
+	} else if (stage == ST_OIDC) {
+		size_t il = strlen(o->issuer);
+		while (il && o->issuer[il - 1] == '/')
+			il--;
+		snprintf(url, sizeof url, "%.*s/.well-known/openid-configuration", (int)il, o->issuer);
+	} else {
+		snprintf(url, sizeof url, "%s", o->jwks_url);
+	}
+	o->stage = stage;
+	mb_auth_fetch_req r = { .url = url, .max_bytes = (size_t)o->cfg->oauth_jwks_max_bytes,
+				.timeout_ms = (long)o->cfg->oauth_fetch_timeout_ms };
+	o->fetch = mb_auth_fetch_start(o->loop, &r, on_fetched, o, err, sizeof err);
+	if (!o->fetch)
+		fetch_end(o, err);
+}
+
+/* Starts a fetch unless one runs or the last one started less than oauth_jwks_refresh_ms ago.
+ * @returns 1 when a fetch runs now */
+static int maybe_fetch(mb_oauth *o)
+{
+	if (o->closing)
+		return 0;
+	if (o->stage != ST_IDLE)
+		return 1;
+	uint64_t now = uv_now(o->loop);
+	if (o->last_attempt && now - o->last_attempt < (uint64_t)o->cfg->oauth_jwks_refresh_ms)
+		return 0;
+	o->last_attempt = now ? now : 1;
+	fetch_step(o, o->jwks_url[0] ? ST_JWKS : ST_RFC8414);
+	return o->stage != ST_IDLE;
+}
+
+void mb_oauth_start(mb_oauth *o)
+{
+	if (o)
+		maybe_fetch(o);
+}
+
+/* ---- checking a token ------------------------------------------------------------------------ */
+
+static void queue(mb_oauth *o, mb_oauth_waiter *w)
+{
+	if (w->queued)
+		return;
+	w->prev = NULL;
+	w->next = o->waiters;
+	if (o->waiters)
+		o->waiters->prev = w;
+	o->waiters = w;
+	w->queued = 1;
+}
+
+void mb_oauth_unwait(mb_oauth *o, mb_oauth_waiter *w)
+{
+	if (!o || !w->queued)
+		return;
+	if (w->prev)
+		w->prev->next = w->next;
+	else
+		o->waiters = w->next;
+	if (w->next)
+		w->next->prev = w->prev;
+	w->prev = w->next = NULL;
+	w->queued = 0;
+}
+
+/* The token's rights from scope (a space-separated string) or scp (an array, or a string). */
+static unsigned rights_of(const mb_oauth *o, json_t *claims)
+{
+	unsigned r = 0;
+	json_t *sc = json_object_get(claims, "scope");
+	if (!json_is_string(sc))
+		sc = json_object_get(claims, "scp");
+	if (json_is_string(sc)) {
+		const char *s = json_string_value(sc);
+		while (*s) {
+			while (*s == ' ')
+				s++;
+			size_t n = strcspn(s, " ");
+			for (size_t i = 0; n && i < o->nscopes; i++)
+				if (strlen(o->scopes[i].name) == n && memcmp(o->scopes[i].name, s, n) == 0)
+					r |= o->scopes[i].right;
+			s += n;
+		}
+		return r;
+	}
+	size_t i;
+	json_t *v;
+	if (json_is_array(sc))
+		json_array_foreach(sc, i, v)
+			for (size_t k = 0; json_is_string(v) && k < o->nscopes; k++)
+				if (strcmp(o->scopes[k].name, json_string_value(v)) == 0)
+					r |= o->scopes[k].right;
+	return r;
+}
+
+/* The principal of verified claims. @returns 0 or -1 with why */
+static int principal_of(const mb_oauth *o, json_t *claims, mb_oauth_principal *p, char *why, size_t whylen)
+{
+	memset(p, 0, sizeof *p);
+	const char *cname = o->cfg->oauth_tenant_claim;
+	json_t *t = json_object_get(claims, cname);
+	char num[32];
+	const char *tv = NULL;
+	size_t tl = 0;
+	if (json_is_string(t)) {
+		tv = json_string_value(t);
+		tl = json_string_length(t);
+	} else if (json_is_integer(t)) {
+		snprintf(num, sizeof num, "%lld", (long long)json_integer_value(t));
+		tv = num;
+		tl = strlen(num);
+	}
+	if (!tv || !mb_oauth_tenant_ok(tv, tl)) {
+		mb_seterr(why, whylen, "the token's %s claim is %s (a tenant is 1-64 characters of A-Z a-z 0-9 _ . -)",
+			  cname, tv ? "not a tenant name" : "missing");
+		return -1;
+	}
+	memcpy(p->tenant, tv, tl);
+	p->tenant[tl] = 0;
+	json_t *sub = json_object_get(claims, "sub");
+	if (json_is_string(sub)) {
+		const char *s = json_string_value(sub);
+		size_t i = 0;
+		for (; s[i] && i < MB_OAUTH_SUB_MAX; i++)
+			p->sub[i] = (unsigned char)s[i] > 0x20 && (unsigned char)s[i] < 0x7f && s[i] != '"' && s[i] != '\\'
+					    ? s[i]
+					    : '?';
+		p->sub[i] = 0;
+	}
+	p->rights = rights_of(o, claims);
+	p->exp = (int64_t)json_number_value(json_object_get(claims, "exp"));
+	return 0;
+}
+
+int mb_oauth_check(mb_oauth *o, const char *tok, size_t n, mb_oauth_waiter *w, mb_oauth_principal *out,
+		   char *why, size_t whylen)
+{
+	int64_t now = (int64_t)time(NULL);
+	unsigned char h[HASH_BYTES];
+	crypto_generichash(h, sizeof h, (const unsigned char *)tok, n, o->key, sizeof o->key);
+	tslot *slot = NULL;
+	if (o->cache) {
+		uint64_t ix;
+		memcpy(&ix, h, sizeof ix);
+		slot = &o->cache[ix & o->cache_mask];
+		if (slot->used && sodium_memcmp(slot->hash, h, sizeof h) == 0) {
+			if (slot->p.exp + o->cfg->oauth_clock_skew_s > now) {
+				*out = slot->p;
+				o->st.cache_hits++;
+				return MB_OAUTH_OK;
+			}
+			slot->used = 0;
+		}
+	}
+	/* a key set older than oauth_jwks_max_age_ms is fetched again; the old one serves meanwhile */
+	if (o->keys && uv_now(o->loop) - o->fetched_at > (uint64_t)o->cfg->oauth_jwks_max_age_ms)
+		maybe_fetch(o);
+	if (!mb_jwt_is_jws(tok, n)) {
+		o->st.refused++;
+		mb_seterr(why, whylen, "the token is not a JWT access token (opaque tokens are not accepted)");
+		return MB_OAUTH_REFUSED;
+	}
+	mb_jwt_expect ex = { .issuer = o->issuer, .audience = o->resource, .now = now,
+			     .skew = o->cfg->oauth_clock_skew_s };
+	json_t *claims = NULL;
+	int rc = mb_jwt_verify(tok, n, o->keys, &ex, &claims, why, whylen);
+	if (rc == MB_JWT_NOKEY) {
+		if (w && maybe_fetch(o)) {
+			queue(o, w);
+			return MB_OAUTH_WAIT;
+		}
+		if (!o->keys) {
+			mb_seterr(why, whylen, "the issuer's signing keys are not available%s%s",
+				  o->last_err[0] ? ": " : "", o->last_err);
+			return MB_OAUTH_UNAVAILABLE;
+		}
+		o->st.refused++;
+		return MB_OAUTH_REFUSED;
+	}
+	if (rc != MB_JWT_OK) {
+		o->st.refused++;
+		return MB_OAUTH_REFUSED;
+	}
+	mb_oauth_principal p;
+	int pr = principal_of(o, claims, &p, why, whylen);
+	json_decref(claims);
+	if (pr != 0) {
+		o->st.refused++;
+		return MB_OAUTH_REFUSED;
+	}
+	o->st.verified++;
+	if (slot) {
+		memcpy(slot->hash, h, sizeof h);
+		slot->p = p;
+		slot->used = 1;
+	}
+	sodium_memzero(h, sizeof h);
+	*out = p;
+	return MB_OAUTH_OK;
+}
+
+/* ---- the rest -------------------------------------------------------------------------------- */
+
+const char *mb_oauth_metadata(const mb_oauth *o, size_t *len)
+{
+	*len = o->metadata_len;
+	return o->metadata;
+}
+
+const char *mb_oauth_metadata_url(const mb_oauth *o)
+{
+	return o->md_url;
+}
+
+int mb_oauth_is_metadata_path(const mb_oauth *o, const char *path, size_t n)
+{
+	static const char base[] = "/.well-known/oauth-protected-resource";
+	size_t bl = sizeof base - 1;
+	if (n == bl && memcmp(path, base, bl) == 0)
+		return 1;
+	if (n == bl + 4 && memcmp(path, base, bl) == 0 && memcmp(path + bl, "/mcp", 4) == 0)
+		return 1;
+	return n == strlen(o->md_path) && memcmp(path, o->md_path, n) == 0;
+}
+
+const char *mb_oauth_scope_of(const mb_oauth *o, unsigned right)
+{
+	for (size_t i = 0; i < o->nscopes; i++)
+		if (o->scopes[i].right == right)
+			return o->scopes[i].name;
+	return NULL;
+}
+
+void mb_oauth_scopes_text(const mb_oauth *o, unsigned rights, char *out, size_t cap)
+{
+	size_t n = 0;
+	out[0] = 0;
+	for (unsigned r = 1; r <= MB_RIGHT_ADMIN; r <<= 1) {
+		const char *s = (rights & r) ? mb_oauth_scope_of(o, r) : NULL;
+		if (s && n + strlen(s) + 2 < cap)
+			n += (size_t)snprintf(out + n, cap - n, "%s%s", n ? " " : "", s);
+	}
+}
+
+void mb_oauth_rights_text(unsigned rights, char *out, size_t cap)
+{
+	snprintf(out, cap, "%s%s%s", rights & MB_RIGHT_EXECUTE ? " execute" : "", rights & MB_RIGHT_SKILLS ? " skills" : "",
+		 rights & MB_RIGHT_ADMIN ? " admin" : "");
+	if (out[0] == ' ')
+		memmove(out, out + 1, strlen(out));
+}
+
+void mb_oauth_get_stats(const mb_oauth *o, mb_oauth_stats *out)
+{
+	*out = o->st;
+}
+
+void mb_oauth_close(mb_oauth *o)
+{
+	if (!o || o->closing)
+		return;
+	o->closing = 1;
+	if (o->fetch) {
+		mb_auth_fetch_abort(o->fetch); /* fetch_end frees o */
+		return;
+	}
+	wake_all(o);
+	free(o->cache);
+	free(o->metadata);
+	mb_jwks_free(o->keys);
+	sodium_memzero(o->key, sizeof o->key);
+	free(o);
+}
