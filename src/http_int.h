@@ -183,10 +183,11 @@ enum { H_HOST, H_ORIGIN, H_ACCEPT, H_CTYPE, H_AUTH, H_SESSION, H_PROTO, H_EXPECT
        H_MPARAM, H_LASTID, NHDR };
 
 typedef struct hvals {
-	char host[256], origin[256], accept[512], ctype[128], auth[600], session[128], proto[64],
+	char host[256], origin[256], accept[512], ctype[128], session[128], proto[64],
 		expect[64], mmethod[128], mname[1024];
 	char mparam[1024]; /* every Mcp-Param-<Name> header, as "Name:value" lines (SEP-2243) */
 	char lastid[80];
+	char auth[8200]; /* OAuth access tokens (JWTs) run to several KiB (Keycloak: 1-3 KiB) */
 } hvals;
 
 /* The headers the transport reads, and where each one's value lives in hvals (http_conn.c). */
