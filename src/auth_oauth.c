@@ -197,8 +197,15 @@ static int build_metadata(mb_oauth *o)
 	json_object_set_new(doc, "scopes_supported", sc);
 	json_object_set_new(doc, "bearer_methods_supported", bm);
 	json_object_set_new(doc, "resource_name", json_string("moonbox"));
-	o->metadata = json_dumps(doc, JSON_COMPACT);
+	char *text = json_dumps(doc, JSON_COMPACT);
 	json_decref(doc);
+	/* jansson's allocator may be the server's (budget.c): copy into plain malloc memory */
+	json_malloc_t jm;
+	json_free_t jf;
+	json_get_alloc_funcs(&jm, &jf);
+	o->metadata = text ? strdup(text) : NULL;
+	if (text)
+		jf(text);
 	if (!o->metadata)
 		return -1;
 	o->metadata_len = strlen(o->metadata);

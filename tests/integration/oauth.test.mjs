@@ -164,7 +164,7 @@ describe("OAuth resource server against oidc-provider", () => {
       "--oauth-jwks-refresh-ms", "1000", "--log-level", "debug"], { listen: `127.0.0.1:${mbPort}` });
   });
   after(async () => {
-    await mb?.stop();
+    await mb?.stop(); // normally stopped by the last test, which checks the exit
     await idp?.close();
   });
 
@@ -302,6 +302,68 @@ describe("OAuth resource server against oidc-provider", () => {
     const r = await post(resource, tok, INIT);
     assert.equal(r.status, 200, r.text);
     assert.equal(mb.stderr().includes(tok), false, "the token is not in the log");
+  });
+
+  it("exits cleanly on SIGTERM", T, async () => {
+    const r = await mb.stop();
+    mb = null;
+    assert.deepEqual(r, { code: 0, signal: null });
+  });
+});
+
+describe("OAuth: a JWKS that hangs or is huge", () => {
+  let keys, srv, port;
+  const hanging = new Set();
+  before(async () => {
+    port = await freePort();
+    keys = http.createServer((req, res) => {
+      if (req.url === "/huge") {
+        res.writeHead(200, { "Content-Type": "application/json" });
+        res.end(JSON.stringify({ keys: [], pad: "x".repeat(1 << 20) }));
+      } else {
+        hanging.add(res); // never answered
+      }
+    });
+    await new Promise((resolve) => keys.listen(port, "127.0.0.1", resolve));
+  });
+  after(async () => {
+    await srv?.stop();
+    for (const res of hanging) res.destroy();
+    keys.closeAllConnections?.();
+    await new Promise((resolve) => keys.close(() => resolve()));
+  });
+
+  const jwt = sign({ alg: "RS256", kid: "k" }, { iss: "x", aud: "y", exp: 9999999999 }, keyPair("rsa", "k").privateKey);
+
+  it("a request waiting for a JWKS that does not answer does not hold others up, then gets 503", T, async () => {
+    const mbPort = await freePort();
+    const resource = `http://127.0.0.1:${mbPort}/mcp`;
+    srv = await startHttp(["--oauth-issuer", `http://127.0.0.1:${port}`, "--oauth-resource", resource,
+      "--oauth-jwks-url", `http://127.0.0.1:${port}/hang`, "--oauth-fetch-timeout-ms", "3000"], { listen: `127.0.0.1:${mbPort}` });
+    const order = [];
+    const waiting = post(resource, jwt, INIT).then((r) => { order.push("token"); return r; });
+    const health = fetch(`http://127.0.0.1:${mbPort}/healthz`).then((r) => { order.push("healthz"); return r; });
+    const meta = fetch(`http://127.0.0.1:${mbPort}/.well-known/oauth-protected-resource`).then((r) => { order.push("metadata"); return r; });
+    assert.equal((await health).status, 200);
+    assert.equal((await meta).status, 200);
+    const r = await waiting;
+    assert.deepEqual(order, ["healthz", "metadata", "token"], "the loop answered others while the keys were fetched");
+    assert.equal(r.status, 503, r.text);
+    assert.match(srv.stderr(), /the issuer's keys could not be fetched: GET http:\/\/127\.0\.0\.1:\d+\/hang: /);
+    assert.deepEqual(await srv.stop(), { code: 0, signal: null });
+    srv = null;
+  });
+
+  it("a JWKS above oauth_jwks_max_bytes is refused", T, async () => {
+    const mbPort = await freePort();
+    const resource = `http://127.0.0.1:${mbPort}/mcp`;
+    srv = await startHttp(["--oauth-issuer", `http://127.0.0.1:${port}`, "--oauth-resource", resource,
+      "--oauth-jwks-url", `http://127.0.0.1:${port}/huge`], { listen: `127.0.0.1:${mbPort}` });
+    const r = await post(resource, jwt, INIT);
+    assert.equal(r.status, 503, r.text);
+    assert.match(srv.stderr(), /the response is above 262144 bytes/);
+    assert.deepEqual(await srv.stop(), { code: 0, signal: null });
+    srv = null;
   });
 });
 
