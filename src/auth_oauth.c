@@ -37,14 +37,34 @@ enum { ST_IDLE, ST_RFC8414, ST_OIDC, ST_JWKS };
 typedef struct tslot {
 	unsigned char hash[HASH_BYTES];
 	mb_oauth_principal p;
+	int64_t until;         /* valid while now < until (a JWT: exp + skew; introspected: capped) */
 	int used;
 } tslot;
+
+/* One introspection in flight (RFC 7662): the token's hash, the requests waiting for it, and
+ * its outcome once done (kept while those are woken, which check again synchronously). */
+typedef struct intro {
+	struct intro *next;
+	struct mb_oauth *o;
+	unsigned char hash[HASH_BYTES];
+	mb_auth_fetch *fetch;
+	mb_oauth_waiter *waiters;
+	int done, rc;          /* rc: MB_OAUTH_OK / _REFUSED / _UNAVAILABLE once done */
+	mb_oauth_principal p;
+	char why[200];
+} intro;
+
+#define MAX_INTROS 64      /* introspections in flight at once; more are answered 503 */
+#define INTRO_CACHE_MAX_S 300 /* an active answer is remembered at most this long (and never past exp) */
 
 struct mb_oauth {
 	uv_loop_t *loop;
 	const mb_config *cfg;
 	char issuer[1024], resource[1024];
 	char jwks_url[1024];
+	char intro_url[1024];  /* oauth_introspection_url, or the discovery document's (with a client id) */
+	intro *intros;
+	size_t nintros;
 	char md_url[1200], md_path[1100];
 	char *metadata;
 	size_t metadata_len;
@@ -232,9 +252,12 @@ mb_oauth *mb_oauth_new(uv_loop_t *loop, const mb_config *cfg, char *err, size_t 
 		return NULL;
 	if (cfg->oauth_jwks_url[0] && check_url("oauth_jwks_url", cfg->oauth_jwks_url, 1, err, errlen) != 0)
 		return NULL;
-	if (cfg->oauth_introspection_url[0]) {
-		mb_seterr(err, errlen, "oauth_introspection_url: introspection of opaque tokens (RFC 7662) is not "
-			  "implemented yet; only JWT access tokens are accepted");
+	if (cfg->oauth_introspection_url[0] &&
+	    check_url("oauth_introspection_url", cfg->oauth_introspection_url, 0, err, errlen) != 0)
+		return NULL;
+	if (cfg->oauth_introspection_url[0] && !cfg->oauth_client_id[0]) {
+		mb_seterr(err, errlen, "oauth_introspection_url needs oauth_client_id and oauth_client_secret (the "
+			  "credentials moonbox introspects with)");
 		return NULL;
 	}
 	size_t cl = strlen(cfg->oauth_tenant_claim);
@@ -252,6 +275,7 @@ mb_oauth *mb_oauth_new(uv_loop_t *loop, const mb_config *cfg, char *err, size_t 
 	snprintf(o->issuer, sizeof o->issuer, "%s", cfg->oauth_issuer);
 	snprintf(o->resource, sizeof o->resource, "%s", cfg->oauth_resource);
 	snprintf(o->jwks_url, sizeof o->jwks_url, "%s", cfg->oauth_jwks_url);
+	snprintf(o->intro_url, sizeof o->intro_url, "%s", cfg->oauth_introspection_url);
 	if (parse_scopes(o, cfg->oauth_scopes, err, errlen) != 0)
 		goto fail;
 	/* RFC 9728 section 3.1: the well-known path goes between the host and the resource's path */
@@ -305,6 +329,16 @@ static void wake_all(mb_oauth *o)
 	}
 }
 
+static void oauth_free(mb_oauth *o)
+{
+	wake_all(o);
+	free(o->cache);
+	free(o->metadata);
+	mb_jwks_free(o->keys);
+	sodium_memzero(o->key, sizeof o->key);
+	free(o);
+}
+
 static void fetch_end(mb_oauth *o, const char *err)
 {
 	o->stage = ST_IDLE;
@@ -316,16 +350,9 @@ static void fetch_end(mb_oauth *o, const char *err)
 	} else {
 		o->last_err[0] = 0;
 	}
-	if (o->closing) {
-		wake_all(o);
-		free(o->cache);
-		free(o->metadata);
-		mb_jwks_free(o->keys);
-		sodium_memzero(o->key, sizeof o->key);
-		free(o);
-		return;
-	}
 	wake_all(o);
+	if (o->closing && !o->nintros)
+		oauth_free(o); /* else the last introspection's callback does */
 }
 
 /* The discovery document's jwks_uri, after checking its issuer. @returns 0 or -1 with err */
@@ -345,6 +372,12 @@ static int read_discovery(mb_oauth *o, const char *body, size_t len, char *err, 
 	else if (check_url("jwks_uri", json_string_value(ju), 1, err, errlen) == 0) {
 		snprintf(o->jwks_url, sizeof o->jwks_url, "%s", json_string_value(ju));
 		rc = 0;
+		json_t *ie = json_object_get(d, "introspection_endpoint");
+		char ierr[300];
+		if (!o->intro_url[0] && o->cfg->oauth_client_id[0] && json_is_string(ie) &&
+		    json_string_length(ie) < sizeof o->intro_url &&
+		    check_url("introspection_endpoint", json_string_value(ie), 0, ierr, sizeof ierr) == 0)
+			snprintf(o->intro_url, sizeof o->intro_url, "%s", json_string_value(ie));
 	}
 	json_decref(d);
 	return rc;
@@ -443,16 +476,22 @@ void mb_oauth_start(mb_oauth *o)
 
 /* ---- checking a token ------------------------------------------------------------------------ */
 
-static void queue(mb_oauth *o, mb_oauth_waiter *w)
+static void queue_on(mb_oauth_waiter **head, mb_oauth_waiter *w)
 {
 	if (w->queued)
 		return;
 	w->prev = NULL;
-	w->next = o->waiters;
-	if (o->waiters)
-		o->waiters->prev = w;
-	o->waiters = w;
+	w->next = *head;
+	if (*head)
+		(*head)->prev = w;
+	*head = w;
+	w->head = head;
 	w->queued = 1;
+}
+
+static void queue(mb_oauth *o, mb_oauth_waiter *w)
+{
+	queue_on(&o->waiters, w);
 }
 
 void mb_oauth_unwait(mb_oauth *o, mb_oauth_waiter *w)
@@ -462,7 +501,7 @@ void mb_oauth_unwait(mb_oauth *o, mb_oauth_waiter *w)
 	if (w->prev)
 		w->prev->next = w->next;
 	else
-		o->waiters = w->next;
+		*w->head = w->next;
 	if (w->next)
 		w->next->prev = w->prev;
 	w->prev = w->next = NULL;
@@ -505,6 +544,11 @@ static int principal_of(const mb_oauth *o, json_t *claims, mb_oauth_principal *p
 	memset(p, 0, sizeof *p);
 	const char *cname = o->cfg->oauth_tenant_claim;
 	json_t *t = json_object_get(claims, cname);
+	json_t *sub = json_object_get(claims, "sub");
+	if (!sub)
+		sub = json_object_get(claims, "client_id"); /* a client's own token (client credentials) */
+	if (!t && strcmp(cname, "sub") == 0)
+		t = sub;
 	char num[32];
 	const char *tv = NULL;
 	size_t tl = 0;
@@ -523,7 +567,6 @@ static int principal_of(const mb_oauth *o, json_t *claims, mb_oauth_principal *p
 	}
 	memcpy(p->tenant, tv, tl);
 	p->tenant[tl] = 0;
-	json_t *sub = json_object_get(claims, "sub");
 	if (json_is_string(sub)) {
 		const char *s = json_string_value(sub);
 		size_t i = 0;
@@ -538,6 +581,197 @@ static int principal_of(const mb_oauth *o, json_t *claims, mb_oauth_principal *p
 	return 0;
 }
 
+/* ---- introspection (RFC 7662) ---------------------------------------------------------------- */
+
+static tslot *slot_of(mb_oauth *o, const unsigned char h[HASH_BYTES])
+{
+	if (!o->cache)
+		return NULL;
+	uint64_t ix;
+	memcpy(&ix, h, sizeof ix);
+	return &o->cache[ix & o->cache_mask];
+}
+
+/* The outcome of an introspection answer. @returns MB_OAUTH_OK (p set) or MB_OAUTH_REFUSED */
+static int read_introspection(mb_oauth *o, const char *body, size_t len, mb_oauth_principal *p, char *why,
+			      size_t whylen)
+{
+	json_error_t je;
+	json_t *d = json_loadb(body, len, 0, &je);
+	int rc = MB_OAUTH_REFUSED;
+	json_t *iss = json_is_object(d) ? json_object_get(d, "iss") : NULL;
+	json_t *aud = json_is_object(d) ? json_object_get(d, "aud") : NULL;
+	json_t *exp = json_is_object(d) ? json_object_get(d, "exp") : NULL;
+	int64_t now = (int64_t)time(NULL);
+	int aud_ok = 0;
+	if (json_is_string(aud))
+		aud_ok = strcmp(json_string_value(aud), o->resource) == 0;
+	size_t i;
+	json_t *v;
+	if (json_is_array(aud))
+		json_array_foreach(aud, i, v)
+			aud_ok |= json_is_string(v) && strcmp(json_string_value(v), o->resource) == 0;
+	if (!json_is_object(d))
+		mb_seterr(why, whylen, "the introspection answer is not a JSON object");
+	else if (!json_is_true(json_object_get(d, "active")))
+		mb_seterr(why, whylen, "the token is not active (introspection)");
+	else if (iss && (!json_is_string(iss) || strcmp(json_string_value(iss), o->issuer) != 0))
+		mb_seterr(why, whylen, "the token's issuer is not %s", o->issuer);
+	else if (!aud_ok)
+		mb_seterr(why, whylen, "the token's audience does not include %s", o->resource);
+	else if (exp && (!json_is_number(exp) || json_number_value(exp) + (double)o->cfg->oauth_clock_skew_s <= (double)now))
+		mb_seterr(why, whylen, "the token has expired");
+	else if (principal_of(o, d, p, why, whylen) == 0) {
+		/* remembered until exp, at most INTRO_CACHE_MAX_S (a revoked token is refused after that) */
+		int64_t until = now + INTRO_CACHE_MAX_S;
+		if (!exp)
+			until = now + 1; /* no lifetime given: not cached beyond the requests that waited */
+		else if ((int64_t)json_number_value(exp) < until)
+			until = (int64_t)json_number_value(exp);
+		p->exp = until;
+		rc = MB_OAUTH_OK;
+	}
+	json_decref(d);
+	return rc;
+}
+
+static void intro_free(intro *x)
+{
+	sodium_memzero(x->hash, sizeof x->hash);
+	free(x);
+}
+
+static void on_introspected(void *ud, int status, const char *body, size_t len, const char *ferr, int aborted)
+{
+	intro *x = ud;
+	mb_oauth *o = x->o;
+	x->fetch = NULL;
+	x->done = 1;
+	if (ferr || aborted || status != 200) {
+		x->rc = MB_OAUTH_UNAVAILABLE;
+		if (ferr)
+			mb_seterr(x->why, sizeof x->why, "introspection failed: %s", ferr);
+		else
+			mb_seterr(x->why, sizeof x->why, "introspection failed: HTTP %d", status);
+		mb_log(MB_LOG_WARNING, "oauth: %s", x->why);
+	} else {
+		x->rc = read_introspection(o, body, len, &x->p, x->why, sizeof x->why);
+		tslot *slot = x->rc == MB_OAUTH_OK ? slot_of(o, x->hash) : NULL;
+		if (slot) {
+			memcpy(slot->hash, x->hash, sizeof x->hash);
+			slot->p = x->p;
+			slot->until = x->p.exp;
+			slot->used = 1;
+		}
+		if (x->rc == MB_OAUTH_OK)
+			o->st.verified++;
+		else
+			o->st.refused++;
+	}
+	/* the waiters check again now, finding x done (two passes, as wake_all) */
+	mb_oauth_waiter *w = x->waiters;
+	x->waiters = NULL;
+	for (mb_oauth_waiter *y = w; y; y = y->next)
+		y->queued = 0;
+	while (w) {
+		mb_oauth_waiter *next = w->next;
+		w->prev = w->next = NULL;
+		w->ready(w);
+		w = next;
+	}
+	for (intro **pp = &o->intros; *pp; pp = &(*pp)->next)
+		if (*pp == x) {
+			*pp = x->next;
+			break;
+		}
+	o->nintros--;
+	intro_free(x);
+	if (o->closing && !o->nintros && !o->fetch)
+		oauth_free(o);
+}
+
+/* Percent-encodes s (n bytes) into out (cap bytes). @returns 0 or -1 when it does not fit */
+static int form_encode(const char *s, size_t n, char *out, size_t cap)
+{
+	size_t k = 0;
+	for (size_t i = 0; i < n; i++) {
+		unsigned char ch = (unsigned char)s[i];
+		if (isalnum(ch) || ch == '-' || ch == '.' || ch == '_' || ch == '~') {
+			if (k + 1 >= cap)
+				return -1;
+			out[k++] = (char)ch;
+		} else {
+			if (k + 3 >= cap)
+				return -1;
+			out[k++] = '%';
+			out[k++] = "0123456789ABCDEF"[ch >> 4];
+			out[k++] = "0123456789ABCDEF"[ch & 15];
+		}
+	}
+	out[k] = 0;
+	return 0;
+}
+
+static int introspect(mb_oauth *o, const char *tok, size_t n, const unsigned char h[HASH_BYTES], mb_oauth_waiter *w,
+		      mb_oauth_principal *out, char *why, size_t whylen)
+{
+	for (intro *x = o->intros; x; x = x->next) {
+		if (sodium_memcmp(x->hash, h, HASH_BYTES) != 0)
+			continue;
+		if (x->done) {
+			if (x->rc == MB_OAUTH_OK)
+				*out = x->p;
+			else
+				mb_seterr(why, whylen, "%s", x->why);
+			return x->rc;
+		}
+		if (!w) {
+			mb_seterr(why, whylen, "the token's introspection has not answered");
+			return MB_OAUTH_UNAVAILABLE;
+		}
+		queue_on(&x->waiters, w);
+		return MB_OAUTH_WAIT;
+	}
+	if (!w || o->closing) {
+		mb_seterr(why, whylen, "the token could not be introspected");
+		return MB_OAUTH_UNAVAILABLE;
+	}
+	if (o->nintros >= MAX_INTROS) {
+		mb_seterr(why, whylen, "%d introspections are in flight already", MAX_INTROS);
+		return MB_OAUTH_UNAVAILABLE;
+	}
+	char body[3 * 8192 + 64];
+	memcpy(body, "token_type_hint=access_token&token=", 35);
+	if (form_encode(tok, n, body + 35, sizeof body - 35) != 0) {
+		o->st.refused++;
+		mb_seterr(why, whylen, "the token is too long");
+		return MB_OAUTH_REFUSED;
+	}
+	intro *x = calloc(1, sizeof *x);
+	if (!x) {
+		mb_seterr(why, whylen, "out of memory");
+		return MB_OAUTH_UNAVAILABLE;
+	}
+	x->o = o;
+	memcpy(x->hash, h, HASH_BYTES);
+	char err[300];
+	mb_auth_fetch_req r = { .url = o->intro_url, .post = body, .user = o->cfg->oauth_client_id,
+				.secret = o->cfg->oauth_client_secret, .max_bytes = 65536,
+				.timeout_ms = (long)o->cfg->oauth_fetch_timeout_ms };
+	x->fetch = mb_auth_fetch_start(o->loop, &r, on_introspected, x, err, sizeof err);
+	sodium_memzero(body, sizeof body);
+	if (!x->fetch) {
+		intro_free(x);
+		mb_seterr(why, whylen, "the token could not be introspected: %s", err);
+		return MB_OAUTH_UNAVAILABLE;
+	}
+	x->next = o->intros;
+	o->intros = x;
+	o->nintros++;
+	queue_on(&x->waiters, w);
+	return MB_OAUTH_WAIT;
+}
+
 int mb_oauth_check(mb_oauth *o, const char *tok, size_t n, mb_oauth_waiter *w, mb_oauth_principal *out,
 		   char *why, size_t whylen)
 {
@@ -550,7 +784,7 @@ int mb_oauth_check(mb_oauth *o, const char *tok, size_t n, mb_oauth_waiter *w, m
 		memcpy(&ix, h, sizeof ix);
 		slot = &o->cache[ix & o->cache_mask];
 		if (slot->used && sodium_memcmp(slot->hash, h, sizeof h) == 0) {
-			if (slot->p.exp + o->cfg->oauth_clock_skew_s > now) {
+			if (slot->until > now) {
 				*out = slot->p;
 				o->st.cache_hits++;
 				return MB_OAUTH_OK;
@@ -562,9 +796,13 @@ int mb_oauth_check(mb_oauth *o, const char *tok, size_t n, mb_oauth_waiter *w, m
 	if (o->keys && uv_now(o->loop) - o->fetched_at > (uint64_t)o->cfg->oauth_jwks_max_age_ms)
 		maybe_fetch(o);
 	if (!mb_jwt_is_jws(tok, n)) {
-		o->st.refused++;
-		mb_seterr(why, whylen, "the token is not a JWT access token (opaque tokens are not accepted)");
-		return MB_OAUTH_REFUSED;
+		if (!o->intro_url[0]) {
+			o->st.refused++;
+			mb_seterr(why, whylen, "the token is not a JWT access token (opaque tokens need introspection, "
+				  "which is not configured)");
+			return MB_OAUTH_REFUSED;
+		}
+		return introspect(o, tok, n, h, w, out, why, whylen);
 	}
 	mb_jwt_expect ex = { .issuer = o->issuer, .audience = o->resource, .now = now,
 			     .skew = o->cfg->oauth_clock_skew_s };
@@ -598,6 +836,7 @@ int mb_oauth_check(mb_oauth *o, const char *tok, size_t n, mb_oauth_waiter *w, m
 	if (slot) {
 		memcpy(slot->hash, h, sizeof h);
 		slot->p = p;
+		slot->until = p.exp + o->cfg->oauth_clock_skew_s;
 		slot->used = 1;
 	}
 	sodium_memzero(h, sizeof h);
@@ -666,14 +905,13 @@ void mb_oauth_close(mb_oauth *o)
 	if (!o || o->closing)
 		return;
 	o->closing = 1;
+	for (intro *x = o->intros; x; x = x->next)
+		mb_auth_fetch_abort(x->fetch); /* on_introspected runs for each */
 	if (o->fetch) {
 		mb_auth_fetch_abort(o->fetch); /* fetch_end frees o */
 		return;
 	}
-	wake_all(o);
-	free(o->cache);
-	free(o->metadata);
-	mb_jwks_free(o->keys);
-	sodium_memzero(o->key, sizeof o->key);
-	free(o);
+	if (o->nintros)
+		return; /* the last on_introspected frees o */
+	oauth_free(o);
 }

@@ -52,6 +52,7 @@ enum {
 typedef struct mb_oauth_waiter mb_oauth_waiter;
 struct mb_oauth_waiter {
 	mb_oauth_waiter *prev, *next;
+	mb_oauth_waiter **head; /* the queue it is on (the key fetch's or an introspection's) */
 	void (*ready)(mb_oauth_waiter *w);
 	int queued;
 };

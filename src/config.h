@@ -129,8 +129,8 @@ typedef struct mb_config {
 	char oauth_tenant_claim[128];   /* the claim whose value is the tenant (default sub) */
 	char oauth_scopes[1024];        /* "scope=right,...": rights execute, skills, admin */
 	char oauth_jwks_url[1024];      /* "" = jwks_uri of the discovery document */
-	char oauth_introspection_url[1024]; /* reserved: RFC 7662 introspection (not used yet) */
-	char oauth_client_id[256];      /* introspection client (reserved) */
+	char oauth_introspection_url[1024]; /* RFC 7662 introspection of opaque tokens */
+	char oauth_client_id[256];      /* the client moonbox introspects as */
 	char oauth_client_secret[512];  /* never logged */
 	int64_t oauth_jwks_refresh_ms;  /* least time between two fetches of the JWKS */
 	int64_t oauth_jwks_max_age_ms;  /* a key set older than this is fetched again (in the background) */

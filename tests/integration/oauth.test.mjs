@@ -8,7 +8,8 @@
 // running execute_code through the official SDK client, the tenant taken from the claim, hostile
 // tokens (wrong audience, wrong issuer, expired, not yet valid, alg none, HS256 keyed with the
 // public key, unknown kid, tampered signature, a bad tenant value, an opaque token, a token in
-// the query string) each 401 invalid_token, ES256 and EdDSA tokens signed with keys the provider
+// the query string, an opaque token that introspection says is not active or is for another
+// resource) each 401 invalid_token, an opaque token introspected (RFC 7662) and run, ES256 and EdDSA tokens signed with keys the provider
 // publishes, a rotated key (the provider restarted with a new key set) picked up, scopes (tools
 // a token may not call are not listed; calling one is 403 insufficient_scope naming the scope;
 // /metrics needs the admin scope), static http_tokens at the same time, no token in the log,
@@ -81,18 +82,26 @@ async function startProvider(port, keys, resource) {
     clients: [{
       client_id: "agent", client_secret: "agent-secret-0123456789", grant_types: ["client_credentials"],
       redirect_uris: [], response_types: [], token_endpoint_auth_method: "client_secret_post", scope: SCOPES,
+    }, { // its access tokens are opaque: moonbox introspects them
+      client_id: "agent-opaque", client_secret: "agent-secret-0123456789", grant_types: ["client_credentials"],
+      redirect_uris: [], response_types: [], token_endpoint_auth_method: "client_secret_post", scope: SCOPES,
+    }, { // the client moonbox introspects as (HTTP Basic)
+      client_id: "moonbox-rs", client_secret: "moonbox-rs-secret-0123456789", grant_types: ["client_credentials"],
+      redirect_uris: [], response_types: [], token_endpoint_auth_method: "client_secret_basic",
     }],
     jwks: { keys: keys.map((k) => k.jwk) },
     scopes: SCOPES.split(" "),
     features: {
       devInteractions: { enabled: false },
       clientCredentials: { enabled: true },
+      introspection: { enabled: true },
       resourceIndicators: {
         enabled: true,
         defaultResource: () => resource,
         useGrantedResource: () => true,
-        getResourceServerInfo: (ctx, indicator) => ({
-          scope: SCOPES, audience: indicator, accessTokenTTL: 300, accessTokenFormat: "jwt",
+        getResourceServerInfo: (ctx, indicator, client) => ({
+          scope: SCOPES, audience: indicator, accessTokenTTL: 300,
+          accessTokenFormat: client.clientId === "agent-opaque" ? "opaque" : "jwt",
           jwt: { sign: { alg: "RS256" } },
         }),
       },
@@ -102,11 +111,11 @@ async function startProvider(port, keys, resource) {
   await new Promise((resolve, reject) => { server.once("error", reject); server.listen(port, "127.0.0.1", resolve); });
   return {
     issuer,
-    async token(scope, res = resource) {
+    async token(scope, res = resource, client = "agent") {
       const r = await fetch(`${issuer}/token`, {
         method: "POST",
         headers: { "Content-Type": "application/x-www-form-urlencoded" },
-        body: new URLSearchParams({ grant_type: "client_credentials", client_id: "agent",
+        body: new URLSearchParams({ grant_type: "client_credentials", client_id: client,
           client_secret: "agent-secret-0123456789", scope, resource: res }),
       });
       const body = await r.json();
@@ -161,7 +170,8 @@ describe("OAuth resource server against oidc-provider", () => {
     resource = `http://127.0.0.1:${mbPort}/mcp`;
     idp = await startProvider(idpPort, [rsa, ec, ed], resource);
     mb = await startHttp(["--oauth-issuer", idp.issuer, "--oauth-resource", resource, "--http-tokens", `${STATIC}=statictenant`,
-      "--oauth-jwks-refresh-ms", "1000", "--log-level", "debug"], { listen: `127.0.0.1:${mbPort}` });
+      "--oauth-jwks-refresh-ms", "1000", "--log-level", "debug", "--oauth-client-id", "moonbox-rs",
+      "--oauth-client-secret", "moonbox-rs-secret-0123456789"], { listen: `127.0.0.1:${mbPort}` });
   });
   after(async () => {
     await mb?.stop(); // normally stopped by the last test, which checks the exit
@@ -227,7 +237,8 @@ describe("OAuth resource server against oidc-provider", () => {
       "tampered signature": `${h}.${p}.${b64u(Buffer.alloc(256, 7))}`,
       "tampered payload": `${h}.${b64u(JSON.stringify({ ...claimsOf(good), sub: "someone-else" }))}.${good.split(".")[2]}`,
       "a tenant that is not a name": own({ sub: "../../etc" }),
-      "opaque": "opaque-token-0123456789abcdef",
+      "an opaque token the issuer does not know (introspection: not active)": "opaque-token-0123456789abcdef",
+      "an opaque token for another resource": await idp.token(SCOPES, "http://127.0.0.1:1/other", "agent-opaque"),
     };
     for (const [what, tok] of Object.entries(cases)) {
       const r = await post(resource, tok, INIT);
@@ -241,6 +252,22 @@ describe("OAuth resource server against oidc-provider", () => {
       body: JSON.stringify(INIT) });
     assert.equal(q.status, 401);
     assert.doesNotMatch(q.headers.get("www-authenticate"), /error=/);
+  });
+
+  it("introspects an opaque access token (RFC 7662, the discovery document's endpoint) and runs execute_code", T, async () => {
+    const tok = await idp.token("moonbox:execute", resource, "agent-opaque");
+    assert.equal(tok.split(".").length, 1, "an opaque token");
+    const { client } = await connect(resource, tok);
+    try {
+      const res = await client.callTool({ name: "execute_code", arguments: { code: "return 'opaque'" } });
+      assert.equal(res.structuredContent.result, "opaque");
+      const names = (await client.listTools()).tools.map((t) => t.name);
+      assert.equal(names.includes("save_skill"), false, "the scopes of the introspection answer count");
+    } finally {
+      await client.close();
+    }
+    assert.equal(mb.stderr().includes(tok), false, "the token is not in the log");
+    assert.equal(mb.stderr().includes("moonbox-rs-secret"), false, "the client secret is not in the log");
   });
 
   it("lists only the tools a token's scopes allow; a call beyond them is 403 insufficient_scope", T, async () => {
@@ -375,12 +402,12 @@ describe("OAuth options checked at start", () => {
     assert.notEqual(r.status, 0);
     return r.stderr;
   };
-  it("refuses an http:// issuer off loopback, a missing resource and introspection", T, () => {
+  it("refuses an http:// issuer off loopback, a missing resource, introspection without a client", T, () => {
     assert.match(refused(["--oauth-issuer", "http://auth.example.com", "--oauth-resource", "https://mcp.example.com/mcp"]),
       /oauth_issuer "http:\/\/auth\.example\.com": an http:\/\/ URL is accepted only on a loopback host/);
     assert.match(refused(["--oauth-issuer", "https://auth.example.com"]), /oauth_issuer needs oauth_resource/);
     assert.match(refused(["--oauth-issuer", "https://auth.example.com", "--oauth-resource", "https://m.example.com/mcp",
-      "--oauth-introspection-url", "https://auth.example.com/introspect"]), /not implemented yet/);
+      "--oauth-introspection-url", "https://auth.example.com/introspect"]), /oauth_introspection_url needs oauth_client_id/);
   });
 });
 
