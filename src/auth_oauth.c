@@ -9,6 +9,12 @@
  * one hears). last_attempt rate-limits fetches: a stream of tokens with made-up kids costs one
  * fetch per oauth_jwks_refresh_ms, not one each.
  *
+ * Introspection. An opaque token (not a JWS) goes to the introspection endpoint when one is
+ * known: one fetch per token (an `intro` in o->intros) whose waiters are the requests carrying
+ * it; when it answers, the outcome is kept in the intro while they are woken (they check again
+ * synchronously and find it), an active answer goes into the token cache, and the intro is freed.
+ * Closing aborts them; the object is freed by whichever callback ends last.
+ *
  * Token cache. A direct-mapped table of oauth_token_cache slots (rounded up to a power of two)
  * indexed by the token's keyed BLAKE2b-256 hash; a slot holds the hash and the principal and is
  * valid until the token's exp. A collision replaces the older entry; the cost is one more

@@ -8,6 +8,8 @@
  *     document (auth_fetch.c: off the loop thread, bounded in time and size); fetched again
  *     when a token names a kid it does not have (at most once per oauth_jwks_refresh_ms) and in
  *     the background when older than oauth_jwks_max_age_ms;
+ *   - opaque tokens' RFC 7662 introspections in flight (one per token, at most 64; the requests
+ *     of that token wait for it), with their answers remembered like JWTs (at most 300 s);
  *   - validated tokens, by a keyed BLAKE2b hash (the token itself is never stored), with their
  *     principal until their exp: a token is verified once (oauth_token_cache entries).
  *
@@ -60,7 +62,7 @@ struct mb_oauth_waiter {
 /// Checks the oauth_* options and builds the resource server. Refused at start: an issuer,
 /// resource or JWKS URL that is not https:// (http:// is accepted on a loopback host only), a
 /// missing oauth_resource, a bad oauth_scopes or oauth_tenant_claim, oauth_introspection_url
-/// (not implemented yet).
+/// without oauth_client_id.
 /// @returns the object; NULL with err empty when oauth_issuer is not set; NULL with err set
 mb_oauth *mb_oauth_new(uv_loop_t *loop, const mb_config *cfg, char *err, size_t errlen);
 
