@@ -15,7 +15,10 @@
 // /metrics needs the admin scope), static http_tokens at the same time, no token in the log,
 // and the start refused for an http:// issuer that is not on loopback.
 //
-// Not here: the SDK's interactive authorization-code + PKCE flow (see docs/auth.md, "Tests").
+// And the TypeScript SDK's own OAuth client (OAuthClientProvider on StreamableHTTPClientTransport)
+// doing the authorization-code + PKCE flow end to end: 401 -> resource metadata -> the issuer's
+// discovery -> authorization request with resource and S256 -> sign-in and consent (automated
+// by an interaction handler on the provider) -> code exchange -> execute_code.
 //
 // Run: cd tests && MOONBOX=../build/moonbox node --test integration/oauth.test.mjs
 
@@ -75,16 +78,24 @@ function sign(header, claims, key, alg = header.alg) {
   return `${input}.${b64u(sig)}`;
 }
 
-/** Starts oidc-provider on port with these keys; resolves with {issuer, token(scope, resource), close()}. */
+const REDIRECT = "http://127.0.0.1:1/callback"; // never served: the test reads the code off the redirect
+
+/** Starts oidc-provider on port with these keys; resolves with {issuer, token(scope, resource), close()}.
+ * Its interaction pages are replaced by a handler that signs "alice" in and consents to whatever
+ * the client asked for (automated consent for the SDK's authorization-code flow). */
 async function startProvider(port, keys, resource) {
   const issuer = `http://127.0.0.1:${port}`;
   const provider = new Provider(issuer, {
+    interactions: { url: (ctx, interaction) => `/interaction/${interaction.uid}` },
     clients: [{
       client_id: "agent", client_secret: "agent-secret-0123456789", grant_types: ["client_credentials"],
       redirect_uris: [], response_types: [], token_endpoint_auth_method: "client_secret_post", scope: SCOPES,
     }, { // its access tokens are opaque: moonbox introspects them
       client_id: "agent-opaque", client_secret: "agent-secret-0123456789", grant_types: ["client_credentials"],
       redirect_uris: [], response_types: [], token_endpoint_auth_method: "client_secret_post", scope: SCOPES,
+    }, { // a public client of the SDK's OAuth flow (authorization code + PKCE)
+      client_id: "sdk-client", redirect_uris: [REDIRECT], grant_types: ["authorization_code"],
+      response_types: ["code"], token_endpoint_auth_method: "none",
     }, { // the client moonbox introspects as (HTTP Basic)
       client_id: "moonbox-rs", client_secret: "moonbox-rs-secret-0123456789", grant_types: ["client_credentials"],
       redirect_uris: [], response_types: [], token_endpoint_auth_method: "client_secret_basic",
@@ -107,7 +118,25 @@ async function startProvider(port, keys, resource) {
       },
     },
   });
-  const server = http.createServer(provider.callback());
+  const callback = provider.callback();
+  const server = http.createServer(async (req, res) => {
+    if (!req.url.startsWith("/interaction/")) return callback(req, res);
+    try {
+      const { prompt, params, session } = await provider.interactionDetails(req, res);
+      if (prompt.name === "login") {
+        await provider.interactionFinished(req, res, { login: { accountId: "alice" } }, { mergeWithLastSubmission: false });
+        return;
+      }
+      const grant = new provider.Grant({ accountId: session.accountId, clientId: params.client_id });
+      if (prompt.details.missingOIDCScope) grant.addOIDCScope(prompt.details.missingOIDCScope.join(" "));
+      for (const [indicator, scopes] of Object.entries(prompt.details.missingResourceScopes ?? {})) {
+        grant.addResourceScope(indicator, scopes.join(" "));
+      }
+      await provider.interactionFinished(req, res, { consent: { grantId: await grant.save() } }, { mergeWithLastSubmission: true });
+    } catch (e) {
+      res.writeHead(500).end(String(e));
+    }
+  });
   await new Promise((resolve, reject) => { server.once("error", reject); server.listen(port, "127.0.0.1", resolve); });
   return {
     issuer,
@@ -335,6 +364,86 @@ describe("OAuth resource server against oidc-provider", () => {
     const r = await mb.stop();
     mb = null;
     assert.deepEqual(r, { code: 0, signal: null });
+  });
+});
+
+/** Follows an authorization URL through the provider's (automated) sign-in and consent, as a
+ * browser would (cookies kept), up to the redirect to REDIRECT; resolves with its code. */
+async function consent(url) {
+  const jar = new Map();
+  for (let hop = 0; hop < 20; hop++) {
+    const r = await fetch(url, { redirect: "manual",
+      headers: { cookie: [...jar].map(([k, v]) => `${k}=${v}`).join("; ") } });
+    for (const c of r.headers.getSetCookie?.() ?? []) {
+      const [kv] = c.split(";");
+      const i = kv.indexOf("=");
+      jar.set(kv.slice(0, i), kv.slice(i + 1));
+    }
+    const loc = r.headers.get("location");
+    assert.ok(r.status >= 300 && r.status < 400 && loc, `hop ${hop}: ${r.status} ${await r.text()}`);
+    const next = new URL(loc, url);
+    if (next.href.startsWith(REDIRECT)) {
+      assert.equal(next.searchParams.get("error"), null, next.href);
+      return next.searchParams.get("code");
+    }
+    url = next;
+  }
+  throw new Error("too many redirects");
+}
+
+/** The SDK's OAuthClientProvider for a pre-registered public client; the "browser" is consent(). */
+class TestOAuthProvider {
+  constructor(issuer) { this.issuer = issuer; }
+  get redirectUrl() { return REDIRECT; }
+  get clientMetadata() {
+    return { client_name: "moonbox oauth test", redirect_uris: [REDIRECT], grant_types: ["authorization_code"],
+      response_types: ["code"], token_endpoint_auth_method: "none" };
+  }
+  clientInformation() { return { client_id: "sdk-client" }; }
+  tokens() { return this.saved; }
+  saveTokens(t) { this.saved = t; }
+  redirectToAuthorization(url) { this.authUrl = url; }
+  saveCodeVerifier(v) { this.verifier = v; }
+  codeVerifier() { return this.verifier; }
+}
+
+describe("OAuth: the SDK's own client flow (authorization code + PKCE) against oidc-provider", () => {
+  let idp, mb, resource;
+  const rsa = keyPair("rsa", "rsa-1");
+  before(async () => {
+    const [mbPort, idpPort] = [await freePort(), await freePort()];
+    resource = `http://127.0.0.1:${mbPort}/mcp`;
+    idp = await startProvider(idpPort, [rsa], resource);
+    mb = await startHttp(["--oauth-issuer", idp.issuer, "--oauth-resource", resource], { listen: `127.0.0.1:${mbPort}` });
+  });
+  after(async () => {
+    await mb?.stop();
+    await idp?.close();
+  });
+
+  it("the SDK reads the metadata, signs in with PKCE (automated consent), and runs execute_code", T, async () => {
+    const authProvider = new TestOAuthProvider(idp.issuer);
+    const first = new StreamableHTTPClientTransport(new URL(resource), { authProvider });
+    const c1 = new Client({ name: "moonbox-oauth-flow", version: "0.0.0" }, { capabilities: {} });
+    await assert.rejects(c1.connect(first), /Unauthorized/);
+    assert.ok(authProvider.authUrl, "the SDK started the authorization flow");
+    const au = authProvider.authUrl;
+    assert.equal(au.origin, idp.issuer, "at the issuer named by the resource metadata");
+    assert.equal(au.searchParams.get("code_challenge_method"), "S256");
+    assert.equal(au.searchParams.get("resource"), resource, "RFC 8707 resource indicator");
+    const code = await consent(au);
+    await first.finishAuth(code);
+    const tok = authProvider.saved.access_token;
+    assert.equal(claimsOf(tok).aud, resource);
+    assert.equal(claimsOf(tok).sub, "alice");
+    const client = new Client({ name: "moonbox-oauth-flow", version: "0.0.0" }, { capabilities: {} });
+    await client.connect(new StreamableHTTPClientTransport(new URL(resource), { authProvider }));
+    try {
+      const res = await client.callTool({ name: "execute_code", arguments: { code: "return 'signed in'" } });
+      assert.equal(res.structuredContent.result, "signed in");
+    } finally {
+      await client.close();
+    }
   });
 });
 
