@@ -571,6 +571,13 @@ static int principal_of(const mb_oauth *o, json_t *claims, mb_oauth_principal *p
 			  cname, tv ? "not a tenant name" : "missing");
 		return -1;
 	}
+	if (tl == 7 && memcmp(tv, "default", 7) == 0) {
+		/* the tenant of stdio and of HTTP without tokens, whose skills are skills_dir itself: a
+		 * claim value (which the authorization server's users may choose) does not get it */
+		mb_seterr(why, whylen, "the token's %s claim is default, the tenant reserved for stdio and "
+			  "unauthenticated HTTP", cname);
+		return -1;
+	}
 	memcpy(p->tenant, tv, tl);
 	p->tenant[tl] = 0;
 	if (json_is_string(sub)) {

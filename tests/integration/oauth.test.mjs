@@ -266,6 +266,7 @@ describe("OAuth resource server against oidc-provider", () => {
       "tampered signature": `${h}.${p}.${b64u(Buffer.alloc(256, 7))}`,
       "tampered payload": `${h}.${b64u(JSON.stringify({ ...claimsOf(good), sub: "someone-else" }))}.${good.split(".")[2]}`,
       "a tenant that is not a name": own({ sub: "../../etc" }),
+      "the reserved tenant default": own({ sub: "default" }),
       "an opaque token the issuer does not know (introspection: not active)": "opaque-token-0123456789abcdef",
       "an opaque token for another resource": await idp.token(SCOPES, "http://127.0.0.1:1/other", "agent-opaque"),
     };
