@@ -676,8 +676,11 @@ static void on_introspected(void *ud, int status, const char *body, size_t len, 
 			slot->until = x->p.exp;
 			slot->used = 1;
 		}
-		if (x->rc == MB_OAUTH_OK)
+		if (x->rc == MB_OAUTH_OK) {
 			o->st.verified++;
+			mb_log(MB_LOG_INFO, "oauth: an opaque token of %s introspected (tenant %s)",
+			       x->p.sub[0] ? x->p.sub : "(no sub)", x->p.tenant);
+		}
 		else
 			o->st.refused++;
 	}
@@ -846,6 +849,10 @@ int mb_oauth_check(mb_oauth *o, const char *tok, size_t n, mb_oauth_waiter *w, m
 		return MB_OAUTH_REFUSED;
 	}
 	o->st.verified++;
+	char rights[32];
+	mb_oauth_rights_text(p.rights, rights, sizeof rights);
+	mb_log(MB_LOG_INFO, "oauth: a token of %s verified (tenant %s, rights: %s)", p.sub[0] ? p.sub : "(no sub)",
+	       p.tenant, rights[0] ? rights : "none"); /* once per token while cached: who, never the token */
 	if (slot) {
 		memcpy(slot->hash, h, sizeof h);
 		slot->p = p;
