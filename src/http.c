@@ -431,12 +431,48 @@ checked:
 
 /* ---- request handlers ------------------------------------------------------------------------ */
 
+/* The OAuth counters as Prometheus text, then the host's (which may be NULL); malloc'd or NULL. */
+static char *oauth_metrics(const mb_oauth *o, const char *host)
+{
+	mb_oauth_stats st;
+	mb_oauth_get_stats(o, &st);
+	size_t hl = host ? strlen(host) : 0, cap = hl + 1200;
+	char *t = malloc(cap);
+	if (!t)
+		return NULL;
+	int n = snprintf(t, cap,
+			 "# HELP moonbox_oauth_tokens_verified_total OAuth access tokens verified (signature or "
+			 "introspection), not counting cache hits.\n# TYPE moonbox_oauth_tokens_verified_total counter\n"
+			 "moonbox_oauth_tokens_verified_total %llu\n"
+			 "# HELP moonbox_oauth_token_cache_hits_total Requests whose token was found in the validated-token cache.\n"
+			 "# TYPE moonbox_oauth_token_cache_hits_total counter\nmoonbox_oauth_token_cache_hits_total %llu\n"
+			 "# HELP moonbox_oauth_tokens_refused_total OAuth access tokens refused (401 invalid_token).\n"
+			 "# TYPE moonbox_oauth_tokens_refused_total counter\nmoonbox_oauth_tokens_refused_total %llu\n"
+			 "# HELP moonbox_oauth_jwks_fetches_total Key sets fetched from the issuer.\n"
+			 "# TYPE moonbox_oauth_jwks_fetches_total counter\nmoonbox_oauth_jwks_fetches_total %llu\n"
+			 "# HELP moonbox_oauth_jwks_failures_total Key set fetches that failed.\n"
+			 "# TYPE moonbox_oauth_jwks_failures_total counter\nmoonbox_oauth_jwks_failures_total %llu\n",
+			 (unsigned long long)st.verified, (unsigned long long)st.cache_hits, (unsigned long long)st.refused,
+			 (unsigned long long)st.jwks_fetches, (unsigned long long)st.jwks_failures);
+	if (n < 0 || (size_t)n >= cap - hl) {
+		free(t);
+		return NULL;
+	}
+	if (host)
+		memcpy(t + n, host, hl + 1);
+	return t;
+}
+
 static void handle_metrics(conn *c)
 {
 	mb_http *h = c->h;
 	const char *extra = h->cb.metrics_extra ? h->cb.metrics_extra(h->cb.ud) : NULL;
+	char *with_oauth = h->oauth ? oauth_metrics(h->oauth, extra) : NULL;
+	if (with_oauth)
+		extra = with_oauth;
 	size_t len = 0;
 	char *text = mb_http_metrics_render(&h->st, extra, &len), m[512];
+	free(with_oauth);
 	if (!text) {
 		mb_http_respond_error(c, 500, -32603, "out of memory rendering /metrics", NULL);
 		return;

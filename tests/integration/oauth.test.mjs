@@ -328,6 +328,11 @@ describe("OAuth resource server against oidc-provider", () => {
     const admin = await idp.token("moonbox:execute moonbox:admin");
     const m2 = await fetch(`http://127.0.0.1:${mbPort}/metrics`, { headers: { Authorization: `Bearer ${admin}` } });
     assert.equal(m2.status, 200);
+    const metrics = await m2.text();
+    assert.match(metrics, /^moonbox_oauth_tokens_verified_total [1-9]\d*$/m);
+    assert.match(metrics, /^moonbox_oauth_tokens_refused_total [1-9]\d*$/m);
+    assert.match(metrics, /^moonbox_oauth_token_cache_hits_total [1-9]\d*$/m);
+    assert.match(metrics, /^moonbox_oauth_jwks_fetches_total [1-9]\d*$/m);
     // with moonbox:skills the tool is listed and runs
     const full = await idp.token(SCOPES);
     const { client } = await connect(resource, full);
