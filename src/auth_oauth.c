@@ -256,6 +256,11 @@ mb_oauth *mb_oauth_new(uv_loop_t *loop, const mb_config *cfg, char *err, size_t 
 	}
 	if (check_url("oauth_resource", cfg->oauth_resource, 0, err, errlen) != 0)
 		return NULL;
+	if (strlen(cfg->oauth_resource) > 256) {
+		/* its metadata URL goes into every 401's WWW-Authenticate, which must fit a response head */
+		mb_seterr(err, errlen, "oauth_resource is above 256 characters");
+		return NULL;
+	}
 	if (cfg->oauth_jwks_url[0] && check_url("oauth_jwks_url", cfg->oauth_jwks_url, 1, err, errlen) != 0)
 		return NULL;
 	if (cfg->oauth_introspection_url[0] &&
