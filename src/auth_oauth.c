@@ -357,7 +357,8 @@ static void fetch_end(mb_oauth *o, const char *err)
 	if (err) {
 		o->st.jwks_failures++;
 		snprintf(o->last_err, sizeof o->last_err, "%s", err);
-		mb_log(MB_LOG_WARNING, "oauth: the issuer's keys could not be fetched: %s", err);
+		if (!o->closing) /* an abort at shutdown is not news */
+			mb_log(MB_LOG_WARNING, "oauth: the issuer's keys could not be fetched: %s", err);
 	} else {
 		o->last_err[0] = 0;
 	}

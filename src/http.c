@@ -251,18 +251,17 @@ static void handle_request(conn *c);
 static void on_oauth_ready(mb_oauth_waiter *w)
 {
 	conn *c = container_of(w, conn, aw);
-	if (c->state == C_CLOSED)
-		return;
-	if (c->state != C_AUTH) {
-		if (c->auth_wait)
-			c->auth_ready = 1; /* the body is still coming: on_message_complete goes on */
-		return;
-	}
-	c->state = C_READING;
+	if (!c->auth_wait || (c->state != C_READING && c->state != C_AUTH))
+		return; /* closed, or that request already ended otherwise */
+	/* decided now, while the answer (an introspection's is kept only during this call) is there;
+	 * a request whose body is still coming goes on reading and is handled when complete */
 	c->auth_wait = 0;
 	if (authenticate(c, 0) == 0)
 		after_auth(c);
-	handle_request(c);
+	if (c->state == C_AUTH) {
+		c->state = C_READING;
+		handle_request(c);
+	}
 }
 
 /* The checks that follow authentication: method, media types, protocol version, session (whose
@@ -698,13 +697,8 @@ static void handle_request(conn *c)
 		c->auth_wait = 0;
 	}
 	if (c->auth_wait) {
-		if (!c->auth_ready) {
-			c->state = C_AUTH; /* on_oauth_ready goes on; pipelined input waits */
-			return;
-		}
-		c->auth_wait = 0;
-		if (authenticate(c, 0) == 0)
-			after_auth(c);
+		c->state = C_AUTH; /* on_oauth_ready goes on; pipelined input waits */
+		return;
 	}
 	if (c->reject) {
 		mb_http_answer_reject(c);

@@ -549,7 +549,7 @@ int mb_http_on_message_begin(http_parser *p)
 	c->sess_num = 0;
 	c->blen = 0;
 	mb_oauth_unwait(c->h->oauth, &c->aw);
-	c->oauth = c->auth_wait = c->auth_ready = 0;
+	c->oauth = c->auth_wait = 0;
 	c->rights = 0;
 	c->otenant[0] = c->osub[0] = 0;
 	return 0;

@@ -317,8 +317,7 @@ struct conn {
 	/* OAuth (h->oauth): the principal of the current request's token */
 	int oauth;           /* authenticated by an OAuth access token (not a static token) */
 	unsigned rights;     /* MB_RIGHT_* of that token */
-	int auth_wait;       /* its token waits for the issuer's keys (aw queued or ready) */
-	int auth_ready;      /* the wait ended before the request was complete */
+	int auth_wait;       /* its token waits for the issuer's keys or an introspection (aw queued) */
 	mb_oauth_waiter aw;
 	char otenant[MB_OAUTH_TENANT_MAX + 1], osub[MB_OAUTH_SUB_MAX + 1];
 	char auth_hdr[1024]; /* a WWW-Authenticate line built for this request (reject_hdr points here) */

@@ -171,6 +171,24 @@ async function post(url, token, body, session) {
 const INIT = { jsonrpc: "2.0", id: 1, method: "initialize",
   params: { protocolVersion: "2025-11-25", capabilities: {}, clientInfo: { name: "oauth-test", version: "0" } } };
 
+/** POSTs initialize with token over a raw socket, the body 500 ms after the headers (which alone
+ * start the token's introspection); resolves with the whole response text. */
+function lateBody(port, tok) {
+  const body = JSON.stringify(INIT);
+  return new Promise((resolve, reject) => {
+    const sock = net.connect(port, "127.0.0.1", () => {
+      sock.write(`POST /mcp HTTP/1.1\r\nHost: 127.0.0.1:${port}\r\nAuthorization: Bearer ${tok}\r\n` +
+        "Content-Type: application/json\r\nAccept: application/json, text/event-stream\r\n" +
+        `MCP-Protocol-Version: 2025-11-25\r\nContent-Length: ${body.length}\r\nConnection: close\r\n\r\n`);
+      setTimeout(() => sock.write(body), 500);
+    });
+    let got = "";
+    sock.on("data", (d) => { got += d; });
+    sock.on("end", () => resolve(got));
+    sock.on("error", reject);
+  });
+}
+
 async function connect(url, token) {
   const transport = new StreamableHTTPClientTransport(new URL(url),
     { requestInit: { headers: { Authorization: `Bearer ${token}` } } });
@@ -298,6 +316,16 @@ describe("OAuth resource server against oidc-provider", () => {
     }
     assert.equal(mb.stderr().includes(tok), false, "the token is not in the log");
     assert.equal(mb.stderr().includes("moonbox-rs-secret"), false, "the client secret is not in the log");
+  });
+
+  it("an opaque token whose body comes after its introspection answered gets that answer (200, or 401)", T, async () => {
+    const late = (tok) => lateBody(mbPort, tok);
+    const ok = await late(await idp.token("moonbox:execute", resource, "agent-opaque"));
+    assert.match(ok, /^HTTP\/1\.1 200 /, ok.slice(0, 300));
+    assert.match(ok, /"protocolVersion":"2025-11-25"/);
+    const no = await late("opaque-late-body-0123456789"); // not active: refused, not cached
+    assert.match(no, /^HTTP\/1\.1 401 /, no.slice(0, 300));
+    assert.match(no, /error="invalid_token", error_description="the token is not active/);
   });
 
   it("lists only the tools a token's scopes allow; a call beyond them is 403 insufficient_scope", T, async () => {
