@@ -10,12 +10,12 @@
 # LUA_PKG selects the Lua 5.4 to link, e.g. `make LUA_PKG=lua54-custom`.
 
 LUA_PKG   ?= lua5.4
-PKGS      := $(LUA_PKG) libuv libpcre2-8 jansson sqlite3 libsodium yaml-0.1 libseccomp
+PKGS      := $(LUA_PKG) libuv libpcre2-8 jansson sqlite3 libsodium yaml-0.1 libseccomp libcrypto
 # libcurl and libpq: headers only; src/curl_load.c opens libcurl.so.4 at the first HTTP upstream
 # request, src/pq_load.c libpq.so.5 when store_url is PostgreSQL (the tests link libpq themselves)
 CURL_PKG  := libcurl libpq
 DEB_PKGS  := liblua5.4-dev libuv1-dev libpcre2-dev libjansson-dev libsqlite3-dev libsodium-dev libyaml-dev \
-             libseccomp-dev libhttp-parser-dev libcurl4-openssl-dev libpq-dev pkg-config gcc make
+             libseccomp-dev libhttp-parser-dev libcurl4-openssl-dev libpq-dev libssl-dev pkg-config gcc make
 # man-db: systemd-analyze verify runs `man moonbox(1)` for the unit's Documentation= (tests/install)
 # postgresql, nginx: the replica tests start their own throwaway cluster and balancer
 # (tests/lib/pg.mjs, tests/lib/nginx.mjs); the services the packages start are stopped (test-deps)

@@ -123,6 +123,20 @@ static const option options[] = {
 	I(http_max_sessions_per_tenant, 1000, 1, 10000000, "live HTTP sessions of one tenant; more of its initialize requests are answered 503"),
 	I(http_replay_bytes, 1048576, 0, 1 << 30, "SSE events kept per HTTP session for a client that resumes a broken stream with Last-Event-ID (0 = no event ids, no resumption)"),
 	I(http_replay_total_bytes, 67108864, 0, (int64_t)1 << 40, "SSE events kept for resumption by all HTTP sessions together; an event that would go beyond it is not kept (after the session's own oldest), so resuming before it is refused"),
+	S(oauth_issuer, "", "OAuth: the authorization server (issuer URL) whose JWT access tokens are accepted on HTTP (https://, or http:// on loopback; \"\" = off; docs/auth.md)"),
+	S(oauth_resource, "", "OAuth: this server's canonical URL (e.g. https://mcp.example.com/mcp), the audience tokens must name; required with oauth_issuer"),
+	S(oauth_tenant_claim, "sub", "OAuth: the token claim whose value is the tenant (A-Z a-z 0-9 _ . -, 1-64 characters)"),
+	S(oauth_scopes, "moonbox:execute=execute,moonbox:skills=skills,moonbox:admin=admin", "OAuth: scope=right pairs; rights: execute (run code, the catalog), skills (change skills and workflows), admin (server-wide stats, /metrics)"),
+	S(oauth_jwks_url, "", "OAuth: the JWKS URL (\"\" = jwks_uri of the issuer's RFC 8414 or OpenID discovery document)"),
+	S(oauth_introspection_url, "", "OAuth: RFC 7662 introspection of opaque tokens (\"\" = the discovery document's introspection_endpoint when oauth_client_id is set; none: opaque tokens are refused)"),
+	S(oauth_client_id, "", "OAuth: the client id moonbox introspects with (HTTP Basic)"),
+	S(oauth_client_secret, "", "OAuth: the client secret moonbox introspects with (never logged)"),
+	I(oauth_jwks_refresh_ms, 60000, 1000, 86400000, "OAuth: least time between two JWKS fetches (a token with an unknown kid fetches it again at most this often)"),
+	I(oauth_jwks_max_age_ms, 3600000, 1000, 604800000, "OAuth: a JWKS older than this is fetched again in the background at the next request"),
+	I(oauth_jwks_max_bytes, 262144, 1024, 16777216, "OAuth: largest discovery document or JWKS accepted"),
+	I(oauth_fetch_timeout_ms, 5000, 100, 60000, "OAuth: one request to the authorization server; requests waiting for its keys wait at most this long per fetch"),
+	I(oauth_clock_skew_s, 60, 0, 600, "OAuth: clock difference allowed when checking exp and nbf"),
+	I(oauth_token_cache, 4096, 0, 1000000, "OAuth: validated tokens remembered (by keyed hash) until their exp, so a token is verified once"),
 	S(mcp_servers, "", "upstream MCP servers as a JSON object, the \"mcpServers\" block of the config file (docs/gateway.md)"),
 	I(upstream_timeout_ms, 60000, 1, 3600000, "one upstream tool call (a server's timeoutMs overrides it)"),
 	I(upstream_init_timeout_ms, 30000, 100, 3600000, "start and initialize of an upstream server"),
@@ -481,7 +495,7 @@ void mb_config_dump(const mb_config *cfg, void *file)
 			fprintf(f, "moonbox: config %s = %lld\n", o->name,
 				(long long)*(const int64_t *)((const char *)cfg + o->offset));
 		else if (strcmp(o->name, "http_tokens") == 0 || strcmp(o->name, "mcp_servers") == 0 ||
-			 strcmp(o->name, "store_url") == 0)
+			 strcmp(o->name, "store_url") == 0 || strcmp(o->name, "oauth_client_secret") == 0)
 			/* secrets (tokens, upstream headers and env, a password in store_url) stay out
 			 * of logs */
 			fprintf(f, "moonbox: config %s = %s\n", o->name,

@@ -123,6 +123,22 @@ typedef struct mb_config {
 	int64_t http_replay_bytes;      /* 0 = no SSE event ids, no resumption */
 	int64_t http_replay_total_bytes; /* all sessions together */
 
+	/* the HTTP endpoint as an OAuth 2.1 resource server (src/auth_oauth.c, docs/auth.md) */
+	char oauth_issuer[1024];        /* "" = off; the authorization server's issuer URL */
+	char oauth_resource[1024];      /* this server's canonical URL: the audience tokens must name */
+	char oauth_tenant_claim[128];   /* the claim whose value is the tenant (default sub) */
+	char oauth_scopes[1024];        /* "scope=right,...": rights execute, skills, admin */
+	char oauth_jwks_url[1024];      /* "" = jwks_uri of the discovery document */
+	char oauth_introspection_url[1024]; /* RFC 7662 introspection of opaque tokens */
+	char oauth_client_id[256];      /* the client moonbox introspects as */
+	char oauth_client_secret[512];  /* never logged */
+	int64_t oauth_jwks_refresh_ms;  /* least time between two fetches of the JWKS */
+	int64_t oauth_jwks_max_age_ms;  /* a key set older than this is fetched again (in the background) */
+	int64_t oauth_jwks_max_bytes;   /* a larger discovery document or JWKS is refused */
+	int64_t oauth_fetch_timeout_ms; /* one request to the authorization server */
+	int64_t oauth_clock_skew_s;     /* allowed clock difference for exp and nbf */
+	int64_t oauth_token_cache;      /* validated tokens remembered until their exp; 0 = none */
+
 	/* upstream MCP servers (lua/mcp/upstream.lua, docs/gateway.md) */
 	char mcp_servers[65536];        /* JSON object: the "mcpServers" block of the config file */
 	int64_t upstream_timeout_ms;    /* one upstream call, unless the server sets timeoutMs */

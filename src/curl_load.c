@@ -28,6 +28,7 @@ static const struct {
 	S(easy_setopt, "curl_easy_setopt"),
 	S(easy_getinfo, "curl_easy_getinfo"),
 	S(easy_cleanup, "curl_easy_cleanup"),
+	S(easy_perform, "curl_easy_perform"),
 	S(easy_strerror, "curl_easy_strerror"),
 	S(multi_init, "curl_multi_init"),
 	S(multi_setopt, "curl_multi_setopt"),

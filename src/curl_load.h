@@ -29,6 +29,7 @@ typedef struct mb_curl_api {
 	CURLcode (*easy_setopt)(CURL *curl, CURLoption option, ...);
 	CURLcode (*easy_getinfo)(CURL *curl, CURLINFO info, ...);
 	void (*easy_cleanup)(CURL *curl);
+	CURLcode (*easy_perform)(CURL *curl);
 	const char *(*easy_strerror)(CURLcode code);
 	CURLM *(*multi_init)(void);
 	CURLMcode (*multi_setopt)(CURLM *multi, CURLMoption option, ...);
@@ -65,6 +66,7 @@ int mb_curl_load(char *err, size_t errlen);
 #define curl_easy_setopt mb_curl.easy_setopt
 #define curl_easy_getinfo mb_curl.easy_getinfo
 #define curl_easy_cleanup mb_curl.easy_cleanup
+#define curl_easy_perform mb_curl.easy_perform
 #define curl_easy_strerror mb_curl.easy_strerror
 #define curl_multi_init mb_curl.multi_init
 #define curl_multi_setopt mb_curl.multi_setopt

@@ -532,8 +532,10 @@ static void push_config(lua_State *L, const mb_config *c)
 	CI(max_client_requests_per_tenant); CI(max_queue_per_tenant); CI(max_queue_bytes_per_tenant);
 	CI(inferred_shape_max_nodes); CI(inferred_shape_total_nodes);
 #undef CI
-	lua_pushboolean(L, c->http_tokens[0] != 0); /* tenants exist (the tokens stay in C) */
+	lua_pushboolean(L, c->http_tokens[0] != 0 || c->oauth_issuer[0] != 0); /* tenants exist (the tokens stay in C) */
 	lua_setfield(L, -2, "tenants");
+	lua_pushstring(L, c->oauth_scopes); /* scope=right pairs: the names of the rights (lua/mcp/auth.lua) */
+	lua_setfield(L, -2, "oauth_scopes");
 	lua_pushstring(L, c->mcp_servers);
 	lua_setfield(L, -2, "mcp_servers");
 	lua_pushstring(L, c->config_file);
@@ -629,7 +631,7 @@ void mb_host_handle_line(mb_host *h, const char *line, size_t len)
 
 int mb_host_handle_message(mb_host *h, uint64_t session, uint64_t exchange, const char *tenant,
 			   const char *body, size_t len, const char *version, const char *method,
-			   const char *name, const char *params)
+			   const char *name, const char *params, const char *principal, const char *rights)
 {
 	h->cur_exchange = exchange;
 	h->cur_pending = h->cur_answered = 0;
@@ -650,6 +652,10 @@ int mb_host_handle_message(mb_host *h, uint64_t session, uint64_t exchange, cons
 	lua_setfield(co, -2, "name");
 	lua_pushstring(co, params);
 	lua_setfield(co, -2, "params");
+	lua_pushstring(co, principal); /* OAuth only (nil otherwise): the token's sub */
+	lua_setfield(co, -2, "principal");
+	lua_pushstring(co, rights);    /* OAuth only: what its scopes grant */
+	lua_setfield(co, -2, "rights");
 	run_coroutine(h, co, 5);
 	lua_pop(h->L, 1);
 	int r = h->cur_pending || h->cur_answered;

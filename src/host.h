@@ -70,12 +70,14 @@ void mb_host_handle_line(mb_host *h, const char *line, size_t len);
 /// for it go out through io.send with this exchange; the last one has final set. version, method
 /// and name are the MCP-Protocol-Version, Mcp-Method and Mcp-Name headers, params the
 /// Mcp-Param-<Name> ones as "Name:value" lines (NULL when absent), which the protocol layer
-/// checks against the body.
+/// checks against the body. principal and rights (NULL unless an OAuth access token
+/// authenticated the request): its sub and the rights its scopes grant ("execute skills admin"
+/// or a subset), which lua/mcp/server.lua enforces (docs/auth.md).
 /// @returns 1 when the host answered or will answer on this exchange (a request, or an error
 ///          about the message), 0 when it will not (a notification, a client's response)
 int mb_host_handle_message(mb_host *h, uint64_t session, uint64_t exchange, const char *tenant,
 			   const char *body, size_t len, const char *version, const char *method,
-			   const char *name, const char *params);
+			   const char *name, const char *params, const char *principal, const char *rights);
 
 /// The connection of a sessionless exchange closed before its answer: the request is cancelled.
 void mb_host_exchange_closed(mb_host *h, uint64_t exchange);

@@ -129,6 +129,204 @@ static int is_bearer(const char *v, size_t n)
 static const char allow_mcp[] = "Allow: GET, POST, DELETE, OPTIONS\r\n";
 static const char allow_get[] = "Allow: GET\r\n";
 
+/* ---- OAuth (auth_oauth.h) -------------------------------------------------------------------- */
+
+/* Writes the WWW-Authenticate line of a 401 into c->auth_hdr: resource_metadata always (so an
+ * MCP client finds the authorization server), the scopes an agent normally needs, and error /
+ * error_description when a token was sent and refused (RFC 6750 section 3.1). */
+static void oauth_challenge(conn *c, const char *error, const char *why)
+{
+	mb_http *h = c->h;
+	char scopes[300];
+	mb_oauth_scopes_text(h->oauth, MB_RIGHT_EXECUTE | MB_RIGHT_SKILLS, scopes, sizeof scopes);
+	int n = snprintf(c->auth_hdr, sizeof c->auth_hdr, "WWW-Authenticate: Bearer resource_metadata=\"%s\"",
+			 mb_oauth_metadata_url(h->oauth));
+	if (scopes[0] && n > 0 && (size_t)n < sizeof c->auth_hdr)
+		n += snprintf(c->auth_hdr + n, sizeof c->auth_hdr - (size_t)n, ", scope=\"%s\"", scopes);
+	if (error && n > 0 && (size_t)n < sizeof c->auth_hdr)
+		n += snprintf(c->auth_hdr + n, sizeof c->auth_hdr - (size_t)n, ", error=\"%s\", error_description=\"%s\"",
+			      error, why);
+	if (n < 0 || (size_t)n + 3 > sizeof c->auth_hdr)
+		n = (int)sizeof c->auth_hdr - 3; /* cannot happen: the parts are bounded */
+	memcpy(c->auth_hdr + n, "\r\n", 3);
+}
+
+/* 403 insufficient_scope for a right the token lacks (step-up: the client asks for the scope). */
+static void scope_reject(conn *c, unsigned right, const char *what)
+{
+	mb_http *h = c->h;
+	const char *scope = mb_oauth_scope_of(h->oauth, right);
+	snprintf(c->auth_hdr, sizeof c->auth_hdr,
+		 "WWW-Authenticate: Bearer resource_metadata=\"%s\", error=\"insufficient_scope\", scope=\"%s\", "
+		 "error_description=\"%s needs the scope %s\"\r\n",
+		 mb_oauth_metadata_url(h->oauth), scope ? scope : "", what, scope ? scope : "(none configured)");
+	reject(c, 403, -32000, c->auth_hdr, "Forbidden: insufficient_scope: this request needs the scope %s",
+	       scope ? scope : "(none configured)");
+}
+
+static void on_oauth_ready(mb_oauth_waiter *w);
+static void after_auth(conn *c);
+
+/* Authenticates the request: a static token of http_tokens, else (with oauth_issuer) an OAuth
+ * access token, else none when neither is configured. Only the Authorization header counts
+ * (a token in the query string is never read).
+ * @returns 0 (c->tenant set), 1 (waiting for the issuer's keys: c->auth_wait) or -1 (rejected) */
+static int authenticate(conn *c, int may_wait)
+{
+	mb_http *h = c->h;
+	const char *authz = c->hcount[H_AUTH] ? hval(c, H_AUTH) : NULL;
+	if (!h->oauth) {
+		c->tenant = c->hover[H_AUTH] ? NULL : mb_http_authenticate(&h->pol, authz, c->hlen[H_AUTH]);
+		c->tslot = mb_http_tenant_slot(h, c->tenant);
+		if (c->tenant)
+			return 0;
+		h->st.auth_failures++;
+		if (!c->hcount[H_AUTH])
+			reject(c, 401, -32000, auth_none, auth_msg_none, NULL);
+		else if (c->hover[H_AUTH] || is_bearer(hval(c, H_AUTH), c->hlen[H_AUTH]))
+			reject(c, 401, -32000, auth_refused, auth_msg_refused, NULL);
+		else
+			reject(c, 401, -32000, auth_none, auth_msg_scheme, NULL);
+		return -1;
+	}
+	c->tenant = NULL;
+	if (h->pol.ntokens && !c->hover[H_AUTH] && authz &&
+	    (c->tenant = mb_http_authenticate(&h->pol, authz, c->hlen[H_AUTH])) != NULL) {
+		c->tslot = mb_http_tenant_slot(h, c->tenant);
+		return 0; /* a static token: every right */
+	}
+	if (!authz) {
+		h->st.auth_failures++;
+		oauth_challenge(c, NULL, NULL);
+		reject(c, 401, -32000, c->auth_hdr, "Unauthorized: send Authorization: Bearer <access token> (the "
+		       "authorization server is named in the WWW-Authenticate header's resource_metadata)%s", NULL);
+		return -1;
+	}
+	const char *t = authz + 6;
+	size_t n = c->hlen[H_AUTH] >= 6 ? c->hlen[H_AUTH] - 6 : 0;
+	while (n && (*t == ' ' || *t == '\t'))
+		t++, n--;
+	if (c->hover[H_AUTH] || !is_bearer(authz, c->hlen[H_AUTH]) || n == 0) {
+		h->st.auth_failures++;
+		oauth_challenge(c, "invalid_request", c->hover[H_AUTH] ? "the Authorization header is too long"
+								       : "the Authorization header must be Bearer <token>");
+		reject(c, 401, -32000, c->auth_hdr, "Unauthorized: the Authorization header must be Bearer <access "
+		       "token>%s", NULL);
+		return -1;
+	}
+	mb_oauth_principal pr;
+	char why[200] = "";
+	c->aw.ready = on_oauth_ready;
+	int rc = mb_oauth_check(h->oauth, t, n, may_wait ? &c->aw : NULL, &pr, why, sizeof why);
+	if (rc == MB_OAUTH_WAIT) {
+		c->auth_wait = 1;
+		return 1;
+	}
+	if (rc == MB_OAUTH_OK) {
+		memcpy(c->otenant, pr.tenant, sizeof c->otenant);
+		memcpy(c->osub, pr.sub, sizeof c->osub);
+		c->tenant = c->otenant;
+		c->rights = pr.rights;
+		c->oauth = 1;
+		c->tslot = h->oauth_slot;
+		return 0;
+	}
+	h->st.auth_failures++;
+	if (rc == MB_OAUTH_UNAVAILABLE) {
+		mb_log(MB_LOG_NOTICE, "http: a request is refused: %s", why);
+		reject(c, 503, -32000, "Retry-After: 5\r\n",
+		       "Service Unavailable: the authorization server's signing keys cannot be fetched now; try again "
+		       "later%s", NULL);
+		return -1;
+	}
+	oauth_challenge(c, "invalid_token", why);
+	reject(c, 401, -32000, c->auth_hdr, "Unauthorized: invalid_token: %s", why);
+	return -1;
+}
+
+static void handle_request(conn *c);
+
+/* The issuer's keys arrived (or could not be had) for a token that waited for them: when its
+ * request is complete (C_AUTH) it is authenticated again, now without waiting, and handled. */
+static void on_oauth_ready(mb_oauth_waiter *w)
+{
+	conn *c = container_of(w, conn, aw);
+	if (!c->auth_wait || (c->state != C_READING && c->state != C_AUTH))
+		return; /* closed, or that request already ended otherwise */
+	/* decided now, while the answer (an introspection's is kept only during this call) is there;
+	 * a request whose body is still coming goes on reading and is handled when complete */
+	c->auth_wait = 0;
+	if (authenticate(c, 0) == 0)
+		after_auth(c);
+	if (c->state == C_AUTH) {
+		c->state = C_READING;
+		handle_request(c);
+	}
+}
+
+/* The checks that follow authentication: method, media types, protocol version, session (whose
+ * tenant must be the token's). */
+static void after_auth(conn *c)
+{
+	mb_http *h = c->h;
+	if (c->route == R_METRICS) {
+		if (c->method != M_GET)
+			reject(c, 405, -32000, allow_get, "method not allowed on /metrics (use GET)", NULL);
+		else if (c->oauth && !(c->rights & MB_RIGHT_ADMIN))
+			scope_reject(c, MB_RIGHT_ADMIN, "/metrics");
+		return;
+	}
+	/* /mcp */
+	if (c->method != M_GET && c->method != M_POST && c->method != M_DELETE) {
+		reject(c, 405, -32000, allow_mcp, "Method Not Allowed: /mcp takes POST, GET and DELETE", NULL);
+		return;
+	}
+	if (c->hcount[H_PROTO] && !is_legacy_version(hval(c, H_PROTO))) {
+		/* the 2026-07-28 revision (or a version the host refuses with the request's id) */
+		if (c->method != M_POST) {
+			reject(c, 405, -32000, "Allow: POST\r\n",
+			       "Method Not Allowed: with MCP-Protocol-Version \"%s\" /mcp takes POST only "
+			       "(subscriptions/listen streams notifications)", hval(c, H_PROTO));
+			return;
+		}
+		c->modern = 1;
+	}
+	if (c->method == M_POST) {
+		if (!c->hcount[H_CTYPE] || !media_is(hval(c, H_CTYPE), c->hlen[H_CTYPE], "application/json")) {
+			reject(c, 415, -32000, NULL,
+			       "Unsupported Media Type: Content-Type must be application/json", NULL);
+			return;
+		}
+		if (!accepts(hval(c, H_ACCEPT), c->hlen[H_ACCEPT], "application/json") ||
+		    !accepts(hval(c, H_ACCEPT), c->hlen[H_ACCEPT], "text/event-stream")) {
+			reject(c, 406, -32000, NULL,
+			       "Not Acceptable: Accept must list both application/json and text/event-stream",
+			       NULL);
+			return;
+		}
+	} else if (c->method == M_GET) {
+		if (!accepts(hval(c, H_ACCEPT), c->hlen[H_ACCEPT], "text/event-stream")) {
+			reject(c, 406, -32000, NULL, "Not Acceptable: Accept must list text/event-stream", NULL);
+			return;
+		}
+	}
+	if (c->modern) {
+		/* sessionless: Mcp-Session-Id is ignored */
+	} else if (c->hcount[H_SESSION]) {
+		const char *v = hval(c, H_SESSION);
+		size_t n = c->hlen[H_SESSION];
+		session *s = c->hover[H_SESSION] ? NULL : mb_http_session_by_id(h, v, n);
+		if (!s || strcmp(s->tenant, c->tenant) != 0) {
+			reject(c, 404, -32001, NULL, "Session not found", NULL);
+			return;
+		}
+		c->sess_num = s->num;
+	} else if (c->method != M_POST) {
+		reject(c, 400, -32000, NULL, "Bad Request: Mcp-Session-Id header is required", NULL);
+		return;
+	}
+}
+
 static int on_headers_complete(http_parser *p)
 {
 	conn *c = p->data;
@@ -148,6 +346,8 @@ static int on_headers_complete(http_parser *p)
 		c->route = R_HEALTH;
 	else if (plen == 8 && memcmp(c->url, "/metrics", 8) == 0)
 		c->route = R_METRICS;
+	else if (h->oauth && mb_oauth_is_metadata_path(h->oauth, c->url, plen))
+		c->route = R_PRM;
 	else
 		c->route = R_NOTFOUND;
 	char num[32];
@@ -193,75 +393,14 @@ static int on_headers_complete(http_parser *p)
 		c->route = R_OPTIONS;
 		goto checked;
 	}
-	c->tenant = c->hover[H_AUTH] ? NULL
-				    : mb_http_authenticate(&h->pol, c->hcount[H_AUTH] ? hval(c, H_AUTH) : NULL,
-							   c->hlen[H_AUTH]);
-	c->tslot = mb_http_tenant_slot(h, c->tenant);
-	if (!c->tenant) {
-		h->st.auth_failures++;
-		if (!c->hcount[H_AUTH])
-			reject(c, 401, -32000, auth_none, auth_msg_none, NULL);
-		else if (c->hover[H_AUTH] || is_bearer(hval(c, H_AUTH), c->hlen[H_AUTH]))
-			reject(c, 401, -32000, auth_refused, auth_msg_refused, NULL);
-		else
-			reject(c, 401, -32000, auth_none, auth_msg_scheme, NULL);
-		goto checked;
-	}
-	if (c->route == R_METRICS) {
+	if (c->route == R_PRM) {
 		if (c->method != M_GET)
-			reject(c, 405, -32000, allow_get, "method not allowed on /metrics (use GET)", NULL);
-		goto checked;
-	}
-	/* /mcp */
-	if (c->method != M_GET && c->method != M_POST && c->method != M_DELETE) {
-		reject(c, 405, -32000, allow_mcp, "Method Not Allowed: /mcp takes POST, GET and DELETE", NULL);
-		goto checked;
-	}
-	if (c->hcount[H_PROTO] && !is_legacy_version(hval(c, H_PROTO))) {
-		/* the 2026-07-28 revision (or a version the host refuses with the request's id) */
-		if (c->method != M_POST) {
-			reject(c, 405, -32000, "Allow: POST\r\n",
-			       "Method Not Allowed: with MCP-Protocol-Version \"%s\" /mcp takes POST only "
-			       "(subscriptions/listen streams notifications)", hval(c, H_PROTO));
-			goto checked;
-		}
-		c->modern = 1;
-	}
-	if (c->method == M_POST) {
-		if (!c->hcount[H_CTYPE] || !media_is(hval(c, H_CTYPE), c->hlen[H_CTYPE], "application/json")) {
-			reject(c, 415, -32000, NULL,
-			       "Unsupported Media Type: Content-Type must be application/json", NULL);
-			goto checked;
-		}
-		if (!accepts(hval(c, H_ACCEPT), c->hlen[H_ACCEPT], "application/json") ||
-		    !accepts(hval(c, H_ACCEPT), c->hlen[H_ACCEPT], "text/event-stream")) {
-			reject(c, 406, -32000, NULL,
-			       "Not Acceptable: Accept must list both application/json and text/event-stream",
+			reject(c, 405, -32000, allow_get, "method not allowed on the protected resource metadata (use GET)",
 			       NULL);
-			goto checked;
-		}
-	} else if (c->method == M_GET) {
-		if (!accepts(hval(c, H_ACCEPT), c->hlen[H_ACCEPT], "text/event-stream")) {
-			reject(c, 406, -32000, NULL, "Not Acceptable: Accept must list text/event-stream", NULL);
-			goto checked;
-		}
+		goto checked; /* no token: clients read it to find the authorization server */
 	}
-	if (c->modern) {
-		/* sessionless: Mcp-Session-Id is ignored */
-	} else if (c->hcount[H_SESSION]) {
-		const char *v = hval(c, H_SESSION);
-		size_t n = c->hlen[H_SESSION];
-		session *s = c->hover[H_SESSION] ? NULL : mb_http_session_by_id(h, v, n);
-		if (!s || strcmp(s->tenant, c->tenant) != 0) {
-			reject(c, 404, -32001, NULL, "Session not found", NULL);
-			goto checked;
-		}
-		c->sess_num = s->num;
-	} else if (c->method != M_POST) {
-		reject(c, 400, -32000, NULL, "Bad Request: Mcp-Session-Id header is required", NULL);
-		goto checked;
-	}
-
+	if (authenticate(c, 1) == 0)
+		after_auth(c);
 checked:
 	if (c->has_body && !(p->flags & F_CHUNKED) && p->content_length > h->max_body) {
 		if (!c->reject) {
@@ -291,12 +430,48 @@ checked:
 
 /* ---- request handlers ------------------------------------------------------------------------ */
 
+/* The OAuth counters as Prometheus text, then the host's (which may be NULL); malloc'd or NULL. */
+static char *oauth_metrics(const mb_oauth *o, const char *host)
+{
+	mb_oauth_stats st;
+	mb_oauth_get_stats(o, &st);
+	size_t hl = host ? strlen(host) : 0, cap = hl + 1200;
+	char *t = malloc(cap);
+	if (!t)
+		return NULL;
+	int n = snprintf(t, cap,
+			 "# HELP moonbox_oauth_tokens_verified_total OAuth access tokens verified (signature or "
+			 "introspection), not counting cache hits.\n# TYPE moonbox_oauth_tokens_verified_total counter\n"
+			 "moonbox_oauth_tokens_verified_total %llu\n"
+			 "# HELP moonbox_oauth_token_cache_hits_total Requests whose token was found in the validated-token cache.\n"
+			 "# TYPE moonbox_oauth_token_cache_hits_total counter\nmoonbox_oauth_token_cache_hits_total %llu\n"
+			 "# HELP moonbox_oauth_tokens_refused_total OAuth access tokens refused (401 invalid_token).\n"
+			 "# TYPE moonbox_oauth_tokens_refused_total counter\nmoonbox_oauth_tokens_refused_total %llu\n"
+			 "# HELP moonbox_oauth_jwks_fetches_total Key sets fetched from the issuer.\n"
+			 "# TYPE moonbox_oauth_jwks_fetches_total counter\nmoonbox_oauth_jwks_fetches_total %llu\n"
+			 "# HELP moonbox_oauth_jwks_failures_total Key set fetches that failed.\n"
+			 "# TYPE moonbox_oauth_jwks_failures_total counter\nmoonbox_oauth_jwks_failures_total %llu\n",
+			 (unsigned long long)st.verified, (unsigned long long)st.cache_hits, (unsigned long long)st.refused,
+			 (unsigned long long)st.jwks_fetches, (unsigned long long)st.jwks_failures);
+	if (n < 0 || (size_t)n >= cap - hl) {
+		free(t);
+		return NULL;
+	}
+	if (host)
+		memcpy(t + n, host, hl + 1);
+	return t;
+}
+
 static void handle_metrics(conn *c)
 {
 	mb_http *h = c->h;
 	const char *extra = h->cb.metrics_extra ? h->cb.metrics_extra(h->cb.ud) : NULL;
+	char *with_oauth = h->oauth ? oauth_metrics(h->oauth, extra) : NULL;
+	if (with_oauth)
+		extra = with_oauth;
 	size_t len = 0;
 	char *text = mb_http_metrics_render(&h->st, extra, &len), m[512];
+	free(with_oauth);
 	if (!text) {
 		mb_http_respond_error(c, 500, -32603, "out of memory rendering /metrics", NULL);
 		return;
@@ -490,6 +665,12 @@ static void handle_post(conn *c)
 	}
 	if (c->hcount[H_MPARAM])
 		req.params = hval(c, H_MPARAM); /* decoded by the host: a bad encoding is its error */
+	char rights[32];
+	if (c->oauth) {
+		mb_oauth_rights_text(c->rights, rights, sizeof rights);
+		req.rights = rights;
+		req.principal = c->osub;
+	}
 	int r = h->cb.on_message(h->cb.ud, s ? snum : 0, x, c->tenant, c->body, c->blen, &req);
 	if (c->state != C_BUSY || c->xnode.key != x || !c->xsession)
 		return; /* answered (or the connection closed) during the call */
@@ -502,8 +683,23 @@ static void handle_post(conn *c)
 	}
 }
 
+static void handle_prm(conn *c)
+{
+	size_t len;
+	const char *doc = mb_oauth_metadata(c->h->oauth, &len);
+	mb_http_respond(c, 200, "application/json", "Cache-Control: max-age=3600\r\n", doc, len, NULL);
+}
+
 static void handle_request(conn *c)
 {
+	if (c->auth_wait && c->reject) { /* refused for another reason meanwhile (its body's size) */
+		mb_oauth_unwait(c->h->oauth, &c->aw);
+		c->auth_wait = 0;
+	}
+	if (c->auth_wait) {
+		c->state = C_AUTH; /* on_oauth_ready goes on; pipelined input waits */
+		return;
+	}
 	if (c->reject) {
 		mb_http_answer_reject(c);
 	} else {
@@ -516,6 +712,9 @@ static void handle_request(conn *c)
 			break;
 		case R_OPTIONS:
 			handle_options(c);
+			break;
+		case R_PRM:
+			handle_prm(c);
 			break;
 		default:
 			if (c->method == M_POST)
@@ -657,13 +856,12 @@ static int open_listener(mb_http *h, const struct sockaddr_storage *ss, char *er
 static int tenants_init(mb_http *h)
 {
 	mb_http_policy *p = &h->pol;
-	h->tenants = calloc(p->ntokens ? p->ntokens : 1, sizeof *h->tenants);
+	h->tenants = calloc((p->ntokens ? p->ntokens : 1) + 1, sizeof *h->tenants);
 	if (!h->tenants)
 		return -ENOMEM;
 	if (!p->ntokens) {
 		snprintf(h->tenants[0].name, sizeof h->tenants[0].name, "default");
 		h->ntenants = 1;
-		return 0;
 	}
 	for (size_t i = 0; i < p->ntokens; i++) {
 		size_t k = 0;
@@ -673,6 +871,9 @@ static int tenants_init(mb_http *h)
 			snprintf(h->tenants[h->ntenants++].name, sizeof h->tenants[0].name, "%s", p->tokens[i].tenant);
 		p->tokens[i].slot = (uint32_t)k;
 	}
+	/* OAuth tenants are not known ahead: they share one counter (docs/auth.md) */
+	h->oauth_slot = (uint32_t)h->ntenants;
+	snprintf(h->tenants[h->ntenants++].name, sizeof h->tenants[0].name, "(OAuth tenants)");
 	return 0;
 }
 
@@ -688,9 +889,9 @@ mb_http *mb_http_start(uv_loop_t *loop, const mb_config *cfg, const mb_http_call
 	}
 	if (mb_http_parse_listen(cfg->http_listen, &ss, &loopback, err, errlen) != 0)
 		return NULL;
-	if (!cfg->http_tokens[0] && !loopback && !cfg->http_trust_proxy) {
-		snprintf(err, errlen, "refusing to listen on %s without http_tokens; set http_trust_proxy=1 if an "
-			 "authenticating proxy is in front", cfg->http_listen);
+	if (!cfg->http_tokens[0] && !cfg->oauth_issuer[0] && !loopback && !cfg->http_trust_proxy) {
+		snprintf(err, errlen, "refusing to listen on %s without http_tokens or oauth_issuer; set http_trust_proxy=1 "
+			 "if an authenticating proxy is in front", cfg->http_listen);
 		return NULL;
 	}
 	if (ss.ss_family == AF_INET) {
@@ -723,6 +924,12 @@ mb_http *mb_http_start(uv_loop_t *loop, const mb_config *cfg, const mb_http_call
 	uint64_t m = h->read_timeout < h->idle_ms ? h->read_timeout : h->idle_ms;
 	h->tick = m / 8 < 10 ? 10 : m / 8 > 1000 ? 1000 : m / 8;
 	if (mb_http_policy_init(&h->pol, cfg, bound, err, errlen) != 0) {
+		free(h);
+		return NULL;
+	}
+	h->oauth = mb_oauth_new(loop, cfg, err, errlen);
+	if (!h->oauth && err[0]) {
+		mb_http_policy_free(&h->pol);
 		free(h);
 		return NULL;
 	}
@@ -768,10 +975,18 @@ mb_http *mb_http_start(uv_loop_t *loop, const mb_config *cfg, const mb_http_call
 	h->settings.on_body = mb_http_on_body;
 	h->settings.on_message_complete = on_message_complete;
 	mb_log(MB_LOG_INFO, "serving MCP over HTTP on http://%s/mcp (%s)", h->addr,
-	       h->pol.ntokens ? "bearer tokens required" : loopback ? "no authentication: loopback only"
+	       h->oauth ? (h->pol.ntokens ? "OAuth access tokens or static bearer tokens required"
+					  : "OAuth access tokens required")
+	       : h->pol.ntokens ? "bearer tokens required" : loopback ? "no authentication: loopback only"
 								   : "no authentication: http_trust_proxy=1");
+	if (h->oauth) {
+		mb_log(MB_LOG_INFO, "OAuth: tokens of %s for %s (metadata: %s)", cfg->oauth_issuer, cfg->oauth_resource,
+		       mb_oauth_metadata_url(h->oauth));
+		mb_oauth_start(h->oauth); /* the keys are fetched now, not at the first request */
+	}
 	return h;
 fail:
+	mb_oauth_close(h->oauth);
 	free(h->tenants);
 	free(h->by_num.b);
 	free(h->by_id.b);
@@ -904,4 +1119,6 @@ void mb_http_close(mb_http *h)
 	}
 	while (h->sessions)
 		mb_http_session_end(h, h->sessions, END_SHUTDOWN);
+	mb_oauth_close(h->oauth); /* after the connections: no waiter is left */
+	h->oauth = NULL;
 }

@@ -78,6 +78,9 @@ typedef struct mb_http_req {
 	const char *name;             /* Mcp-Name */
 	const char *params;           /* every Mcp-Param-<Name>: "Name:value" lines (not decoded) */
 	int sessionless;
+	/* an OAuth access token's principal (docs/auth.md); both NULL for a static token or none */
+	const char *principal;        /* its sub (printable ASCII) */
+	const char *rights;           /* what its scopes grant: "execute skills admin", a subset, or "" */
 } mb_http_req;
 
 typedef struct mb_http_callbacks {

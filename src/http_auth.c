@@ -22,6 +22,8 @@
 #include <string.h>
 #include <strings.h>
 
+#include <jansson.h>
+
 static const char default_tenant[] = "default";
 
 int mb_http_parse_listen(const char *spec, struct sockaddr_storage *ss, int *loopback, char *err,
@@ -138,12 +140,7 @@ static int list_has(const mb_http_list *l, const char *s, size_t len)
 
 static int tenant_ok(const char *t, size_t n)
 {
-	if (n == 0 || n > MB_HTTP_TENANT_MAX)
-		return 0;
-	for (size_t i = 0; i < n; i++)
-		if (!isalnum((unsigned char)t[i]) && t[i] != '_' && t[i] != '-' && t[i] != '.')
-			return 0;
-	return !(n <= 2 && t[0] == '.' && (n == 1 || t[1] == '.')); /* not "." or ".." */
+	return mb_oauth_tenant_ok(t, n); /* one rule for static and OAuth tenants */
 }
 
 static void hash_token(const mb_http_policy *p, const char *tok, size_t n,
@@ -343,4 +340,27 @@ const char *mb_http_authenticate(const mb_http_policy *p, const char *authz, siz
 	}
 	sodium_memzero(h, sizeof h);
 	return found == (size_t)-1 ? NULL : p->tokens[found].tenant;
+}
+
+int mb_http_scope_challenge(const mb_oauth *o, const char *json, size_t len, char *out, size_t cap)
+{
+	json_t *j = json_loadb(json, len, 0, NULL);
+	json_t *e = json_is_object(j) ? json_object_get(j, "error") : NULL;
+	json_t *d = json_is_object(e) ? json_object_get(e, "data") : NULL;
+	json_t *sc = json_is_object(d) ? json_object_get(d, "scope") : NULL;
+	int rc = -1;
+	if (json_is_string(sc) && json_string_length(sc) > 0 && json_string_length(sc) < 256) {
+		char scope[256];
+		const char *s = json_string_value(sc);
+		size_t i = 0;
+		for (; s[i]; i++) /* scope-token characters and spaces only */
+			scope[i] = (s[i] == ' ' || (s[i] > 0x20 && s[i] < 0x7f && s[i] != '"' && s[i] != '\\')) ? s[i] : '?';
+		scope[i] = 0;
+		snprintf(out, cap, "WWW-Authenticate: Bearer resource_metadata=\"%s\", error=\"insufficient_scope\", "
+			 "scope=\"%s\", error_description=\"this request needs the scope %s\"\r\n",
+			 mb_oauth_metadata_url(o), scope, scope);
+		rc = 0;
+	}
+	json_decref(j);
+	return rc;
 }

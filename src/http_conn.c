@@ -192,7 +192,7 @@ int mb_http_backlog_admit(conn *c, size_t len, char *err, size_t errlen)
 				 "later", a, b, m);
 		goto refused;
 	}
-	if (h->pol.ntokens && (len > h->backlog_tenant_max || t->bytes > h->backlog_tenant_max - len)) {
+	if ((h->pol.ntokens || h->oauth) && (len > h->backlog_tenant_max || t->bytes > h->backlog_tenant_max - len)) {
 		fmt_bytes(a, sizeof a, len);
 		fmt_bytes(b, sizeof b, t->bytes);
 		fmt_bytes(m, sizeof m, h->backlog_tenant_max);
@@ -349,7 +349,7 @@ void mb_http_head_start(conn *c, hb *b, int status, const char *ctype)
 	if (c->cors) {
 		hb_str(b, "Access-Control-Allow-Origin: ");
 		hb_put(b, hval(c, H_ORIGIN), c->hlen[H_ORIGIN]);
-		hb_str(b, "\r\nAccess-Control-Expose-Headers: Mcp-Session-Id\r\nVary: Origin\r\n");
+		hb_str(b, "\r\nAccess-Control-Expose-Headers: Mcp-Session-Id, WWW-Authenticate\r\nVary: Origin\r\n");
 	}
 }
 
@@ -548,6 +548,10 @@ int mb_http_on_message_begin(http_parser *p)
 	c->tslot = 0;
 	c->sess_num = 0;
 	c->blen = 0;
+	mb_oauth_unwait(c->h->oauth, &c->aw);
+	c->oauth = c->auth_wait = 0;
+	c->rights = 0;
+	c->otenant[0] = c->osub[0] = 0;
 	return 0;
 }
 
@@ -920,6 +924,7 @@ void mb_http_conn_close(conn *c)
 	}
 	if (c->state == C_STREAM)
 		mb_http_stream_detach(c);
+	mb_oauth_unwait(h->oauth, &c->aw); /* a token that waited for the issuer's keys */
 	if (c->rs)
 		mb_http_replay_release(h, c->rs); /* the stream stays resumable */
 	c->state = C_CLOSED;

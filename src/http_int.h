@@ -21,6 +21,7 @@
 #include <sys/socket.h>
 #include <time.h>
 
+#include "auth_oauth.h"
 #include "config.h"
 #include "http.h"
 
@@ -81,6 +82,11 @@ int mb_http_cors_allowed(const mb_http_policy *p, const char *origin, size_t len
 /// @returns the tenant name (owned by the policy, or the static "default" when no tokens are
 ///          configured), or NULL: missing or wrong token
 const char *mb_http_authenticate(const mb_http_policy *p, const char *authz, size_t len);
+
+/// The WWW-Authenticate line (with CRLF) of a 403 the host chose for an OAuth request: the
+/// scope comes from the answer's error.data.scope (insufficient_scope, RFC 6750 section 3.1).
+/// @returns 0 with out filled, -1 when json carries no scope
+int mb_http_scope_challenge(const mb_oauth *o, const char *json, size_t len, char *out, size_t cap);
 
 /// Index of a status code in mb_http_stats_t.requests columns (last = other).
 int mb_http_status_index(int status);
@@ -177,10 +183,11 @@ enum { H_HOST, H_ORIGIN, H_ACCEPT, H_CTYPE, H_AUTH, H_SESSION, H_PROTO, H_EXPECT
        H_MPARAM, H_LASTID, NHDR };
 
 typedef struct hvals {
-	char host[256], origin[256], accept[512], ctype[128], auth[600], session[128], proto[64],
+	char host[256], origin[256], accept[512], ctype[128], session[128], proto[64],
 		expect[64], mmethod[128], mname[1024];
 	char mparam[1024]; /* every Mcp-Param-<Name> header, as "Name:value" lines (SEP-2243) */
 	char lastid[80];
+	char auth[8200]; /* OAuth access tokens (JWTs) run to several KiB (Keycloak: 1-3 KiB) */
 } hvals;
 
 /* The headers the transport reads, and where each one's value lives in hvals (http_conn.c). */
@@ -191,8 +198,9 @@ typedef struct mb_http_hdr {
 
 extern const mb_http_hdr mb_http_hdr_def[NHDR];
 
-enum { C_IDLE, C_READING, C_BUSY, C_STREAM, C_DRAIN, C_CLOSED };
-enum { R_NONE, R_HEALTH, R_METRICS, R_MCP, R_OPTIONS, R_NOTFOUND };
+/* C_AUTH: the request is complete, its token waits for the issuer's keys (auth_oauth.h) */
+enum { C_IDLE, C_READING, C_BUSY, C_STREAM, C_DRAIN, C_CLOSED, C_AUTH };
+enum { R_NONE, R_HEALTH, R_METRICS, R_MCP, R_OPTIONS, R_NOTFOUND, R_PRM /* RFC 9728 metadata */ };
 enum { M_GET, M_POST, M_DELETE, M_OPTIONS, M_HEAD, M_OTHER };
 struct mb_http_later {
 	int kind; /* END_LATER, CLOSED_LATER */
@@ -306,6 +314,13 @@ struct conn {
 	uint8_t hcount[NHDR], hover[NHDR];
 	const char *tenant;
 	uint64_t sess_num;
+	/* OAuth (h->oauth): the principal of the current request's token */
+	int oauth;           /* authenticated by an OAuth access token (not a static token) */
+	unsigned rights;     /* MB_RIGHT_* of that token */
+	int auth_wait;       /* its token waits for the issuer's keys or an introspection (aw queued) */
+	mb_oauth_waiter aw;
+	char otenant[MB_OAUTH_TENANT_MAX + 1], osub[MB_OAUTH_SUB_MAX + 1];
+	char auth_hdr[1024]; /* a WWW-Authenticate line built for this request (reject_hdr points here) */
 	char *body;
 	size_t blen, bcap;
 	/* the exchange in flight (C_BUSY) */
@@ -341,6 +356,8 @@ struct mb_http {
 	const mb_config *cfg;
 	mb_http_callbacks cb;
 	mb_http_policy pol;
+	mb_oauth *oauth;       /* the OAuth resource server, or NULL (oauth_issuer not set) */
+	uint32_t oauth_slot;   /* the backlog counter every OAuth tenant shares */
 	uv_tcp_t listener;
 	uv_timer_t sweeper;
 	uv_idle_t deferred;

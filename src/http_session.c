@@ -479,8 +479,14 @@ void mb_http_exchange_send(conn *c, int final, char *data, size_t len)
 	if (!c->xsse && final) {
 		if (c->xsession)
 			mb_http_exchange_finish(c);
-		mb_http_respond(c, c->xstatus ? c->xstatus : 200, "application/json", extra[0] ? extra : NULL,
-				data, len, data);
+		char challenge[600];
+		if (c->xstatus == 403 && c->oauth && h->oauth && strlen(extra) < 32 + MB_HTTP_SESSION_ID_MAX &&
+		    mb_http_scope_challenge(h->oauth, data, len, challenge, sizeof challenge) == 0)
+			snprintf(c->auth_hdr, sizeof c->auth_hdr, "%s%s", extra, challenge);
+		else
+			snprintf(c->auth_hdr, sizeof c->auth_hdr, "%s", extra);
+		mb_http_respond(c, c->xstatus ? c->xstatus : 200, "application/json",
+				c->auth_hdr[0] ? c->auth_hdr : NULL, data, len, data);
 		mb_http_request_done(c);
 		return;
 	}

@@ -198,7 +198,7 @@ static int http_message(void *ud, uint64_t session, uint64_t exchange, const cha
 {
 	mb_server *s = ud;
 	return mb_host_handle_message(s->host, session, exchange, tenant, body, len, req->protocol_version,
-				      req->method, req->name, req->params);
+				      req->method, req->name, req->params, req->principal, req->rights);
 }
 
 static void http_exchange_closed(void *ud, uint64_t exchange)

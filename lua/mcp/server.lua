@@ -24,6 +24,7 @@ require("mcp.upstream_config").load(mb.config.mcp_servers) -- a bad mcpServers s
 local tools = require("mcp.tools")
 local ctext = require("mcp.catalog_text")
 local modern = require("mcp.modern")
+local auth = require("mcp.auth")
 local clip = ctext.clip
 
 -- the revisions served (src/protocol.h, newest first): initialize answers the client's when it
@@ -215,6 +216,13 @@ methods["tools/list"] = function(params, request)
     end
   end
   local all = tools.all(request.tenant)
+  if request.rights then -- an OAuth token sees only the tools its scopes let it call
+    local mine = {}
+    for _, t in ipairs(all) do
+      if auth.allows(request.rights, auth.tool_right(t.definition.name)) then mine[#mine + 1] = t end
+    end
+    all = mine
+  end
   local out = {}
   for i = offset + 1, math.min(offset + page, #all) do
     out[#out + 1] = all[i].definition
@@ -765,6 +773,9 @@ function host_api.on_host_call(job, seq, name, args)
     ok, value = false, "the execution has ended"
   elseif not entry.request then
     ok, value = false, "the execution is waiting for its client's input"
+  elseif not auth.allows(entry.request.rights, auth.host_call_right(name)) then
+    ok, value = false, name .. ": this execution's access token lacks the scope "
+      .. auth.scope_of(auth.host_call_right(name))
   elseif tools.host_calls_raw[name] then -- arguments in the handler's own format, not JSON
     ok, value = run_host_call(name, tools.host_calls_raw[name], args, entry.request)
   elseif not handler then
@@ -874,6 +885,16 @@ local function dispatch(msg, t0, ctx)
   if not handler then
     return send_error(ctx, id, METHOD_NOT_FOUND, "Method not found: " .. clip(method))
   end
+  local rights = auth.rights(ctx.hdr)
+  if rights then -- an OAuth access token: its scopes decide (lua/mcp/auth.lua)
+    local need = auth.method_right(method, params)
+    if not auth.allows(rights, need) then
+      local scope = auth.scope_of(need)
+      return send_error(ctx, id, -32000, "Forbidden: insufficient_scope: " .. clip(method)
+        .. (method == "tools/call" and (" " .. clip(tostring(params.name))) or "") .. " needs the scope " .. scope,
+        { scope = scope, right = need }, 403)
+    end
+  end
   if sess.inflight[id] then
     return send_error(ctx, id, INVALID_REQUEST, "Invalid Request: id " .. tostring(id) .. " is already in use")
   end
@@ -884,7 +905,8 @@ local function dispatch(msg, t0, ctx)
                   progress_token = is_object(meta) and valid_id(meta.progressToken) and meta.progressToken or nil,
                   request = nil, origin = nil, job = nil, tool = nil, ended = nil }
   local request = setmetatable({ id = id, entry = entry, tenant = sess.tenant, sess = sess,
-                                  modern = is_modern, session = ctx.session, exchange = ctx.exchange },
+                                  modern = is_modern, session = ctx.session, exchange = ctx.exchange,
+                                  rights = rights, principal = ctx.hdr and ctx.hdr.principal },
                                request_mt)
   mb.exchange_pending() -- a response will come on this exchange
   entry.request, entry.origin = request, request

@@ -396,7 +396,10 @@ register({
   for name, provider in pairs(M.stats_providers) do sc[name] = provider(tenant) end
   -- the pool, the upstreams and the catalog are shared: what they count includes the other
   -- tenants' work, so a token's tenant does not see them (they are in /metrics)
-  if tenant == "default" then
+  -- server-wide sections: the one tenant of stdio / no tokens (also a static token's tenant
+  -- "default"), or an OAuth token with the admin right (docs/auth.md)
+  local rights = request and request.rights
+  if (rights == nil and tenant == "default") or (rights and rights.admin) then
     sc.pool = mb.pool_stats()
     if mb.backlog then -- bytes queued for clients that have not read them (max_backlog_bytes)
       local b = mb.backlog()

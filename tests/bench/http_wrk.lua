@@ -22,6 +22,8 @@ local META = ',"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28",'
   .. '"io.modelcontextprotocol/clientCapabilities":{}}'
 init = function()
   wrk.method = "POST"
+  -- AUTH: a bearer token (a static http_tokens one or an OAuth access token; oauth_bench.mjs)
+  if os.getenv("AUTH") then wrk.headers["Authorization"] = "Bearer " .. os.getenv("AUTH") end
   wrk.headers["Content-Type"] = "application/json"
   wrk.headers["Accept"] = "application/json, text/event-stream"
   if stateless then

@@ -55,7 +55,7 @@ deb=$(ls "$BUILD"/moonbox_*.deb)
 
 check "dpkg-deb: Depends has the runtime libraries (dpkg-shlibdeps)" sh -c "
 	dep=\$(dpkg-deb -f '$deb' Depends); echo \"Depends: \$dep\"
-	for lib in libc6 libuv1 liblua5.4-0 libsqlite3-0 libpcre2-8-0 libjansson4 libsodium23 libhttp-parser2.9 libyaml-0-2 libseccomp2; do
+	for lib in libc6 libuv1 liblua5.4-0 libsqlite3-0 libpcre2-8-0 libjansson4 libsodium23 libhttp-parser2.9 libyaml-0-2 libseccomp2 libssl3; do
 		echo \"\$dep\" | grep -qE \"(^|, )\$lib( |,|\$)\" || { echo \"missing \$lib\"; exit 1; }
 	done"
 # A second derivation of the same thing: the package that owns each library ldd resolves.

@@ -1960,11 +1960,11 @@ static int start_fails(const char *const *extra, const char *want)
 TEST(start_refusals)
 {
 	const char *const any[] = { "--http-listen", "0.0.0.0:0", NULL };
-	CHECK(start_fails(any, "refusing to listen on 0.0.0.0:0 without http_tokens; set http_trust_proxy=1 if "
-			  "an authenticating proxy is in front"));
+	CHECK(start_fails(any, "refusing to listen on 0.0.0.0:0 without http_tokens or oauth_issuer; set "
+			  "http_trust_proxy=1 if an authenticating proxy is in front"));
 	const char *const v6[] = { "--http-listen", "[::]:0", NULL };
-	CHECK(start_fails(v6, "refusing to listen on [::]:0 without http_tokens; set http_trust_proxy=1 if an "
-			  "authenticating proxy is in front"));
+	CHECK(start_fails(v6, "refusing to listen on [::]:0 without http_tokens or oauth_issuer; set "
+			  "http_trust_proxy=1 if an authenticating proxy is in front"));
 	const char *const proxy[] = { "--http-listen", "0.0.0.0:0", "--http-trust-proxy", "1", NULL };
 	CHECK(srv_start(proxy) == 0);
 	/* the bound address is all interfaces; Host must still be allowed */
@@ -2113,7 +2113,7 @@ TEST(cors)
 		 "Content-Length: %zu\r\n\r\n%s", PORT, strlen(init_body), init_body);
 	CHECK(once(q, &r) == 0 && r.status == 200);
 	CHECK_STR(hdr(&r, "access-control-allow-origin"), "http://app.example");
-	CHECK_STR(hdr(&r, "access-control-expose-headers"), "Mcp-Session-Id");
+	CHECK_STR(hdr(&r, "access-control-expose-headers"), "Mcp-Session-Id, WWW-Authenticate");
 	CHECK(hdr(&r, "mcp-session-id") != NULL);
 	/* a loopback origin is allowed but gets no CORS headers; a foreign one is refused */
 	CHECK(once("OPTIONS /mcp HTTP/1.1\r\nHost: localhost\r\nOrigin: http://localhost:5173\r\n\r\n", &r) == 0);
