@@ -136,6 +136,7 @@ static const option options[] = {
 	I(oauth_jwks_max_bytes, 262144, 1024, 16777216, "OAuth: largest discovery document or JWKS accepted"),
 	I(oauth_fetch_timeout_ms, 5000, 100, 60000, "OAuth: one request to the authorization server; requests waiting for its keys wait at most this long per fetch"),
 	I(oauth_clock_skew_s, 60, 0, 600, "OAuth: clock difference allowed when checking exp and nbf"),
+	I(oauth_backlog_tenants, 1024, 0, 65536, "OAuth: tenants that each get their own max_backlog_tenant_bytes counter at once (taken on a tenant's first request, freed when it has no request or unread answer); beyond, they share one"),
 	I(oauth_token_cache, 4096, 0, 1000000, "OAuth: validated tokens remembered (by keyed hash) until their exp, so a token is verified once"),
 	S(mcp_servers, "", "upstream MCP servers as a JSON object, the \"mcpServers\" block of the config file (docs/gateway.md)"),
 	I(upstream_timeout_ms, 60000, 1, 3600000, "one upstream tool call (a server's timeoutMs overrides it)"),

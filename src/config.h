@@ -138,6 +138,7 @@ typedef struct mb_config {
 	int64_t oauth_fetch_timeout_ms; /* one request to the authorization server */
 	int64_t oauth_clock_skew_s;     /* allowed clock difference for exp and nbf */
 	int64_t oauth_token_cache;      /* validated tokens remembered until their exp; 0 = none */
+	int64_t oauth_backlog_tenants;  /* OAuth tenants with a backlog counter of their own at once */
 
 	/* upstream MCP servers (lua/mcp/upstream.lua, docs/gateway.md) */
 	char mcp_servers[65536];        /* JSON object: the "mcpServers" block of the config file */

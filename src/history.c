@@ -38,7 +38,7 @@
 
 #define MAX_QUEUED 100000
 #define AGE_TRIM_MS 60000 /* old rows are looked for once a minute (a scan: no index on time) */
-#define PG_CHUNK 500      /* rows per INSERT on PostgreSQL: 19 parameters each, at most 65535 */
+#define PG_CHUNK 500      /* rows per INSERT on PostgreSQL: 20 parameters each, at most 65535 */
 #define PG_TRIM_LOCK 0x6d62686973740001LL /* advisory lock key of the trims ("mbhist" 1) */
 
 enum { WR_OK = 0, WR_DROP = -1, WR_RETRY = -2 }; /* what a failed write does with its rows */
@@ -52,7 +52,8 @@ typedef struct {
  * loop thread one malloc whatever the number of fields. */
 typedef struct {
 	char *buf;
-	text tenant, outcome, code_hash, tool, rerun_of, code, result_head, output_head, error, tools;
+	text tenant, outcome, code_hash, tool, rerun_of, code, result_head, output_head, error, tools,
+		principal;
 	int64_t started_ms, instructions, memory_peak, code_len, context_bytes, result_bytes,
 		output_bytes;
 	double duration_ms;
@@ -199,6 +200,7 @@ static int sqlite_write_rows(mb_history *h, row *rows, size_t n)
 		bind_text(st, 17, &r->error);
 		bind_text(st, 18, &r->tools);
 		bind_text(st, 19, &r->rerun_of);
+		bind_text(st, 20, &r->principal);
 		if (step_reset(st) != 0)
 			goto fail;
 	}
@@ -331,15 +333,15 @@ static const char *pg_text(const text *t, char **owned)
 	return out;
 }
 
-#define PG_COLS 19
+#define PG_COLS 20
 
 /* Inserts rows[first..n) in statements of up to PG_CHUNK rows, in one transaction. */
 static int pg_insert(mb_history *h, row *rows, size_t first, size_t n)
 {
 	static const char head[] = "INSERT INTO executions (tenant, started_at, duration_ms, outcome,"
 		" instructions, memory_peak, code_hash, tool, ref, code, code_bytes, context_bytes,"
-		" result_head, result_bytes, output_head, output_bytes, error, tools_called, rerun_of)"
-		" VALUES ";
+		 " result_head, result_bytes, output_head, output_bytes, error, tools_called, rerun_of,"
+		" principal) VALUES ";
 	size_t chunks = (n - first + PG_CHUNK - 1) / PG_CHUNK;
 	size_t sqlcap = sizeof head + (size_t)PG_CHUNK * PG_COLS * 8;
 	char *sql = malloc(sqlcap);
@@ -384,6 +386,7 @@ static int pg_insert(mb_history *h, row *rows, size_t first, size_t n)
 			vals[nv] = TXT(r->error), nv++;
 			vals[nv] = TXT(r->tools), nv++;
 			vals[nv] = TXT(r->rerun_of), nv++;
+			vals[nv] = TXT(r->principal), nv++;
 #undef NUM
 #undef TXT
 		}
@@ -607,7 +610,7 @@ static int pg_open(mb_history *h, const mb_history_store *st, char *err, size_t 
 		return -1;
 	}
 	if (pg_connect(h) != WR_OK ||
-	    pg_check(h, PQexec(h->pg, "SELECT id, tenant, started_at, ref, rerun_of FROM executions LIMIT 0"),
+	    pg_check(h, PQexec(h->pg, "SELECT id, tenant, started_at, ref, rerun_of, principal FROM executions LIMIT 0"),
 		     PGRES_TUPLES_OK) != WR_OK) {
 		snprintf(err, errlen, "history: PostgreSQL: %s", h->pg_err);
 		return -1;
@@ -645,7 +648,7 @@ mb_history *mb_history_open(const mb_history_store *st, const mb_history_limits 
 				       "INSERT INTO executions (tenant, started_at, duration_ms, outcome, instructions,"
 				       " memory_peak, code_hash, tool, ref, code, code_bytes, context_bytes,"
 				       " result_head, result_bytes, output_head, output_bytes, error, tools_called,"
-				       " rerun_of) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+				       " rerun_of, principal) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
 				       -1, &h->ins, NULL) != SQLITE_OK ||
 		    sqlite3_prepare_v2(h->db,
 				       "DELETE FROM executions WHERE id <= (SELECT max(id) FROM executions) - ?",
@@ -697,7 +700,7 @@ void mb_history_add(mb_history *h, const mb_history_row *r, char ref[17])
 	const char *tool = r->tool ? r->tool : "execute_code";
 	int keep_code = r->code && (int64_t)r->code_len <= h->lim.max_code_bytes;
 	text *const fields[] = { &x.tenant, &x.outcome, &x.code_hash, &x.tool, &x.rerun_of, &x.code,
-				 &x.result_head, &x.output_head, &x.error, &x.tools };
+				 &x.result_head, &x.output_head, &x.error, &x.tools, &x.principal };
 	const text src[] = {
 		{ tenant, strlen(tenant) }, { outcome, strlen(outcome) },
 		{ r->code_hash, r->code_hash ? strlen(r->code_hash) : 0 }, { tool, strlen(tool) },
@@ -705,6 +708,7 @@ void mb_history_add(mb_history *h, const mb_history_row *r, char ref[17])
 		{ keep_code ? r->code : NULL, r->code_len }, { r->result_head, r->result_head_len },
 		{ r->output_head, r->output_head_len }, { r->error, r->error_len },
 		{ r->tools, r->tools_len },
+		{ r->principal, r->principal ? strlen(r->principal) : 0 },
 	};
 	if (copy_texts(&x, fields, src, sizeof src / sizeof src[0]) != 0) {
 		uv_mutex_lock(&h->mu);

@@ -50,6 +50,7 @@ typedef struct mb_history_row {
 	const char *tools;       /* upstream tools called, "server.tool" lines */
 	size_t tools_len;
 	const char *rerun_of;    /* the ref of the execution this one reran */
+	const char *principal;   /* who ran it (an OAuth token's sub), NULL when not known */
 } mb_history_row;
 
 typedef struct mb_history_limits {

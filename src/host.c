@@ -385,7 +385,7 @@ static int l_pii_token(lua_State *L)
 
 /* mb.history_add(tenant, started_ms, duration_ms, outcome, instructions, memory_peak, code_hash,
  * tool, code, context_bytes, result_head, result_bytes, output_head, output_bytes, error, tools,
- * rerun_of) -> the row's id | nothing: queues a row for the history writer thread (the journal's
+ * rerun_of, principal) -> the row's id | nothing: queues a row for the history writer thread (the journal's
  * fields: history.h); nothing when the row was not queued */
 static const char *opt_lstring(lua_State *L, int i, size_t *n)
 {
@@ -418,6 +418,7 @@ static int l_history_add(lua_State *L)
 	r.tools = opt_lstring(L, 16, &r.tools_len);
 	size_t n;
 	r.rerun_of = opt_lstring(L, 17, &n);
+	r.principal = opt_lstring(L, 18, &n);
 	char ref[17];
 	mb_history_add(h->history, &r, ref);
 	if (!ref[0])

@@ -177,7 +177,7 @@ static int authenticate(conn *c, int may_wait)
 	const char *authz = c->hcount[H_AUTH] ? hval(c, H_AUTH) : NULL;
 	if (!h->oauth) {
 		c->tenant = c->hover[H_AUTH] ? NULL : mb_http_authenticate(&h->pol, authz, c->hlen[H_AUTH]);
-		c->tslot = mb_http_tenant_slot(h, c->tenant);
+		mb_http_set_slot(c, mb_http_tenant_slot(h, c->tenant));
 		if (c->tenant)
 			return 0;
 		h->st.auth_failures++;
@@ -192,7 +192,7 @@ static int authenticate(conn *c, int may_wait)
 	c->tenant = NULL;
 	if (h->pol.ntokens && !c->hover[H_AUTH] && authz &&
 	    (c->tenant = mb_http_authenticate(&h->pol, authz, c->hlen[H_AUTH])) != NULL) {
-		c->tslot = mb_http_tenant_slot(h, c->tenant);
+		mb_http_set_slot(c, mb_http_tenant_slot(h, c->tenant));
 		return 0; /* a static token: every right */
 	}
 	if (!authz) {
@@ -228,7 +228,7 @@ static int authenticate(conn *c, int may_wait)
 		c->tenant = c->otenant;
 		c->rights = pr.rights;
 		c->oauth = 1;
-		c->tslot = h->oauth_slot;
+		mb_http_set_slot(c, mb_http_oauth_slot(h, c, c->tenant));
 		return 0;
 	}
 	h->st.auth_failures++;
@@ -593,9 +593,9 @@ static void handle_post(conn *c)
 			mb_http_respond_error(c, 503, -32000, m, "Retry-After: 5\r\n");
 			return;
 		}
-		/* one tenant's share (only where http_tokens makes tenants): counted only when the
+		/* one tenant's share (only where http_tokens or OAuth make tenants): counted only when the
 		 * server holds that many sessions at all */
-		if (h->cfg->http_tokens[0] &&
+		if ((h->cfg->http_tokens[0] || h->oauth) &&
 		    h->st.sessions_active >= (uint64_t)h->cfg->http_max_sessions_per_tenant) {
 			uint64_t mine = 0;
 			for (session *o = h->sessions; o; o = o->next)
@@ -856,7 +856,8 @@ static int open_listener(mb_http *h, const struct sockaddr_storage *ss, char *er
 static int tenants_init(mb_http *h)
 {
 	mb_http_policy *p = &h->pol;
-	h->tenants = calloc((p->ntokens ? p->ntokens : 1) + 1, sizeof *h->tenants);
+	size_t own = h->oauth ? (size_t)h->cfg->oauth_backlog_tenants : 0;
+	h->tenants = calloc((p->ntokens ? p->ntokens : 1) + 1 + own, sizeof *h->tenants);
 	if (!h->tenants)
 		return -ENOMEM;
 	if (!p->ntokens) {
@@ -871,9 +872,12 @@ static int tenants_init(mb_http *h)
 			snprintf(h->tenants[h->ntenants++].name, sizeof h->tenants[0].name, "%s", p->tokens[i].tenant);
 		p->tokens[i].slot = (uint32_t)k;
 	}
-	/* OAuth tenants are not known ahead: they share one counter (docs/auth.md) */
+	/* OAuth tenants are not known ahead: each takes a counter of its own while it has a request
+	 * or an unread answer, and they share this one when all are taken (docs/auth.md) */
 	h->oauth_slot = (uint32_t)h->ntenants;
 	snprintf(h->tenants[h->ntenants++].name, sizeof h->tenants[0].name, "(OAuth tenants)");
+	h->oauth_first = (uint32_t)h->ntenants;
+	h->ntenants += own;
 	return 0;
 }
 

@@ -171,6 +171,35 @@ uint32_t mb_http_tenant_slot(const mb_http *h, const char *tenant)
 	return p->tokens[i].slot;
 }
 
+uint32_t mb_http_oauth_slot(mb_http *h, conn *c, const char *tenant)
+{
+	if (c->oslot >= h->oauth_first && c->oslot < h->ntenants &&
+	    strcmp(h->tenants[c->oslot].name, tenant) == 0)
+		return c->oslot; /* the tenant of this conn's last request */
+	uint32_t free_slot = 0;
+	for (uint32_t i = h->oauth_first; i < h->ntenants; i++) {
+		struct mb_http_tenant_backlog *t = &h->tenants[i];
+		if (strcmp(t->name, tenant) == 0)
+			return c->oslot = i;
+		if (!free_slot && !t->conns && !t->bytes)
+			free_slot = i;
+	}
+	if (!free_slot)
+		return h->oauth_slot; /* oauth_backlog_tenants are all in use */
+	snprintf(h->tenants[free_slot].name, sizeof h->tenants[free_slot].name, "%s", tenant);
+	return c->oslot = free_slot;
+}
+
+void mb_http_set_slot(conn *c, uint32_t slot)
+{
+	mb_http *h = c->h;
+	if (c->tslot >= h->oauth_first && c->tslot < h->ntenants)
+		h->tenants[c->tslot].conns--;
+	c->tslot = slot;
+	if (slot >= h->oauth_first && slot < h->ntenants)
+		h->tenants[slot].conns++;
+}
+
 static void fmt_bytes(char *buf, size_t n, uint64_t v)
 {
 	snprintf(buf, n, "%llu", (unsigned long long)v);
@@ -545,7 +574,7 @@ int mb_http_on_message_begin(http_parser *p)
 	for (int i = 0; i < NHDR; i++)
 		((char *)&c->hv)[mb_http_hdr_def[i].off] = 0;
 	c->tenant = NULL;
-	c->tslot = 0;
+	mb_http_set_slot(c, 0);
 	c->sess_num = 0;
 	c->blen = 0;
 	mb_oauth_unwait(c->h->oauth, &c->aw);
@@ -928,6 +957,7 @@ void mb_http_conn_close(conn *c)
 	if (c->rs)
 		mb_http_replay_release(h, c->rs); /* the stream stays resumable */
 	c->state = C_CLOSED;
+	mb_http_set_slot(c, 0);
 	unqueue_drive(c);
 	if (c->prev)
 		c->prev->next = c->next;

@@ -289,7 +289,9 @@ struct conn {
 	int close_after; /* shut down once queued writes are done */
 	int shut;        /* shutdown requested */
 	size_t writes;   /* uv_write requests in flight */
-	uint32_t tslot;  /* the tenant of its current request: its backlog counter (mb_http.tenants) */
+	uint32_t tslot;  /* the tenant of its current request: its backlog counter (mb_http.tenants);
+			  * set with mb_http_set_slot, which counts the conns on an OAuth tenant's */
+	uint32_t oslot;  /* the OAuth tenant slot of its last request (where the search starts) */
 	uint64_t deadline;
 	size_t wq_last;    /* output queue size at wq_since (stall detection) */
 	uint64_t wq_since;
@@ -357,7 +359,8 @@ struct mb_http {
 	mb_http_callbacks cb;
 	mb_http_policy pol;
 	mb_oauth *oauth;       /* the OAuth resource server, or NULL (oauth_issuer not set) */
-	uint32_t oauth_slot;   /* the backlog counter every OAuth tenant shares */
+	uint32_t oauth_slot;   /* the backlog counter OAuth tenants share when theirs are all taken */
+	uint32_t oauth_first;  /* tenants[oauth_first..ntenants): one OAuth tenant's each, when in use */
 	uv_tcp_t listener;
 	uv_timer_t sweeper;
 	uv_idle_t deferred;
@@ -388,7 +391,10 @@ struct mb_http {
 	struct mb_http_tenant_backlog {
 		char name[MB_HTTP_TENANT_MAX + 1];
 		size_t bytes;
-	} *tenants;            /* slot 0: "default" (no tokens); else one per tenant of http_tokens */
+		uint32_t conns; /* OAuth slots: conns whose request is this tenant's (0 and no
+				 * bytes: free for another tenant) */
+	} *tenants;            /* slot 0: "default" (no tokens); one per tenant of http_tokens; the
+			        * shared OAuth slot; then oauth_backlog_tenants OAuth tenants' */
 	size_t ntenants;
 	mb_http_stats_t st;
 	char date[40];
@@ -565,6 +571,11 @@ int mb_http_backlog_admit(conn *c, size_t len, char *err, size_t errlen);
 
 /// The tenant counter of an authenticated tenant name (mb_http_authenticate's result).
 uint32_t mb_http_tenant_slot(const mb_http *h, const char *tenant);
+/// The backlog counter of OAuth tenant `tenant`: its own (found, or a free one taken), else the
+/// shared one when oauth_backlog_tenants are all in use.
+uint32_t mb_http_oauth_slot(mb_http *h, conn *c, const char *tenant);
+/// Sets the backlog counter of c's request (counting the conns on OAuth tenants' slots).
+void mb_http_set_slot(conn *c, uint32_t slot);
 
 /// Defers a host callback to the loop (never inside the host's own mb_http_send): kind END_LATER
 /// (on_session_end of session v) or CLOSED_LATER (on_exchange_closed of exchange v).

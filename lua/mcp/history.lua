@@ -33,18 +33,19 @@ local function tools_text(called)
   return #out > 0 and table.concat(out, "\n") or nil
 end
 
--- add(tenant, started_at_ms, spec, res, called): spec is what was submitted (tool, code,
+-- add(tenant, started_at_ms, spec, res, called, principal): spec is what was submitted (tool, code,
 -- context_json, rerun_of), res the result (its code_hash was computed on the worker thread, its
--- heads cut there: src/host.c push_heads), called the upstream tools of the execution.
+-- heads cut there: src/host.c push_heads), called the upstream tools of the execution, principal
+-- who ran it (an OAuth token's sub; nil for stdio and static tokens).
 -- Returns the row's id (what list_executions and rerun_id know it by), or nil when history is
 -- off or the row was dropped.
-function M.add(tenant, started, spec, res, called)
+function M.add(tenant, started, spec, res, called, principal)
   local ctx = spec.context_json
   return mb.history_add(tenant or "default", started, res.execution_time_ms or 0,
     res.success and "ok" or (res.error_type or "runtime"), res.instructions or 0,
     res.memory_peak_bytes or 0, res.code_hash, spec.tool or "execute_code",
     spec.code, ctx and #ctx or 0, res.result_head, res.result_bytes, res.output_head,
-    res.output_bytes, res.error_head, tools_text(called), spec.rerun_of)
+    res.output_bytes, res.error_head, tools_text(called), spec.rerun_of, principal)
 end
 
 -- Summary for get_execution_stats: rows kept and outcomes over them.
@@ -63,7 +64,8 @@ function M.summary(tenant)
 end
 
 -- The newest rows of tenant matching f (all optional): query (text in the code, ASCII case
--- folded), outcome ("ok", "failed" or an error type), tool (text in the tools called), since_ms,
+-- folded), outcome ("ok", "failed" or an error type), tool (text in the tools called), principal
+-- (who ran it, exactly), since_ms,
 -- until_ms, before_id (rows recorded before that one); at most f.limit rows. Every value is a
 -- bound parameter and matched with instr(), so `%`, `_`, quotes and FTS syntax in them are plain
 -- text. Returns rows, more (bool), cut: with a query, the code searched is bounded by
@@ -95,7 +97,7 @@ local function as_text(s)
 end
 
 local LIST_COLS = "ref, started_at, duration_ms, outcome, tool, substr(code, 1, 200) AS code,"
-  .. " code_bytes, tools_called"
+  .. " code_bytes, tools_called, principal"
 function M.list(tenant, f)
   M.flush()
   local where, args = { "tenant = ?" }, { tenant or "default" }
@@ -103,6 +105,7 @@ function M.list(tenant, f)
   if f.outcome == "failed" then add("outcome <> 'ok'")
   elseif f.outcome then add("outcome = ?", as_text(f.outcome)) end
   if f.tool then add("instr(tools_called, ?) > 0", as_text(f.tool)) end
+  if f.principal then add("principal = ?", as_text(f.principal)) end
   if f.since_ms then add("started_at >= ?", f.since_ms) end
   if f.until_ms then add("started_at < ?", f.until_ms) end
   if f.before_id then add("id < ?", f.before_id) end
@@ -156,7 +159,7 @@ function M.get(tenant, ref)
   M.flush()
   return db.row([[SELECT ref, started_at, duration_ms, outcome, tool, instructions, memory_peak, code_hash,
     code, code_bytes, context_bytes, result_head, result_bytes, output_head, output_bytes, error,
-    tools_called, rerun_of FROM executions WHERE tenant = ? AND ref = ?]], tenant or "default", as_text(ref))
+    tools_called, rerun_of, principal FROM executions WHERE tenant = ? AND ref = ?]], tenant or "default", as_text(ref))
 end
 
 return M

@@ -139,6 +139,7 @@ local function detail(r)
     code_hash = r.code_hash, context_vars_bytes = r.context_bytes, error = utf8_text(r.error),
     output = utf8_text(r.output_head), output_bytes = r.output_head and r.output_bytes or nil,
     tools_called = r.tools_called and lines(r.tools_called) or nil, rerun_of = r.rerun_of,
+    principal = r.principal,
   }
   if out.code_bytes and not out.code_kept then out.code_not_kept = string.format(
     "more than journal_max_code_bytes=%d", cfg.journal_max_code_bytes) end
@@ -162,12 +163,12 @@ local function summary(r)
   return { id = r.ref, started_at = iso(r.started_at), ms = r.duration_ms, outcome = r.outcome,
            code = code or (r.code_bytes and string.format("(%d bytes, not kept)", r.code_bytes)
              or "(recorded before the journal kept code)"),
-           tool = r.tool ~= "execute_code" and r.tool or nil,
+           tool = r.tool ~= "execute_code" and r.tool or nil, principal = r.principal,
            tools_called = r.tools_called and lines(r.tools_called) or nil }
 end
 
 local ARGS = { id = true, query = true, outcome = true, tool = true, since = true, ["until"] = true,
-               limit = true, before = true }
+               limit = true, before = true, principal = true }
 
 function M.init(tools)
   tools.journal = M
@@ -177,7 +178,8 @@ function M.init(tools)
     description = "Your recent execute_code runs, newest first, to pick up where you left off: "
       .. "id, time, outcome, the start of the code. Filters: query (text in the code), outcome "
       .. "(ok, failed or an error type), tool (an upstream tool it called, e.g. \"server.tool\"), "
-      .. "since/until (UTC time or ms since the epoch), before (an id: only older ones), limit. "
+      .. "since/until (UTC time or ms since the epoch), before (an id: only older ones), principal "
+      .. "(who ran it, when the server signs people in with OAuth), limit. "
       .. "A query searches the newest executions' code up to a bound; search_cut in the answer says "
       .. "where it stopped and the before to go on with. Give id to get one execution in "
       .. "full: code, error, the start of its result and output as you saw them, tools called. "
@@ -191,6 +193,7 @@ function M.init(tools)
         tool = { type = "string", maxLength = MAX_SEARCH_BYTES, description = "Text of an upstream tool it called (server.tool)" },
         since = { type = mb.array({ "string", "integer" }), description = "Started at or after (UTC time or epoch ms)" },
         ["until"] = { type = mb.array({ "string", "integer" }), description = "Started before (UTC time or epoch ms)" },
+        principal = { type = "string", maxLength = MAX_SEARCH_BYTES, description = "Who ran it: the signed-in principal (an OAuth token's sub), exactly" },
         before = { type = "string", description = "An execution id: only executions recorded before it (to page on, or to go on with a search that was cut)" },
         limit = { type = "integer", minimum = 1, maximum = cfg.journal_max_rows,
                   description = "At most this many (default " .. DEFAULT_LIMIT .. ")" },
@@ -216,6 +219,8 @@ function M.init(tools)
     f.query, err = text_arg(args, "query")
     if err then return tools.tool_error(err) end
     f.tool, err = text_arg(args, "tool")
+    if err then return tools.tool_error(err) end
+    f.principal, err = text_arg(args, "principal")
     if err then return tools.tool_error(err) end
     local o = args.outcome
     if o ~= nil and o ~= null then

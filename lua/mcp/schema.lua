@@ -137,4 +137,10 @@ return {
   [[
   CREATE INDEX executions_code_bytes ON executions (tenant, id, code_bytes);
   ]],
+
+  -- 7: who ran it: the OAuth principal (the token's sub) beside the tenant; NULL for stdio,
+  -- static http_tokens and rows recorded before
+  [[
+  ALTER TABLE executions ADD COLUMN principal TEXT;
+  ]],
 }

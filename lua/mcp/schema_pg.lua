@@ -145,4 +145,9 @@ return {
   [[
   CREATE INDEX executions_code_bytes ON executions (tenant, id, code_bytes);
   ]],
+
+  -- 3: who ran it: the OAuth principal beside the tenant (as SQLite's migration 7)
+  [[
+  ALTER TABLE executions ADD COLUMN principal TEXT;
+  ]],
 }

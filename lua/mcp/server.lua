@@ -496,7 +496,8 @@ function request_mt:execute(spec)
   tools.upstream.abandon(self.entry) -- cancels its upstream calls still in flight
   self.entry.job = nil
   if res.pii_found then tools.pii.after_execution(self.tenant, res) end -- vault, before the answer
-  res.execution_id = tools.history.add(self.tenant, started, spec, res, self.entry.tools_called)
+  res.execution_id = tools.history.add(self.tenant, started, spec, res, self.entry.tools_called,
+    self.principal)
   if self.entry.cancelled then return nil end
   return res
 end

@@ -242,7 +242,7 @@ describe("list_executions and rerun_id (stdio, SDK client)", () => {
       // back to the schema of user_version 4, with a row as the old writer made it
       const down = sqlite3Cli(db, ["DROP INDEX executions_by_ref", "DROP INDEX executions_code_bytes",
         ...["ref", "code", "code_bytes", "context_bytes", "result_head", "result_bytes", "output_head",
-          "output_bytes", "error", "tools_called", "rerun_of"].map((c) => `ALTER TABLE executions DROP COLUMN ${c}`),
+          "output_bytes", "error", "tools_called", "rerun_of", "principal"].map((c) => `ALTER TABLE executions DROP COLUMN ${c}`),
         "DELETE FROM executions",
         "INSERT INTO executions (tenant, started_at, duration_ms, outcome, instructions, memory_peak, code_hash, tool)"
           + " VALUES ('default', 1700000000000, 2.5, 'ok', 10, 100, 'abc', 'execute_code')",
@@ -259,7 +259,7 @@ describe("list_executions and rerun_id (stdio, SDK client)", () => {
         const [fresh] = await listed(client, { query: "new" });
         assert.equal(ok(await list(client, { id: fresh.id })).result, "new");
       });
-      assert.equal(sqlite3Cli(db, "PRAGMA user_version").stdout.trim(), "6");
+      assert.equal(sqlite3Cli(db, "PRAGMA user_version").stdout.trim(), "7");
     });
   });
 

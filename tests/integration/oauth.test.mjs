@@ -24,16 +24,20 @@
 
 import { describe, it, before, after } from "node:test";
 import assert from "node:assert/strict";
-import { spawnSync } from "node:child_process";
+import { execFile, spawnSync } from "node:child_process";
 import crypto from "node:crypto";
-import { existsSync } from "node:fs";
+import { existsSync, mkdtempSync, readFileSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
 import http from "node:http";
 import net from "node:net";
 import path from "node:path";
 import Provider from "oidc-provider";
 import { Client } from "@modelcontextprotocol/sdk/client/index.js";
 import { StreamableHTTPClientTransport } from "@modelcontextprotocol/sdk/client/streamableHttp.js";
-import { MOONBOX, makeDataDir, requireBinary, startHttp } from "../lib/moonbox.mjs";
+import { bodyOf, initSession, postUnread, readShort } from "../lib/unread.mjs";
+import { MOONBOX, NODE22, TESTS_DIR, TEST_STORE, makeDataDir, requireBinary, startHttp } from "../lib/moonbox.mjs";
+
+const INSPECTOR = path.join(TESTS_DIR, "node_modules/@modelcontextprotocol/inspector/clients/launcher/build/index.js");
 
 const T = { timeout: 60000 };
 const SCOPES = "moonbox:execute moonbox:skills moonbox:admin";
@@ -534,6 +538,156 @@ describe("OAuth: a JWKS that hangs or is huge", () => {
     assert.match(srv.stderr(), /the response is above 262144 bytes/);
     assert.deepEqual(await srv.stop(), { code: 0, signal: null });
     srv = null;
+  });
+});
+
+describe("OAuth: who ran it, beside the tenant (oauth_tenant_claim org_id)", () => {
+  let idp, mb, resource, mbPort;
+  const TCAP = 20_000_000;
+  const rsa = keyPair("rsa", "rsa-1");
+  const token = (sub, org = "acme") => {
+    const now = Math.floor(Date.now() / 1000);
+    return sign({ alg: "RS256", typ: "at+jwt", kid: rsa.kid },
+      { iss: idp.issuer, aud: resource, sub, org_id: org, client_id: "agent", scope: SCOPES,
+        iat: now, exp: now + 300 }, rsa.privateKey);
+  };
+  before(async () => {
+    requireBinary();
+    let idpPort;
+    [mbPort, idpPort] = [await freePort(), await freePort()];
+    resource = `http://127.0.0.1:${mbPort}/mcp`;
+    idp = await startProvider(idpPort, [rsa], resource);
+    mb = await startHttp(["--oauth-issuer", idp.issuer, "--oauth-resource", resource, "--oauth-tenant-claim", "org_id",
+      "--http-tokens", `${STATIC}=acme`, "--max-backlog-tenant-bytes", String(TCAP), "--max-backlog-bytes", "200000000",
+      "--workers", "2"], { listen: `127.0.0.1:${mbPort}` });
+  });
+  after(async () => {
+    await mb?.stop();
+    await idp?.close();
+  });
+
+  const run = async (tok, code) => {
+    const { client } = await connect(resource, tok);
+    try {
+      return await client.callTool({ name: "execute_code", arguments: { code } });
+    } finally {
+      await client.close();
+    }
+  };
+
+  it("the journal records each execution's principal; list_executions shows and filters by it", T, async () => {
+    const alice = token("alice@acme"), bob = token("bob@acme");
+    assert.equal((await run(alice, "return 'from alice'")).structuredContent.result, "from alice");
+    assert.equal((await run(bob, "return 'from bob'")).structuredContent.result, "from bob");
+    assert.equal((await run(STATIC, "return 'from the static token'")).structuredContent.result, "from the static token");
+    const { client } = await connect(resource, alice);
+    try {
+      const all = (await client.callTool({ name: "list_executions", arguments: {} })).structuredContent;
+      const by = Object.fromEntries(all.executions.map((e) => [e.code, e]));
+      assert.equal(by["return 'from alice'"]?.principal, "alice@acme", JSON.stringify(all));
+      assert.equal(by["return 'from bob'"]?.principal, "bob@acme", "one tenant (org_id acme), two principals");
+      assert.ok(by["return 'from the static token'"], "the static token's run is in the same tenant");
+      assert.equal(by["return 'from the static token'"].principal, undefined, "a static token has no principal");
+      const bobs = (await client.callTool({ name: "list_executions", arguments: { principal: "bob@acme" } })).structuredContent;
+      assert.deepEqual(bobs.executions.map((e) => e.code), ["return 'from bob'"]);
+      const one = (await client.callTool({ name: "list_executions", arguments: { id: by["return 'from bob'"].id } })).structuredContent;
+      assert.equal(one.principal, "bob@acme");
+      const bad = await client.callTool({ name: "list_executions", arguments: { principal: 7 } });
+      assert.equal(bad.isError, true);
+      assert.match(bad.content[0].text, /principal must be a string/);
+    } finally {
+      await client.close();
+    }
+    // another organisation's principal sees none of acme's executions
+    const { client: other } = await connect(resource, token("alice@acme", "globex"));
+    try {
+      const theirs = (await other.callTool({ name: "list_executions", arguments: { principal: "alice@acme" } })).structuredContent;
+      assert.deepEqual(theirs.executions, []);
+    } finally {
+      await other.close();
+    }
+    if (TEST_STORE === "sqlite") { // the token itself is kept nowhere: not in the store, not in the log
+      const file = path.join(mb.dataDir, "moonbox.db"); // and its write-ahead log
+      const db = Buffer.concat([file, `${file}-wal`].filter((f) => existsSync(f)).map((f) => readFileSync(f)));
+      assert.ok(db.includes(Buffer.from("bob@acme")), "the principal is in the store file");
+      for (const t of [alice, bob]) assert.equal(db.includes(Buffer.from(t.split(".")[2])), false, "no token signature in the store");
+    }
+    assert.equal(mb.stderr().includes(alice.split(".")[2]), false, "no token in the log");
+  });
+
+  it("each OAuth tenant has its own max_backlog_tenant_bytes: one's unread answers do not stop another's", T, async () => {
+    const acme = token("dave@acme"), globex = token("erin@globex", "globex");
+    const call = (id) => JSON.stringify({ jsonrpc: "2.0", id, method: "tools/call",
+      params: { name: "execute_code", arguments: { code: 'return string.rep("x", 4000000)', timeout_ms: 60000 } } });
+    const socks = [];
+    try {
+      const sa = await initSession(mb, acme), sg = await initSession(mb, globex);
+      const stat = async (re) => {
+        const r = await fetch(`http://127.0.0.1:${mbPort}/metrics`, { headers: { Authorization: `Bearer ${acme}` } });
+        return r.status === 200 ? Number((await r.text()).match(re)?.[1] ?? 0) : 0;
+      };
+      const COMPLETED = /^moonbox_executions_total\{state="completed"\} (\d+)$/m;
+      const before = await stat(COMPLETED), refusedBefore = await stat(/^moonbox_http_backlog_refused_total (\d+)$/m);
+      for (let i = 0; i < 6; i++) socks.push(postUnread(mb, sa, call(300 + i), acme));
+      const t0 = Date.now();
+      while (await stat(COMPLETED) < before + 6) {
+        assert.ok(Date.now() - t0 < 50000, "acme's six executions did not complete");
+        await sleep(100);
+      }
+      // about two 8 MB answers fit in acme's 20 MB; the others are refused
+      assert.ok(await stat(/^moonbox_http_backlog_refused_total (\d+)$/m) >= refusedBefore + 4);
+      const r = await fetch(resource, { method: "POST", headers: { "Content-Type": "application/json",
+        Accept: "application/json, text/event-stream", Authorization: `Bearer ${globex}`, "Mcp-Session-Id": sg }, body: call(400) });
+      const j = await r.json();
+      assert.equal(j.result?.structuredContent?.result?.length, 4_000_000, JSON.stringify(j).slice(0, 400));
+      const errors = (await Promise.all(socks.map(readShort))).map(bodyOf).filter((b) => b?.error);
+      assert.ok(errors.length >= 4, `${errors.length} refused`);
+      for (const e of errors) assert.match(e.error.message, /tenant "acme".*max_backlog_tenant_bytes=20000000/);
+    } finally {
+      for (const x of socks) x.destroy();
+    }
+  });
+
+  it("http_max_sessions_per_tenant counts an OAuth tenant's sessions", T, async () => {
+    const port = await freePort();
+    const res2 = `http://127.0.0.1:${port}/mcp`;
+    const srv = await startHttp(["--oauth-issuer", idp.issuer, "--oauth-resource", res2, "--oauth-tenant-claim", "org_id",
+      "--http-max-sessions-per-tenant", "2"], { listen: `127.0.0.1:${port}` });
+    try {
+      const now = Math.floor(Date.now() / 1000);
+      const tok = (sub, org) => sign({ alg: "RS256", typ: "at+jwt", kid: rsa.kid },
+        { iss: idp.issuer, aud: res2, sub, org_id: org, client_id: "agent", scope: SCOPES, iat: now, exp: now + 300 }, rsa.privateKey);
+      assert.equal((await post(res2, tok("a1", "acme"), INIT)).status, 200);
+      assert.equal((await post(res2, tok("a2", "acme"), INIT)).status, 200);
+      const third = await post(res2, tok("a3", "acme"), INIT);
+      assert.equal(third.status, 503, third.text);
+      assert.match(third.text, /http_max_sessions_per_tenant=2/);
+      assert.equal((await post(res2, tok("g1", "globex"), INIT)).status, 200, "another tenant still opens one");
+    } finally {
+      await srv.stop();
+    }
+  });
+
+  it("the Inspector CLI signs in with a bearer token header and runs execute_code", T, async () => {
+    // asynchronously: the authorization server runs in this process and must keep answering
+    const scratch = mkdtempSync(path.join(tmpdir(), "moonbox-inspector-"));
+    const inspector = (args) => new Promise((resolve) => {
+      execFile(NODE22, [INSPECTOR, "--cli", resource, "--transport", "http", ...args, "--format", "json"], {
+        timeout: 45000, maxBuffer: 16 << 20,
+        env: { ...process.env, MCP_INSPECTOR_SECRET_STORE: "memory", MCP_CATALOG_PATH: path.join(scratch, "catalog.json"), HOME: scratch },
+      }, (err, stdout, stderr) => resolve({ code: err ? err.code : 0, stdout, stderr }));
+    });
+    try {
+      const r = await inspector(["--header", `Authorization: Bearer ${token("carol@acme")}`,
+        "--method", "tools/call", "--tool-name", "execute_code", "--tool-arg", "code=return 6*7"]);
+      assert.equal(r.code, 0, `inspector exit ${r.code}\n${r.stdout}\n${r.stderr}`);
+      const out = JSON.parse(r.stdout);
+      assert.equal(out.result.structuredContent.result, 42, r.stdout);
+      const none = await inspector(["--method", "tools/list"]);
+      assert.notEqual(none.code, 0, "without a token the Inspector is refused");
+    } finally {
+      rmSync(scratch, { recursive: true, force: true });
+    }
   });
 });
 

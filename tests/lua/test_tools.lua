@@ -235,15 +235,15 @@ history.add(nil, 123, {}, { success = true, execution_time_ms = 2.5, instruction
 history.add("t1", 124, { tool = "stats" }, { success = false, error_type = "memory" })
 history.add("t1", 125, {}, { success = false })
 check("history row of a success", m.history[#m.history - 2],
-  { n = 17, "default", 123, 2.5, "ok", 7, 9, "h", "execute_code", nil, 0 })
+  { n = 18, "default", 123, 2.5, "ok", 7, 9, "h", "execute_code", nil, 0 })
 check("history row of a failure", m.history[#m.history - 1],
-  { n = 17, "t1", 124, 0, "memory", 0, 0, nil, "stats", nil, 0 })
+  { n = 18, "t1", 124, 0, "memory", 0, 0, nil, "stats", nil, 0 })
 check("history failure without a type is runtime", m.history[#m.history][4], "runtime")
 history.add("t2", 126, { code = "return x", context_json = '{"x":12}', rerun_of = "00000000000000aa" },
   { success = false, error_type = "runtime", result_head = "[1,2", result_bytes = 900, output_head = "hi",
     error_head = "boom" }, { "srv.a", "srv.b", srv = true })
 check("journal fields of a row", m.history[#m.history],
-  { n = 17, "t2", 126, 0, "runtime", 0, 0, nil, "execute_code", "return x", 8, "[1,2", 900, "hi", nil, "boom",
+  { n = 18, "t2", 126, 0, "runtime", 0, 0, nil, "execute_code", "return x", 8, "[1,2", 900, "hi", nil, "boom",
     "srv.a\nsrv.b", "00000000000000aa" })
 local many = {}
 for i = 1, 200 do many[i] = string.format("server%03d.tool", i) end

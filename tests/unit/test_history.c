@@ -22,7 +22,7 @@ static const char *SCHEMA =
 	" started_at INTEGER NOT NULL, duration_ms REAL NOT NULL, outcome TEXT NOT NULL,"
 	" instructions INTEGER, memory_peak INTEGER, code_hash TEXT, tool TEXT, ref TEXT, code TEXT,"
 	" code_bytes INTEGER, context_bytes INTEGER, result_head TEXT, result_bytes INTEGER,"
-	" output_head TEXT, output_bytes INTEGER, error TEXT, tools_called TEXT, rerun_of TEXT)";
+	" output_head TEXT, output_bytes INTEGER, error TEXT, tools_called TEXT, rerun_of TEXT, principal TEXT)";
 
 static mb_history_limits lim(int64_t max_rows)
 {
@@ -202,7 +202,8 @@ TEST(journal_fields_arrive_byte_for_byte)
 			     .code = code, .code_len = sizeof code - 1, .context_bytes = 17,
 			     .result_head = "\"a\\u0000b\"", .result_head_len = 10, .result_bytes = 10,
 			     .output_head = out, .output_head_len = sizeof out - 1, .output_bytes = 900,
-			     .tools = "srv.echo\nsrv.add", .tools_len = 16, .rerun_of = "0123456789abcdef" };
+			     .tools = "srv.echo\nsrv.add", .tools_len = 16, .rerun_of = "0123456789abcdef",
+			     .principal = "alice@example.com" };
 	char ref1[17], ref2[17];
 	mb_history_add(h, &r, ref1);
 	mb_history_row big = { "t1", 6, 1, "syntax", 0, 0, NULL, "execute_code",
@@ -219,7 +220,8 @@ TEST(journal_fields_arrive_byte_for_byte)
 	CHECK(scalar("SELECT count(*) FROM executions WHERE context_bytes = 17 AND result_bytes = 10"
 		     " AND output_bytes = 900 AND code_bytes = 12 AND result_head = '\"a\\u0000b\"'"
 		     " AND tools_called = 'srv.echo' || char(10) || 'srv.add'"
-		     " AND rerun_of = '0123456789abcdef' AND error IS NULL") == 1);
+		     " AND rerun_of = '0123456789abcdef' AND principal = 'alice@example.com'"
+		     " AND error IS NULL") == 1);
 	/* code over max_code_bytes: size kept, text not */
 	CHECK(scalar("SELECT count(*) FROM executions WHERE code IS NULL AND code_bytes = 70"
 		     " AND error = 'oops' AND outcome = 'syntax'") == 1);

@@ -24,7 +24,7 @@ static const char *SCHEMA =
 	" started_at BIGINT NOT NULL, duration_ms DOUBLE PRECISION NOT NULL, outcome TEXT NOT NULL,"
 	" instructions BIGINT, memory_peak BIGINT, code_hash TEXT, tool TEXT, ref TEXT, code TEXT,"
 	" code_bytes BIGINT, context_bytes BIGINT, result_head TEXT, result_bytes BIGINT,"
-	" output_head TEXT, output_bytes BIGINT, error TEXT, tools_called TEXT, rerun_of TEXT);"
+	" output_head TEXT, output_bytes BIGINT, error TEXT, tools_called TEXT, rerun_of TEXT, principal TEXT);"
 	"CREATE INDEX executions_by_tenant ON executions (tenant, id);"
 	"CREATE INDEX executions_by_ref ON executions (tenant, ref);"
 	"CREATE INDEX executions_by_start ON executions (started_at);";
