@@ -207,14 +207,6 @@ end
 
 methods["tools/list"] = function(params, request)
   local page = mb.config.tools_page_size
-  local offset = 0
-  if params.cursor ~= nil then
-    local n = type(params.cursor) == "string" and params.cursor:match("^mbc1%.(%d+)$")
-    offset = n and tonumber(n)
-    if not offset or offset >= #tools.all(request.tenant) then
-      error(rpc_error(INVALID_PARAMS, "tools/list: invalid cursor", { cursor = params.cursor }))
-    end
-  end
   local all = tools.all(request.tenant)
   if request.rights then -- an OAuth token sees only the tools its scopes let it call
     local mine = {}
@@ -222,6 +214,14 @@ methods["tools/list"] = function(params, request)
       if auth.allows(request.rights, auth.tool_right(t.definition.name)) then mine[#mine + 1] = t end
     end
     all = mine
+  end
+  local offset = 0
+  if params.cursor ~= nil then -- checked against the list this request sees
+    local n = type(params.cursor) == "string" and params.cursor:match("^mbc1%.(%d+)$")
+    offset = n and tonumber(n)
+    if not offset or offset >= #all then
+      error(rpc_error(INVALID_PARAMS, "tools/list: invalid cursor", { cursor = params.cursor }))
+    end
   end
   local out = {}
   for i = offset + 1, math.min(offset + page, #all) do

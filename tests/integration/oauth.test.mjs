@@ -342,6 +342,10 @@ describe("OAuth resource server against oidc-provider", () => {
     const names = JSON.parse(list.text).result.tools.map((t) => t.name);
     assert.ok(names.includes("execute_code"));
     assert.equal(names.includes("save_skill"), false, "save_skill is not listed without moonbox:skills");
+    // a cursor is checked against the list this token sees, not the whole one
+    const past = await post(resource, tok, { jsonrpc: "2.0", id: 5, method: "tools/list",
+      params: { cursor: `mbc1.${names.length}` } }, sid);
+    assert.equal(JSON.parse(past.text).error?.code, -32602, past.text);
     const call = await post(resource, tok, { jsonrpc: "2.0", id: 3, method: "tools/call",
       params: { name: "save_skill", arguments: { name: "x", code: "return 1" } } }, sid);
     assert.equal(call.status, 403, call.text);
