@@ -24,7 +24,7 @@
 
 import { describe, it, before, after } from "node:test";
 import assert from "node:assert/strict";
-import { execFile, spawnSync } from "node:child_process";
+import { execFile, spawn, spawnSync } from "node:child_process";
 import crypto from "node:crypto";
 import { existsSync, mkdtempSync, readFileSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
@@ -669,6 +669,50 @@ describe("OAuth: who ran it, beside the tenant (oauth_tenant_claim org_id)", () 
       assert.equal((await post(res2, tok("g1", "globex"), INIT)).status, 200, "another tenant still opens one");
     } finally {
       await srv.stop();
+    }
+  });
+
+  it("the client's token reaches no upstream server: an HTTP upstream gets its own configured credential only", T, async () => {
+    const logDir = mkdtempSync(path.join(tmpdir(), "moonbox-oauth-up-"));
+    const log = path.join(logDir, "up.log");
+    const [upPort, port] = [await freePort(), await freePort()];
+    const up = spawn(process.execPath, [path.join(TESTS_DIR, "integration/fixtures/upstream_fixture.mjs"), "http", String(upPort)],
+      { env: { ...process.env, FIXTURE_LOG: log }, stdio: ["ignore", "ignore", "pipe"] });
+    const upExit = new Promise((r) => up.on("exit", r));
+    let srv;
+    try {
+      await new Promise((resolve, reject) => {
+        let err = "";
+        up.stderr.on("data", (c) => { err += c; if (/fixture ready/.test(err)) resolve(); });
+        up.on("exit", (code) => reject(new Error(`the upstream fixture exited (${code}): ${err}`)));
+      });
+      const res2 = `http://127.0.0.1:${port}/mcp`;
+      srv = await startHttp(["--oauth-issuer", idp.issuer, "--oauth-resource", res2, "--oauth-tenant-claim", "org_id",
+        "--mcp-servers", JSON.stringify({ fx: { url: `http://127.0.0.1:${upPort}/mcp`,
+          headers: { Authorization: "Bearer the-upstreams-own-credential" } } })], { listen: `127.0.0.1:${port}` });
+      const now = Math.floor(Date.now() / 1000);
+      const tok = sign({ alg: "RS256", typ: "at+jwt", kid: rsa.kid },
+        { iss: idp.issuer, aud: res2, sub: "frank@acme", org_id: "acme", client_id: "agent", scope: SCOPES,
+          iat: now, exp: now + 300 }, rsa.privateKey);
+      const { client } = await connect(res2, tok);
+      try {
+        const r = await client.callTool({ name: "execute_code", arguments: { code: 'return servers.fx.echo{text = "hi"}' } });
+        assert.equal(r.structuredContent?.success, true, JSON.stringify(r).slice(0, 500));
+      } finally {
+        await client.close();
+      }
+      const lines = readFileSync(log, "utf8").split("\n").filter(Boolean).map((l) => JSON.parse(l));
+      const calls = lines.filter((m) => m.method === "tools/call");
+      assert.equal(calls.length, 1, "the upstream was called");
+      for (const m of lines.filter((x) => x.method)) {
+        assert.equal(m.authorization, "Bearer the-upstreams-own-credential", `${m.method} carried ${m.authorization}`);
+      }
+      assert.equal(readFileSync(log, "utf8").includes(tok.split(".")[2]), false, "no part of the client's token upstream");
+    } finally {
+      await srv?.stop();
+      up.kill("SIGKILL");
+      await upExit;
+      rmSync(logDir, { recursive: true, force: true });
     }
   });
 
