@@ -409,6 +409,12 @@ if [ -z "${BENCH_NO_REPLICAS:-}" ] && [ -x "$NODE22" ]; then
   echo; MOONBOX="$MOONBOX" REPLICAS_BENCH_S=${REPLICAS_BENCH_S:-3} "$NODE22" tests/bench/replicas_bench.mjs | tee "$OUT/replicas.txt"
 fi
 
+# ---- OAuth access tokens beside a static token (issue 32, tests/bench/oauth_bench.mjs): req/s of
+# one server with both, alternating rounds; a JWT is verified once, then found in the cache
+if command -v wrk >/dev/null && [ -x "$NODE22" ]; then
+  echo; (MB_ABS=$(realpath "$MOONBOX"); cd tests && OAUTH_BENCH_S=${OAUTH_BENCH_S:-3} "../$NODE22" bench/oauth_bench.mjs "$MB_ABS") | tee "$OUT/oauth.txt"
+fi
+
 # ---- one store operation on PostgreSQL against SQLite (issue 19, tests/bench/bench_store.c): a
 # vault lookup, a vault upsert, a skill-save-like transaction; rounds alternate between the stores
 # shellcheck disable=SC2086,SC2046
