@@ -264,7 +264,7 @@ test-integration: $(BUILD)/moonbox
 # (tests/lib/pg_probe.mjs says), only the replica tests run, their PostgreSQL part skipped.
 PG_TEST_FILES := integration/skills.test.mjs integration/skill_publish.test.mjs integration/catalog.test.mjs \
                  integration/search_quality.test.mjs integration/pii.test.mjs integration/journal.test.mjs \
-                 integration/workspace.test.mjs integration/oauth.test.mjs
+                 integration/workspace.test.mjs integration/oauth.test.mjs integration/audit.test.mjs
 test-pg: $(BUILD)/moonbox
 	@cd tests && if MOONBOX=../$(BUILD)/moonbox $(TEST_NODE) lib/pg_probe.mjs; then \
 	  MOONBOX_TEST_STORE=pg MOONBOX=../$(BUILD)/moonbox $(TEST_NODE) run-node.mjs $(PG_TEST_FILES) replicas; \

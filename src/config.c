@@ -136,6 +136,10 @@ static const option options[] = {
 	I(oauth_jwks_max_bytes, 262144, 1024, 16777216, "OAuth: largest discovery document or JWKS accepted"),
 	I(oauth_fetch_timeout_ms, 5000, 100, 60000, "OAuth: one request to the authorization server; requests waiting for its keys wait at most this long per fetch"),
 	I(oauth_clock_skew_s, 60, 0, 600, "OAuth: clock difference allowed when checking exp and nbf"),
+	I(audit_max_age_s, 7776000, 0, 3153600000, "audit records older than this are dropped (0 = kept for ever); the chain then starts at the oldest kept"),
+	I(audit_flush_ms, 1000, 10, 60000, "audit records are written in one transaction at most this long after they happen"),
+	I(audit_max_queued, 10000, 0, 10000000, "audit records waiting to be written; beyond, they are counted in one \"dropped\" record (0 = no audit trail)"),
+	I(audit_sign_in_records, 60, 0, 100000, "failed sign-ins recorded per minute; the rest of that minute are counted in one record"),
 	I(oauth_backlog_tenants, 1024, 0, 65536, "OAuth: tenants that each get their own max_backlog_tenant_bytes counter at once (taken on a tenant's first request, freed when it has no request or unread answer); beyond, they share one"),
 	I(oauth_token_cache, 4096, 0, 1000000, "OAuth: validated tokens remembered (by keyed hash) until their exp, so a token is verified once"),
 	S(mcp_servers, "", "upstream MCP servers as a JSON object, the \"mcpServers\" block of the config file (docs/gateway.md)"),
@@ -162,6 +166,7 @@ static void usage(FILE *f)
 		"       moonbox run [OPTIONS] FILE.lua | -e CODE | --skill NAME [--args JSON] [--context-vars JSON]\n"
 		"       moonbox types DIR   (the sandbox API's LuaLS types and a .luarc.json for editors)\n"
 		"       moonbox check FILE.lua|DIR...   (luacheck with the sandbox's globals)\n"
+		"       moonbox --verify-audit [OPTIONS]   (checks the audit trail's hash chain: exit 0 holds, 1 broken)\n"
 		"       moonbox --help | --version\n\n",
 		MB_VERSION);
 	/* The revisions come from protocol.h, the list initialize and server/discover use. */

@@ -139,6 +139,10 @@ typedef struct mb_config {
 	int64_t oauth_clock_skew_s;     /* allowed clock difference for exp and nbf */
 	int64_t oauth_token_cache;      /* validated tokens remembered until their exp; 0 = none */
 	int64_t oauth_backlog_tenants;  /* OAuth tenants with a backlog counter of their own at once */
+	int64_t audit_max_age_s;        /* audit records kept this long (0 = for ever) */
+	int64_t audit_flush_ms;         /* audit records are written within this */
+	int64_t audit_max_queued;       /* audit records waiting to be written (0 = no audit trail) */
+	int64_t audit_sign_in_records;  /* failed sign-ins recorded per minute */
 
 	/* upstream MCP servers (lua/mcp/upstream.lua, docs/gateway.md) */
 	char mcp_servers[65536];        /* JSON object: the "mcpServers" block of the config file */

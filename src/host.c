@@ -10,6 +10,8 @@
  */
 #include "host.h"
 
+#include "audit.h"
+
 #include <lauxlib.h>
 #include <lualib.h>
 #include <stdlib.h>
@@ -60,6 +62,8 @@ struct mb_host {
 	 * until http_wait_until, checked every HTTP_WAIT_TICK_MS, before they are cancelled */
 	uv_timer_t http_wait;
 	uint64_t http_wait_until;
+	unsigned char audit_key[MB_AUDIT_KEY_BYTES]; /* the audit chain's (audit.h), from the PII key */
+	int audit_keyed;
 };
 
 #define HTTP_WAIT_MAX_MS 2000 /* at most this long, and at most upstream_shutdown_grace_ms */
@@ -393,6 +397,30 @@ static const char *opt_lstring(lua_State *L, int i, size_t *n)
 	return lua_type(L, i) == LUA_TSTRING ? lua_tolstring(L, i, n) : NULL;
 }
 
+/* mb.audit_hash(prev, at, tenant, principal, client, kind, subject, detail) -> hex: the keyed
+ * hash of one audit record (audit.h); nil arguments are SQL NULLs */
+static int l_audit_hash(lua_State *L)
+{
+	mb_host *h = host_of(L);
+	if (!h->audit_keyed)
+		return luaL_error(L, "audit_hash: no key (the PII key is not loaded)");
+	size_t plen;
+	const char *prev = opt_lstring(L, 1, &plen);
+	const char *f[MB_AUDIT_NFIELDS];
+	size_t n[MB_AUDIT_NFIELDS];
+	for (int i = 0; i < MB_AUDIT_NFIELDS; i++) {
+		if (!lua_isnoneornil(L, i + 2) && lua_type(L, i + 2) != LUA_TSTRING && lua_type(L, i + 2) != LUA_TNUMBER)
+			return luaL_typeerror(L, i + 2, "string or nil");
+		f[i] = lua_isnoneornil(L, i + 2) ? NULL : lua_tolstring(L, i + 2, &n[i]);
+		if (!f[i])
+			n[i] = 0;
+	}
+	char hex[MB_AUDIT_HEX];
+	mb_audit_hash(h->audit_key, prev, plen, f, n, hex);
+	lua_pushlstring(L, hex, 64);
+	return 1;
+}
+
 static int l_history_add(lua_State *L)
 {
 	mb_host *h = host_of(L);
@@ -532,6 +560,7 @@ static void push_config(lua_State *L, const mb_config *c)
 	CI(max_listeners); CI(max_listeners_per_tenant); CI(mrtr_max_held_per_tenant);
 	CI(max_client_requests_per_tenant); CI(max_queue_per_tenant); CI(max_queue_bytes_per_tenant);
 	CI(inferred_shape_max_nodes); CI(inferred_shape_total_nodes);
+	CI(audit_max_age_s); CI(audit_flush_ms); CI(audit_max_queued); CI(audit_sign_in_records);
 #undef CI
 	lua_pushboolean(L, c->http_tokens[0] != 0 || c->oauth_issuer[0] != 0); /* tenants exist (the tokens stay in C) */
 	lua_setfield(L, -2, "tenants");
@@ -673,6 +702,19 @@ static void call_entry_u64(mb_host *h, const char *name, uint64_t v)
 	lua_pushinteger(L, (lua_Integer)v);
 	if (lua_pcall(L, 1, 0, 0) != LUA_OK) {
 		mb_log(MB_LOG_ERROR, "host: %s: %s", name, lua_tostring(L, -1));
+		lua_pop(L, 1);
+	}
+}
+
+void mb_host_auth_failed(mb_host *h, const char *why, const char *peer)
+{
+	lua_State *L = h->L;
+	if (!push_entry_fn(h, "on_auth_failed"))
+		return;
+	lua_pushstring(L, why);
+	lua_pushstring(L, peer);
+	if (lua_pcall(L, 2, 0, 0) != LUA_OK) {
+		mb_log(MB_LOG_ERROR, "host: on_auth_failed: %s", lua_tostring(L, -1));
 		lua_pop(L, 1);
 	}
 }
@@ -866,6 +908,10 @@ void mb_host_set_pii(mb_host *h, const mb_pii_detector *pii, const unsigned char
 {
 	h->deps.pii = pii;
 	h->deps.pii_key = key;
+	if (key) {
+		mb_audit_key(key, h->audit_key);
+		h->audit_keyed = 1;
+	}
 	lua_getglobal(h->L, "mb");
 	mb_pii_lua_open(h->L, pii, key);
 	lua_pop(h->L, 1);
@@ -948,7 +994,7 @@ mb_host *mb_host_new(const mb_config *cfg, const mb_host_io *io, const mb_host_d
 		{ "submit", l_submit }, { "busy", l_busy }, { "wait", l_wait }, { "cancel", l_cancel }, { "hold", l_hold }, { "log", l_log },
 		{ "now_ms", l_now_ms }, { "pool_stats", l_pool_stats }, { "backlog", l_backlog }, { "host_reply", l_host_reply },
 		{ "wall_ms", l_wall_ms }, { "history_add", l_history_add },
-		{ "history_flush", l_history_flush }, { "pii_token", l_pii_token },
+		{ "history_flush", l_history_flush }, { "pii_token", l_pii_token }, { "audit_hash", l_audit_hash },
 		{ "exchange_pending", l_exchange_pending }, { "yaml_decode", mb_yaml_decode_lua },
 		{ "go", l_go },
 		{ NULL, NULL },

@@ -81,6 +81,8 @@ int mb_host_handle_message(mb_host *h, uint64_t session, uint64_t exchange, cons
 
 /// The connection of a sessionless exchange closed before its answer: the request is cancelled.
 void mb_host_exchange_closed(mb_host *h, uint64_t exchange);
+/* A request that presented a token was refused (http.h on_auth_failed): on_auth_failed(why, peer). */
+void mb_host_auth_failed(mb_host *h, const char *why, const char *peer);
 
 /// The transport ended a session: its executions are cancelled and its state dropped.
 void mb_host_end_session(mb_host *h, uint64_t session);

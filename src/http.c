@@ -165,6 +165,22 @@ static void scope_reject(conn *c, unsigned right, const char *what)
 }
 
 static void on_oauth_ready(mb_oauth_waiter *w);
+
+/* Counts a refused request; one that presented a token (why != NULL) is also a failed sign-in
+ * for the audit trail (on_auth_failed, with the peer's address). */
+static void auth_failed(conn *c, const char *why)
+{
+	mb_http *h = c->h;
+	h->st.auth_failures++;
+	if (!why || !h->cb.on_auth_failed)
+		return;
+	struct sockaddr_storage sa;
+	int len = sizeof sa;
+	char ip[INET6_ADDRSTRLEN] = "";
+	if (uv_tcp_getpeername(&c->tcp, (struct sockaddr *)&sa, &len) == 0)
+		uv_ip_name((struct sockaddr *)&sa, ip, sizeof ip);
+	h->cb.on_auth_failed(h->cb.ud, why, ip);
+}
 static void after_auth(conn *c);
 
 /* Authenticates the request: a static token of http_tokens, else (with oauth_issuer) an OAuth
@@ -180,7 +196,10 @@ static int authenticate(conn *c, int may_wait)
 		mb_http_set_slot(c, mb_http_tenant_slot(h, c->tenant));
 		if (c->tenant)
 			return 0;
-		h->st.auth_failures++;
+		auth_failed(c, !c->hcount[H_AUTH] ? NULL
+			    : c->hover[H_AUTH] ? "the Authorization header is too long"
+			    : is_bearer(hval(c, H_AUTH), c->hlen[H_AUTH]) ? "the bearer token is not one of http_tokens"
+									 : "the Authorization header is not Bearer <token>");
 		if (!c->hcount[H_AUTH])
 			reject(c, 401, -32000, auth_none, auth_msg_none, NULL);
 		else if (c->hover[H_AUTH] || is_bearer(hval(c, H_AUTH), c->hlen[H_AUTH]))
@@ -196,7 +215,7 @@ static int authenticate(conn *c, int may_wait)
 		return 0; /* a static token: every right */
 	}
 	if (!authz) {
-		h->st.auth_failures++;
+		auth_failed(c, NULL); /* no token: a client finding out how to sign in, not a failure */
 		oauth_challenge(c, NULL, NULL);
 		reject(c, 401, -32000, c->auth_hdr, "Unauthorized: send Authorization: Bearer <access token> (the "
 		       "authorization server is named in the WWW-Authenticate header's resource_metadata)%s", NULL);
@@ -207,7 +226,8 @@ static int authenticate(conn *c, int may_wait)
 	while (n && (*t == ' ' || *t == '\t'))
 		t++, n--;
 	if (c->hover[H_AUTH] || !is_bearer(authz, c->hlen[H_AUTH]) || n == 0) {
-		h->st.auth_failures++;
+		auth_failed(c, c->hover[H_AUTH] ? "the Authorization header is too long"
+						: "the Authorization header is not Bearer <token>");
 		oauth_challenge(c, "invalid_request", c->hover[H_AUTH] ? "the Authorization header is too long"
 								       : "the Authorization header must be Bearer <token>");
 		reject(c, 401, -32000, c->auth_hdr, "Unauthorized: the Authorization header must be Bearer <access "
@@ -231,7 +251,7 @@ static int authenticate(conn *c, int may_wait)
 		mb_http_set_slot(c, mb_http_oauth_slot(h, c, c->tenant));
 		return 0;
 	}
-	h->st.auth_failures++;
+	auth_failed(c, rc == MB_OAUTH_UNAVAILABLE ? NULL : why); /* 503: the issuer's keys, not the token */
 	if (rc == MB_OAUTH_UNAVAILABLE) {
 		mb_log(MB_LOG_NOTICE, "http: a request is refused: %s", why);
 		reject(c, 503, -32000, "Retry-After: 5\r\n",

@@ -105,6 +105,9 @@ typedef struct mb_http_callbacks {
 	 * memory...). The text is copied at once; it must stay valid until the next call. NULL
 	 * return = nothing to add. */
 	const char *(*metrics_extra)(void *ud);
+	/* Optional: a request that presented a token was refused (why: what was wrong with it;
+	 * peer: the client's address, "" when unknown). Never given the token. */
+	void (*on_auth_failed)(void *ud, const char *why, const char *peer);
 	void *ud;
 } mb_http_callbacks;
 

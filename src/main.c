@@ -14,6 +14,7 @@
 #include <sys/stat.h>
 
 #include "codec.h"
+#include "audit.h"
 #include "config.h"
 #include "config_doc.h"
 #include "json.h"
@@ -110,6 +111,11 @@ int main(int argc, char **argv)
 		mb_config_print_options(stdout);
 		return fflush(stdout) == 0 ? 0 : 1;
 	}
+	for (int i = 1; i < argc; i++)
+		if (strcmp(argv[i], "--verify-audit") == 0) { /* the server's options, less this one */
+			memmove(argv + i, argv + i + 1, sizeof *argv * (size_t)(argc - i));
+			return mb_audit_verify_main(argc - 1, argv);
+		}
 	int rc = mb_config_load(&cfg, argc, argv);
 	if (rc != 0)
 		return rc > 0 ? 0 : 2;

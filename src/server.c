@@ -207,6 +207,12 @@ static void http_exchange_closed(void *ud, uint64_t exchange)
 	mb_host_exchange_closed(s->host, exchange);
 }
 
+static void http_auth_failed(void *ud, const char *why, const char *peer)
+{
+	mb_server *s = ud;
+	mb_host_auth_failed(s->host, why, peer);
+}
+
 static void http_session_end(void *ud, uint64_t session)
 {
 	mb_server *s = ud;
@@ -392,7 +398,7 @@ int mb_server_run_stdio(const mb_config *cfg, void (*before_pool)(void *ud), voi
 	if (cfg->http_listen[0]) {
 		mb_http_callbacks hcb = { .on_message = http_message,
 					  .on_session_end = http_session_end, .on_exchange_closed = http_exchange_closed,
-					  .metrics_extra = http_metrics, .ud = s };
+					  .metrics_extra = http_metrics, .on_auth_failed = http_auth_failed, .ud = s };
 		s->http_mode = 1;
 		s->http = mb_http_start(&s->loop, cfg, &hcb, err, sizeof err);
 		if (!s->http) {

@@ -82,6 +82,8 @@ local function text_arg(args, name)
 end
 
 -- An execution id argument: nil, message when malformed (never echoed unclipped).
+M.time_arg = time_arg
+
 function M.check_id(v, name)
   if type(v) ~= "string" or not v:find(ID_PATTERN) then
     return nil, string.format("invalid arguments: %s must be an execution id from list_executions "

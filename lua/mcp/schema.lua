@@ -143,4 +143,23 @@ return {
   [[
   ALTER TABLE executions ADD COLUMN principal TEXT;
   ]],
+
+  -- 8: the audit trail (mcp/audit.lua): append-only, each record chained to the one before by a
+  -- keyed hash (src/audit.c; moonbox --verify-audit)
+  [[
+  CREATE TABLE audit (
+    id        INTEGER PRIMARY KEY,  -- the chain's order
+    at        INTEGER NOT NULL,     -- wall clock, ms since the epoch
+    tenant    TEXT NOT NULL,        -- "(none)": a failed sign-in; "(server)": the server's own
+    principal TEXT,                 -- an OAuth token's sub
+    client    TEXT,                 -- the session's clientInfo name/version
+    kind      TEXT NOT NULL,
+    subject   TEXT,                 -- an execution id, "server.tool", a skill's name
+    detail    TEXT,                 -- JSON object
+    prev      TEXT,                 -- the hash of the record before (NULL: the first)
+    hash      TEXT NOT NULL
+  );
+  CREATE INDEX audit_by_tenant ON audit (tenant, id);
+  CREATE INDEX audit_by_at ON audit (at);
+  ]],
 }

@@ -150,6 +150,7 @@ function methods.initialize(params, request)
   request.sess.initialized = true
   request.sess.protocol_version = version
   request.sess.client_capabilities = is_object(params.capabilities) and params.capabilities or {}
+  request.sess.client_info = is_object(params.clientInfo) and params.clientInfo or nil -- the audit trail's client
   return {
     protocolVersion = version,
     capabilities = CAPABILITIES,
@@ -498,6 +499,8 @@ function request_mt:execute(spec)
   if res.pii_found then tools.pii.after_execution(self.tenant, res) end -- vault, before the answer
   res.execution_id = tools.history.add(self.tenant, started, spec, res, self.entry.tools_called,
     self.principal)
+  tools.audit.record("execution", self, res.execution_id, { tool = spec.tool or "execute_code",
+    outcome = res.success and "ok" or (res.error_type or "runtime"), code_hash = res.code_hash })
   if self.entry.cancelled then return nil end
   return res
 end
@@ -777,6 +780,7 @@ function host_api.on_host_call(job, seq, name, args)
   elseif not auth.allows(entry.request.rights, auth.host_call_right(name)) then
     ok, value = false, name .. ": this execution's access token lacks the scope "
       .. auth.scope_of(auth.host_call_right(name))
+    tools.audit.record("refused", entry.request, name, { scope = auth.scope_of(auth.host_call_right(name)), from = "code" })
   elseif tools.host_calls_raw[name] then -- arguments in the handler's own format, not JSON
     ok, value = run_host_call(name, tools.host_calls_raw[name], args, entry.request)
   elseif not handler then
@@ -879,6 +883,7 @@ local function dispatch(msg, t0, ctx)
     end
     if not info then return send_error(ctx, id, e.code, e.message, e.data, modern.status_of(e.code, true)) end
     sess = { tenant = ctx.tenant, log_level = info.log_level, client_capabilities = info.capabilities,
+             client_info = is_object(info.client_info) and info.client_info or nil,
              inflight = base and base.inflight or {} }
   elseif MODERN_ONLY[method] then
     handler = nil
@@ -891,6 +896,8 @@ local function dispatch(msg, t0, ctx)
     local need = auth.method_right(method, params)
     if not auth.allows(rights, need) then
       local scope = auth.scope_of(need)
+      tools.audit.record("refused", { tenant = sess.tenant, principal = ctx.hdr.principal, sess = sess },
+        method == "tools/call" and clip(tostring(params.name)) or clip(method), { scope = scope, right = need })
       return send_error(ctx, id, -32000, "Forbidden: insufficient_scope: " .. clip(method)
         .. (method == "tools/call" and (" " .. clip(tostring(params.name))) or "") .. " needs the scope " .. scope,
         { scope = scope, right = need }, 403)
@@ -1045,6 +1052,12 @@ function host_api.on_shutdown()
   end
   tools.upstream.shutdown() -- stdin closed, SIGTERM, SIGKILL after upstream_shutdown_grace_ms
   tools.history.flush()
+  tools.audit.flush()
+end
+
+-- A request that presented a token was refused (src/http.c): a failed sign-in in the audit trail.
+function host_api.on_auth_failed(why, peer)
+  tools.audit.sign_in_failed(why, peer)
 end
 
 -- Prometheus text the host adds to /metrics (upstream servers).

@@ -29,6 +29,9 @@ local PARAMS_SCHEMA = {
                 description = { type = "string" }, optional = { type = "boolean" } }, { "name" }),
 }
 
+-- The tools whose success is a change the audit trail records (mcp/audit.lua).
+local AUDITED = { save_skill = "skill_save", delete_skill = "skill_delete", restore_skill = "skill_restore" }
+
 function M.init(tools)
   local check_args = tools.check_args
   local tool_error, structured = tools.tool_error, tools.structured_result
@@ -43,6 +46,8 @@ function M.init(tools)
         if line then sc.error_line = line end
         return tool_error(err, sc)
       end
+      local kind = AUDITED[name]
+      if kind then tools.audit.record(kind, request, args.name, { version = res.version, via = name }) end
       return structured(res)
     end
   end
@@ -134,6 +139,7 @@ function M.init(tools)
   tools.host_calls.save_skill = function(a, request)
     local res, err, line = skills.save(request.tenant or "default", a)
     if not res then return nil, "save_skill: " .. err .. (line and "" or "") end
+    tools.audit.record("skill_save", request, a.name, { version = res.version, via = "code" })
     return res
   end
   tools.host_calls.load_skill = function(a, request)

@@ -421,5 +421,6 @@ require("mcp.workflows").init(M)
 require("mcp.upstream").init(M)
 require("mcp.tool_stubs").init(M)
 require("mcp.journal").init(M)
+require("mcp.audit").init(M)
 
 return M

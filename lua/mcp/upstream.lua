@@ -761,13 +761,21 @@ function M.call(request, sname, tname, args)
   tool, err = resolve_tool(s, tname)
   if not tool then return nil, err end
   local why = ucfg.refusal(s.spec, tool)
-  if why then return nil, why end
+  local subject = s.name .. "." .. tool.name
+  if why then
+    tools.audit.record("refused", request, subject, { why = why })
+    return nil, why
+  end
   local given = args
   args, err = arguments(request, args)
   if err then return nil, sfmt("%s.%s: %s", s.name, tool.name, err) end
+  local writes = not ucfg.read_only(tool) -- the audit trail records every call that may write
+  local allowed = writes and "allowWrites" or nil
   if ucfg.needs_approval(s.spec, tool) then -- allowWrites "ask": the person approves first
     local yes, no = approval.ask(request, s.name, tool.name, given)
+    tools.audit.record("approval", request, subject, { approved = yes and true or false, why = not yes and no or nil })
     if not yes then return nil, sfmt("%s.%s: %s", s.name, tool.name, no) end
+    allowed = "approved"
   end
   local called = e.tools_called or {} -- for the journal (mcp/history.lua)
   e.tools_called = called
@@ -801,6 +809,10 @@ function M.call(request, sname, tname, args)
   s.inflight = s.inflight - 1
   s.call_ms = s.call_ms + (mb.now_ms() - t0)
   e.upstream_pending[opts] = nil
+  if writes then
+    tools.audit.record("upstream_call", request, subject, { allowed = allowed, ms = mb.now_ms() - t0,
+      outcome = r == nil and "error" or (is_object(r) and r.isError == true) and "tool_error" or "ok" })
+  end
   if r == nil then
     s.errors = s.errors + 1
     return nil, sfmt("%s.%s: %s", s.name, tool.name, errtext(err))

@@ -318,6 +318,8 @@ H.CONFIG = {
   workspace_max_file_bytes = 10485760, workspace_max_bytes = 104857600, workspace_max_files = 10000,
   workers = 2, max_queue = 256, upstream_max_calls = 1000, upstream_max_parallel = 16,
   inferred_shape_max_nodes = 200, inferred_shape_total_nodes = 200000, upstream_ask_args_bytes = 2048,
+  -- the audit trail is off here (it needs the store and a timer); integration/audit.test.mjs
+  audit_max_age_s = 7776000, audit_flush_ms = 1000, audit_max_queued = 0, audit_sign_in_records = 60,
 }
 
 -- A fresh `mb` as the global the modules read, with config overrides; every lua/mcp module is

@@ -33,7 +33,7 @@ local tables = {}
 for _, r in ipairs(db.query("SELECT name FROM sqlite_master WHERE type IN ('table', 'index') AND name NOT LIKE 'catalog_fts_%' AND name NOT LIKE 'sqlite_%' ORDER BY name")) do
   tables[#tables + 1] = r.name
 end
-check("tables and indexes", tables, { "catalog_categories", "catalog_fts", "catalog_sources", "catalog_tools",
+check("tables and indexes", tables, { "audit", "audit_by_at", "audit_by_tenant", "catalog_categories", "catalog_fts", "catalog_sources", "catalog_tools",
   "catalog_tools_by_name", "catalog_tools_by_source", "executions", "executions_by_ref", "executions_by_tenant",
   "executions_code_bytes",
   "pii_vault", "skill_versions", "skills" })
