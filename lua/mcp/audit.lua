@@ -15,10 +15,11 @@
 -- to allowWrites "ask"), skill_save / skill_delete / skill_restore (through the tools or from
 -- code; a hand edit of a file under skills_dir is a new version in skill_history, not an audit
 -- record), refused (a scope or an upstream policy said no), sign_in_failed (a token
--- refused; at most audit_sign_in_records a minute, then one record counting the rest), dropped
+-- refused; at most audit_sign_in_records a minute, the rest counted in one record a flush), dropped
 -- (records lost because the queue was full). Nothing of a token is ever recorded.
 -- docs/audit.md.
 
+local auth = require("mcp.auth")
 local mb = mb
 local db = mb.db
 local cfg = mb.config
@@ -67,6 +68,12 @@ end
 
 --- Writes what is queued. Returns true, or nil and the error (the records stay queued).
 function M.flush()
+  if signin.over > 0 then -- the refused tokens past audit_sign_in_records since the last flush
+    M.record("sign_in_failed", { tenant = "(none)" }, nil, { more = signin.over,
+      why = string.format("more refused tokens in a minute than audit_sign_in_records=%d",
+        cfg.audit_sign_in_records) })
+    signin.over = 0
+  end
   if timer then timer:close(); timer = nil end
   if dropped > 0 then
     queue[#queue + 1] = { at = mb.wall_ms(), tenant = "(server)", kind = "dropped",
@@ -124,22 +131,21 @@ end
 --- A refused token (src/http.c): recorded, at most audit_sign_in_records a minute.
 function M.sign_in_failed(why, peer)
   local minute = mb.wall_ms() // 60000
-  if minute ~= signin.minute then
-    if signin.over > 0 then
-      M.record("sign_in_failed", { tenant = "(none)" }, nil, { more = signin.over,
-        why = string.format("more refused tokens in that minute than audit_sign_in_records=%d",
-          cfg.audit_sign_in_records) })
-    end
-    signin.minute, signin.n, signin.over = minute, 0, 0
-  end
+  if minute ~= signin.minute then signin.minute, signin.n = minute, 0 end
   signin.n = signin.n + 1
-  if signin.n > cfg.audit_sign_in_records then signin.over = signin.over + 1; return end
+  if signin.n > cfg.audit_sign_in_records then -- counted, written as one record at the next flush
+    signin.over = signin.over + 1
+    M.schedule()
+    return
+  end
   M.record("sign_in_failed", { tenant = "(none)" }, nil, { why = why, peer = peer ~= "" and peer or nil })
 end
 
 -- The records a caller may read: its tenant's, or (admin) any tenant's or all.
-local KINDS = { execution = true, upstream_call = true, approval = true, skill_save = true,
-  skill_delete = true, skill_restore = true, refused = true, sign_in_failed = true, dropped = true }
+local KIND_LIST = { "execution", "upstream_call", "approval", "skill_save", "skill_delete",
+  "skill_restore", "refused", "sign_in_failed", "dropped" }
+local KINDS = {}
+for _, k in ipairs(KIND_LIST) do KINDS[k] = true end
 
 function M.list(f)
   M.flush()
@@ -165,10 +171,6 @@ end
 
 function M.init(tools)
   tools.audit = M
-  local function is_admin(request)
-    local rights = request and request.rights
-    return (rights == nil and (request and request.tenant or "default") == "default") or (rights and rights.admin)
-  end
   tools.register({
     name = "audit_log",
     title = "Audit trail",
@@ -183,8 +185,7 @@ function M.init(tools)
       type = "object",
       properties = {
         tenant = { type = "string", maxLength = 64, description = "Admin only: a tenant, or \"*\" for all" },
-        kind = { type = "string", description = "execution, upstream_call, approval, skill_save, skill_delete, "
-          .. "skill_restore, refused, sign_in_failed or dropped" },
+        kind = { type = "string", enum = mb.array(KIND_LIST), description = "What kind of record" },
         principal = { type = "string", maxLength = 256, description = "Who: a principal (an OAuth token's sub)" },
         since = { type = mb.array({ "string", "integer" }), description = "At or after (UTC time or epoch ms)" },
         after = { type = "integer", minimum = 0, description = "Only records with a larger id (to page on)" },
@@ -203,7 +204,7 @@ function M.init(tools)
     local t = args.tenant
     if t ~= nil and t ~= mb.null then
       if type(t) ~= "string" then return tools.tool_error("invalid arguments: tenant must be a string") end
-      if t ~= mine and not is_admin(request) then
+      if t ~= mine and not auth.is_admin(request and request.rights, mine) then
         return tools.tool_error("audit_log: only an admin (the moonbox:admin scope) reads another tenant's records")
       end
       if t ~= "*" then f.tenant = t end
@@ -213,8 +214,7 @@ function M.init(tools)
     local k = args.kind
     if k ~= nil and k ~= mb.null then
       if type(k) ~= "string" or not KINDS[k] then
-        return tools.tool_error("invalid arguments: kind must be one of execution, upstream_call, approval, "
-          .. "skill_save, skill_delete, skill_restore, refused, sign_in_failed, dropped")
+        return tools.tool_error("invalid arguments: kind must be one of " .. table.concat(KIND_LIST, ", "))
       end
       f.kind = k
     end
@@ -222,11 +222,9 @@ function M.init(tools)
       if type(args.principal) ~= "string" then return tools.tool_error("invalid arguments: principal must be a string") end
       f.principal = args.principal
     end
-    if args.since ~= nil and args.since ~= mb.null then
-      local ms, err = tools.journal.time_arg(args, "since")
-      if err then return tools.tool_error(err) end
-      f.since_ms = ms
-    end
+    local err
+    f.since_ms, err = tools.journal.time_arg(args, "since")
+    if err then return tools.tool_error(err) end
     if args.after ~= nil and args.after ~= mb.null then
       if math.type(args.after) ~= "integer" or args.after < 0 then
         return tools.tool_error("invalid arguments: after must be a record id (a non-negative integer)")

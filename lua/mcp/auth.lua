@@ -57,6 +57,14 @@ function M.allows(rights, right)
   return rights == nil or right == nil or rights[right] == true
 end
 
+--- Whether a request sees the server-wide figures and every tenant's records: the one tenant
+--- of stdio or no tokens (also a static token's tenant "default"), or an OAuth token with the
+--- admin right.
+function M.is_admin(rights, tenant)
+  if rights == nil then return (tenant or "default") == "default" end
+  return rights.admin == true
+end
+
 --- The scope that grants right.
 function M.scope_of(right)
   return scope_names[right] or right

@@ -398,8 +398,7 @@ register({
   -- tenants' work, so a token's tenant does not see them (they are in /metrics)
   -- server-wide sections: the one tenant of stdio / no tokens (also a static token's tenant
   -- "default"), or an OAuth token with the admin right (docs/auth.md)
-  local rights = request and request.rights
-  if (rights == nil and tenant == "default") or (rights and rights.admin) then
+  if require("mcp.auth").is_admin(request and request.rights, tenant) then
     sc.pool = mb.pool_stats()
     if mb.backlog then -- bytes queued for clients that have not read them (max_backlog_bytes)
       local b = mb.backlog()

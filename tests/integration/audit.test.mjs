@@ -150,9 +150,24 @@ describe("audit trail", () => {
     }
   });
 
+  it("records past audit_max_queued are counted in one dropped record", T, async () => {
+    // a flush only when audit_log reads (audit_flush_ms 60 s): four executions meet a queue of two
+    await useServer(await connectClient({ args: ["--audit-max-queued", "2", "--audit-flush-ms", "60000"] }), async ({ client }) => {
+      for (let i = 0; i < 4; i++) await client.callTool({ name: "execute_code", arguments: { code: `return ${i}` } });
+      const log = await auditLog(client);
+      assert.deepEqual(log.records.map((r) => r.kind), ["execution", "execution"]);
+      // stdio's default tenant is the admin: "*" shows the server's own records too
+      const all = await auditLog(client, { tenant: "*" });
+      assert.deepEqual(all.records.map((r) => `${r.tenant}:${r.kind}`), ["default:execution", "default:execution", "(server):dropped"]);
+      assert.equal(all.records[2].detail.records, 2);
+      assert.match(all.records[2].detail.why, /audit_max_queued=2/);
+    });
+  });
+
   it("over HTTP: each tenant reads its own records; the admin reads all and the failed sign-ins", T, async () => {
     const A = "alice-audit-token-0123456789", B = "bob-audit-token-01234567890", ADM = "admin-audit-token-0123456789";
-    const srv = await startHttp(["--http-tokens", `${A}=alice,${B}=bob,${ADM}=default`, "--audit-flush-ms", "20"]);
+    const srv = await startHttp(["--http-tokens", `${A}=alice,${B}=bob,${ADM}=default`, "--audit-flush-ms", "20",
+      "--audit-sign-in-records", "1"]);
     const clients = [];
     const clientOf = async (tok) => {
       const c = new Client({ name: "raw", version: "1" }, { capabilities: {} });
@@ -164,11 +179,13 @@ describe("audit trail", () => {
     try {
       assert.equal((await call(A, "execute_code", { code: "return 'a'" })).status, 200);
       assert.equal((await call(B, "execute_code", { code: "return 'b'" })).status, 200);
-      const wrong = await fetch(srv.url, { method: "POST", headers: { "Content-Type": "application/json",
-        Accept: "application/json, text/event-stream", Authorization: "Bearer not-a-token-of-this-server-000" },
-      body: JSON.stringify({ jsonrpc: "2.0", id: 1, method: "initialize", params: { protocolVersion: "2025-11-25",
-        capabilities: {}, clientInfo: { name: "intruder", version: "0" } } }) });
-      assert.equal(wrong.status, 401);
+      for (let i = 0; i < 3; i++) { // one recorded (audit_sign_in_records=1), the other two counted
+        const wrong = await fetch(srv.url, { method: "POST", headers: { "Content-Type": "application/json",
+          Accept: "application/json, text/event-stream", Authorization: `Bearer not-a-token-of-this-server-00${i}` },
+        body: JSON.stringify({ jsonrpc: "2.0", id: 1, method: "initialize", params: { protocolVersion: "2025-11-25",
+          capabilities: {}, clientInfo: { name: "intruder", version: "0" } } }) });
+        assert.equal(wrong.status, 401);
+      }
       const mine = (await call(A, "audit_log", {})).body.result.structuredContent;
       assert.deepEqual(mine.records.map((r) => [r.tenant, r.kind, r.client]), [["alice", "execution", "raw/1"]]);
       const refused = (await call(B, "audit_log", { tenant: "alice" })).body.result;
@@ -178,10 +195,13 @@ describe("audit trail", () => {
       const seen = all.records.map((r) => `${r.tenant}:${r.kind}`);
       assert.ok(seen.includes("alice:execution") && seen.includes("bob:execution"), seen.join(", "));
       const failed = all.records.filter((r) => r.kind === "sign_in_failed");
-      assert.equal(failed.length, 1, JSON.stringify(all.records));
+      assert.equal(failed.length, 2, JSON.stringify(all.records));
       assert.equal(failed[0].tenant, "(none)");
       assert.equal(failed[0].detail.why, "the bearer token is not one of http_tokens");
       assert.equal(failed[0].detail.peer, "127.0.0.1");
+      assert.equal(failed[1].tenant, "(none)");
+      assert.equal(failed[1].detail.more, 2);
+      assert.match(failed[1].detail.why, /audit_sign_in_records=1/);
       assert.equal(JSON.stringify(all).includes("not-a-token-of-this-server"), false, "no token in the trail");
     } finally {
       for (const c of clients) await c.close();
