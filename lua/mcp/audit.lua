@@ -66,8 +66,29 @@ local function trim()
   db.run("DELETE FROM audit WHERE at < ?", now - cfg.audit_max_age_s * 1000)
 end
 
+-- On PostgreSQL a flush's statements yield, so another flush (a read's, the timer's) can start
+-- while one is writing: it waits for that one (a read must see what was queued before it),
+-- then writes what came since.
+local flushing, flush_waiters = false, {}
+
+local function end_flush()
+  flushing = false
+  local ws = flush_waiters
+  flush_waiters = {}
+  for _, co in ipairs(ws) do
+    local ok, err = coroutine.resume(co)
+    if not ok then mb.log("error", "audit: " .. tostring(err)) end
+  end
+end
+
 --- Writes what is queued. Returns true, or nil and the error (the records stay queued).
 function M.flush()
+  if flushing then
+    local co, main = coroutine.running()
+    if main then return nil, "audit: another flush is writing" end -- shutdown: cannot wait
+    flush_waiters[#flush_waiters + 1] = co
+    coroutine.yield() -- resumed by end_flush
+  end
   if signin.over > 0 then -- the refused tokens past audit_sign_in_records since the last flush
     M.record("sign_in_failed", { tenant = "(none)" }, nil, { more = signin.over,
       why = string.format("more refused tokens in a minute than audit_sign_in_records=%d",
@@ -84,6 +105,7 @@ function M.flush()
   if #queue == 0 then return true end
   local batch = queue
   queue = {}
+  flushing = true
   local ok, err = pcall(write, batch)
   if not ok then
     -- kept for the next flush (a store that is down comes back), within the queue's bound
@@ -92,9 +114,11 @@ function M.flush()
     end
     mb.log("warning", "audit: the records could not be written (kept for the next try): " .. tostring(err))
     M.schedule()
+    end_flush()
     return nil, err
   end
   pcall(trim)
+  end_flush()
   return true
 end
 
