@@ -153,6 +153,9 @@ typedef struct mb_config {
 	int64_t upstream_ask_args_bytes;/* arguments shown in an approval question (allowWrites "ask") */
 	int64_t upstream_restart_max_ms;/* longest pause between restarts of a failing upstream */
 	int64_t upstream_shutdown_grace_ms;
+	int64_t upstream_idle_ms;       /* a perTenant instance idle this long is stopped */
+	int64_t upstream_max_instances; /* running instances of one perTenant server */
+	char tenant_secrets_dir[4096];  /* ${secret:NAME} files; default DATA_DIR/secrets */
 	int64_t inferred_shape_max_nodes;   /* result shape of one tool per tenant; 0 = none kept */
 	int64_t inferred_shape_total_nodes; /* all result shapes together */
 } mb_config;

@@ -555,7 +555,7 @@ static void push_config(lua_State *L, const mb_config *c)
 	CI(max_abandoned); CI(pii_policy); CI(pii_restore); CI(max_backlog_bytes); CI(max_backlog_tenant_bytes);
 	CI(upstream_timeout_ms); CI(upstream_init_timeout_ms); CI(upstream_max_calls);
 	CI(upstream_max_parallel); CI(upstream_restart_max_ms); CI(upstream_shutdown_grace_ms);
-	CI(upstream_ask_args_bytes);
+	CI(upstream_ask_args_bytes); CI(upstream_idle_ms); CI(upstream_max_instances);
 	CI(cache_ttl_ms); CI(mrtr_hold_ms); CI(mrtr_max_held); CI(max_resource_subscriptions);
 	CI(max_listeners); CI(max_listeners_per_tenant); CI(mrtr_max_held_per_tenant);
 	CI(max_client_requests_per_tenant); CI(max_queue_per_tenant); CI(max_queue_bytes_per_tenant);
@@ -570,6 +570,8 @@ static void push_config(lua_State *L, const mb_config *c)
 	lua_setfield(L, -2, "mcp_servers");
 	lua_pushstring(L, c->config_file);
 	lua_setfield(L, -2, "config_file");
+	lua_pushstring(L, c->tenant_secrets_dir);
+	lua_setfield(L, -2, "tenant_secrets_dir");
 	lua_pushstring(L, c->skills_dir);
 	lua_setfield(L, -2, "skills_dir");
 	lua_pushstring(L, c->catalog_dir);

@@ -19,6 +19,13 @@
 -- (notifications/cancelled). With the PII policy on, tokens in the arguments are restored from
 -- the tenant's vault here, on the way to the upstream only; what comes back goes to the sandbox
 -- and leaves it through the execution's policy like any other value.
+--
+-- A server with `"perTenant": true` runs one instance per tenant: the configured client is the
+-- `default` tenant's instance (started at start-up like any server, and the one the catalog,
+-- the types and the workflows' checks read), and another tenant's first call starts that
+-- tenant's own instance (placeholders such as ${tenant} replaced, mcp/upstream_config.lua). An
+-- instance without a call for upstream_idle_ms is stopped (the default one keeps its tool list
+-- and starts again at its next call); at most upstream_max_instances run per server.
 
 local mb = mb
 local null = mb.null
@@ -66,8 +73,11 @@ local S = {}
 S.__index = S
 
 function S:log(level, fmt, ...)
-  mb.log(level, sfmt("upstream %s: " .. fmt, self.name, ...))
+  mb.log(level, sfmt("upstream %s: " .. fmt, self.label, ...))
 end
+
+-- The counters of a server: an instance of a perTenant server counts on the configured one.
+function S:counts() return self.template or self end
 
 -- Sends a request and yields until its answer, a timeout or a failure; result | nil, err table.
 -- opts: on_progress(params), progress_token; opts.id is set to the request id before the wait.
@@ -147,7 +157,7 @@ function S:timed_out(id, ms)
   if not p then return end
   -- `timeouts` counts tool calls; initialize, listing and ping timeouts end in a restart and
   -- show as last_error and restarts instead
-  if p.method == "tools/call" then self.timeouts = self.timeouts + 1 end
+  if p.method == "tools/call" then self:counts().timeouts = self:counts().timeouts + 1 end
   local limit = p.method == "tools/call" and sfmt("timeoutMs of mcpServers.%s, else upstream_timeout_ms", self.name)
     or "upstream_init_timeout_ms"
   self:cancel_request(id, sfmt("no answer to %s within %d ms (%s)", p.method, ms, limit))
@@ -195,7 +205,7 @@ function S:unavailable(waited)
       math.max(0, math.floor(self.retry_at - mb.now_ms())))
   elseif self.state == "disabled" then
     return sfmt("upstream server %q is disabled in mcpServers", self.name)
-  elseif self.state == "stopped" then
+  elseif self.state == "stopped" or self.state == "idle" then
     return sfmt("upstream server %q is stopped (moonbox is shutting down)", self.name)
   elseif self.state == "starting" then
     -- waited: the caller waited for it as long as its execution could (its timeout_ms)
@@ -225,7 +235,7 @@ function S:failed(reason)
   self.retry_at = mb.now_ms() + delay
   self.restart_timer = mb.timer(delay, function()
     self.restart_timer = nil
-    self.restarts = self.restarts + 1
+    self:counts().restarts = self:counts().restarts + 1
     self:start()
   end)
   self:wake_waiters()
@@ -294,6 +304,13 @@ function S:refresh_tools(gen)
   end
   self.tools, self.tool_by_name, self.tool_by_ident = list, by_name, by_ident
   self.callable = #shown
+  local c = self.template
+  if c then -- a tenant's instance: its list is the server's until the configured one has its own
+    self.refresh_done = mb.now_ms()
+    if c.refresh_done then return true end
+    c.tools, c.tool_by_name, c.tool_by_ident, c.callable = list, by_name, by_ident, #shown
+    c.server_info, c.instructions, c.protocol = self.server_info, self.instructions, self.protocol
+  end
   local info = is_object(self.server_info) and self.server_info or {}
   local desc = type(self.instructions) == "string" and self.instructions:sub(1, 500)
     or sfmt("tools of the upstream MCP server %s (%s)", self.name, tostring(info.name or "?"))
@@ -303,7 +320,8 @@ function S:refresh_tools(gen)
   if not ok then self:log("warning", "catalog: %s", tostring(err)) end
   self.refresh_done = mb.now_ms()
   self.refresh_ms = self.refresh_done - t0
-  if self.state == "ready" then M.changed() end -- a list_changed refresh (at start: ready below)
+  if c then c.refresh_done, c.refresh_ms = self.refresh_done, self.refresh_ms end
+  if self.state == "ready" or c then M.changed() end -- a list_changed refresh (at start: ready below)
   return true
 end
 
@@ -481,7 +499,14 @@ function S:start()
   self.generation = self.generation + 1
   local gen = self.generation
   self.state = "starting"
-  local okp, t, err = pcall(transport.open, self.spec, handlers(self, gen))
+  self.last_used = mb.now_ms()
+  local spec, xerr = ucfg.expand(self.spec, self.tenant) -- placeholders: ${tenant}, ${secret:...}
+  if not spec then return self:failed("cannot start: " .. xerr) end
+  if spec.tenant_dir and spec.transport == "stdio" then
+    local okd, derr = mb.fs.mkdir(spec.tenant_dir)
+    if not okd then return self:failed("cannot make its directory: " .. tostring(derr)) end
+  end
+  local okp, t, err = pcall(transport.open, spec, handlers(self, gen))
   if not okp then t, err = nil, t end
   if not t then return self:failed("cannot start: " .. tostring(err)) end
   self.t, self.pid = t, t.pid
@@ -566,6 +591,102 @@ function S:wait_ready(max_ms)
     end
   end)
   coroutine.yield()
+end
+
+---------------------------------------------------------------------------------------------
+-- instances of perTenant servers
+
+local function new_client(spec, tenant)
+  return setmetatable({
+    name = spec.name, ident = spec.ident, spec = spec, tenant = tenant,
+    label = (spec.per_tenant and tenant) and sfmt("%s (tenant %s)", spec.name, tenant) or spec.name,
+    state = spec.disabled and "disabled" or "starting",
+    generation = 0, next_id = 0, pending = {}, progress = {}, waiters = {}, resend = {},
+    tools = {}, tool_by_name = {}, tool_by_ident = {}, callable = 0,
+    calls = 0, errors = 0, tool_errors = 0, timeouts = 0, rejected = 0, inflight = 0, call_ms = 0,
+    restarts = 0, failures = 0, retry_at = 0, ready_since = 0, last_used = 0,
+    log_windows = {},
+  }, S)
+end
+
+-- Every client: the configured ones and the tenants' instances.
+local function each_client(fn)
+  for _, s in ipairs(M.list) do
+    if s.instances then
+      for _, inst in pairs(s.instances) do fn(inst) end
+    else
+      fn(s)
+    end
+  end
+end
+
+local function running(s)
+  local n = 0
+  for _, x in pairs(s.instances) do if x.state ~= "idle" then n = n + 1 end end
+  return n
+end
+
+-- Stops an instance that has nothing in flight; the configured one keeps its tool list (the
+-- catalog's), a tenant's instance is forgotten.
+function S:stop_idle(why)
+  self.generation = self.generation + 1
+  self.state = "idle"
+  if self.restart_timer then self.restart_timer:stop(); self.restart_timer = nil end
+  local t = self.t
+  self.t, self.pid = nil, nil
+  if t then t:close(cfg.upstream_shutdown_grace_ms) end
+  self:log("info", "stopped: %s", why)
+  if self.template then self.template.instances[self.tenant] = nil end
+end
+
+local function quiet(x) return x.inflight == 0 and next(x.pending) == nil end
+
+-- The client that serves tenant's calls to server s: s itself, or for a perTenant server the
+-- tenant's instance, started (and another one stopped to stay within upstream_max_instances)
+-- when it is not running. Returns the client | nil, message.
+local function client_for(s, tenant)
+  if not s.instances or s.state == "disabled" then return s end
+  tenant = tenant or "default"
+  local inst = s.instances[tenant]
+  local now = mb.now_ms()
+  if inst and inst.state ~= "idle" then
+    inst.last_used = now
+    return inst
+  end
+  if running(s) >= cfg.upstream_max_instances then
+    local lru
+    for _, x in pairs(s.instances) do
+      -- a failing instance (in backoff) serves nobody: it may go first
+      if (x.state == "ready" or x.state == "backoff") and quiet(x)
+        and (not lru or x.last_used < lru.last_used) then lru = x end
+    end
+    if not lru then
+      return nil, sfmt("upstream server %q runs %d instances (one per tenant), all busy "
+        .. "(upstream_max_instances=%d); try again in a moment", s.name, running(s), cfg.upstream_max_instances)
+    end
+    lru:stop_idle(sfmt("to make room for tenant %s (upstream_max_instances=%d)", tenant, cfg.upstream_max_instances))
+  end
+  if not inst then
+    inst = new_client(s.spec, tenant)
+    inst.template = s
+    s.instances[tenant] = inst
+  end
+  inst:start()
+  return inst
+end
+
+-- Stops the instances without calls for upstream_idle_ms (a timer while perTenant servers exist).
+local function sweep_idle()
+  local now, idle = mb.now_ms(), cfg.upstream_idle_ms
+  for _, s in ipairs(M.list) do
+    if s.instances then
+      local due = {}
+      for _, x in pairs(s.instances) do
+        if x.state == "ready" and quiet(x) and now - x.last_used >= idle then due[#due + 1] = x end
+      end
+      for _, x in ipairs(due) do x:stop_idle(sfmt("no call for %d ms (upstream_idle_ms)", idle)) end
+    end
+  end
 end
 
 ---------------------------------------------------------------------------------------------
@@ -668,7 +789,8 @@ function M.availability(sname, tname)
   local s, err = resolve_server(sname)
   if not s then return nil, err end
   if s.state == "starting" and s.failures == 0 then return "starting", s end
-  if s.state ~= "ready" then return nil, s:unavailable() end
+  -- idle: a perTenant server's default instance, stopped while unused; its tools are known
+  if s.state ~= "ready" and s.state ~= "idle" then return nil, s:unavailable() end
   local tool
   tool, err = resolve_tool(s, tname)
   if not tool then return nil, err end
@@ -678,8 +800,9 @@ function M.availability(sname, tname)
 end
 
 -- Waits (yields) while server sname is starting, at most max_ms (nil: the init timeout).
-function M.wait_starting(sname, max_ms)
+function M.wait_starting(sname, max_ms, tenant)
   local s = M.by_name[sname] or M.by_ident[sname]
+  if s and s.instances then s = s.instances[tenant or "default"] end
   if s and s.state == "starting" then s:wait_ready(max_ms) end
 end
 
@@ -738,6 +861,7 @@ function M.call(request, sname, tname, args)
   if e.ended then return nil, "the execution has ended" end
   local s, err = resolve_server(sname)
   if not s then return nil, err end
+  local cs = s -- the counters
   e.upstream_calls = (e.upstream_calls or 0) + 1
   if e.upstream_calls > cfg.upstream_max_calls then
     return nil, sfmt("too many upstream calls in one execution (upstream_max_calls=%d)", cfg.upstream_max_calls)
@@ -749,12 +873,17 @@ function M.call(request, sname, tname, args)
     return nil, sfmt("too many calls to server %q in one execution (mcpServers.%s.maxCalls=%d)",
       s.name, s.name, s.spec.max_calls)
   end
+  s, err = client_for(s, request.tenant)
+  if not s then
+    cs.rejected = cs.rejected + 1
+    return nil, err
+  end
   if s.state == "starting" then
     s:wait_ready(M.time_left(request))
     if e.ended then return nil, "the execution has ended" end
   end
   if s.state ~= "ready" then
-    s.rejected = s.rejected + 1
+    cs.rejected = cs.rejected + 1
     return nil, s:unavailable(true)
   end
   local tool
@@ -801,29 +930,30 @@ function M.call(request, sname, tname, args)
   end
   e.upstream_pending = e.upstream_pending or {}
   e.upstream_pending[opts] = s
-  s.calls = s.calls + 1
+  cs.calls = cs.calls + 1
   s.inflight = s.inflight + 1
   local t0 = mb.now_ms()
   local r
   r, err = s:request("tools/call", params, s.spec.timeout_ms, opts)
   s.inflight = s.inflight - 1
-  s.call_ms = s.call_ms + (mb.now_ms() - t0)
+  s.last_used = mb.now_ms()
+  cs.call_ms = cs.call_ms + (s.last_used - t0)
   e.upstream_pending[opts] = nil
   if writes then
     tools.audit.record("upstream_call", request, subject, { allowed = allowed, ms = mb.now_ms() - t0,
       outcome = r == nil and "error" or (is_object(r) and r.isError == true) and "tool_error" or "ok" })
   end
   if r == nil then
-    s.errors = s.errors + 1
+    cs.errors = cs.errors + 1
     return nil, sfmt("%s.%s: %s", s.name, tool.name, errtext(err))
   end
   if not is_object(r) then
-    s.errors = s.errors + 1
+    cs.errors = cs.errors + 1
     return nil, sfmt("%s.%s: the upstream's answer is not a result object (got %s)", s.name, tool.name,
       r == null and "null" or type(r) == "table" and "an array" or type(r))
   end
   if r.isError == true then
-    s.tool_errors = s.tool_errors + 1
+    cs.tool_errors = cs.tool_errors + 1
     return nil, sfmt("%s.%s: %s", s.name, tool.name, content_text(r.content) or "the tool reported an error")
   end
   local v = result_value(r)
@@ -864,7 +994,7 @@ function M.batch(request, calls)
     end
   end
   while done < n do
-    for _, s in ipairs(M.list) do if s.t and s.t.cork then s.t:cork() end end
+    each_client(function(s) if s.t and s.t.cork then s.t:cork() end end)
     while inflight < cfg.upstream_max_parallel and next_i <= n do
       local i = next_i
       next_i = next_i + 1
@@ -876,7 +1006,7 @@ function M.batch(request, calls)
         finish(i, ok, v, err)
       end))
     end
-    for _, s in ipairs(M.list) do if s.t and s.t.uncork then s.t:uncork() end end
+    each_client(function(s) if s.t and s.t.uncork then s.t:uncork() end end)
     if done < n then
       waiting = true
       coroutine.yield()
@@ -890,19 +1020,24 @@ end
 
 -- brief: what a token's tenant sees (the servers and whether they are up); the counters and
 -- errors also come from other tenants' calls, so only the default tenant gets them.
-function M.stats(brief)
+function M.stats(brief, tenant)
   local out = {}
   for _, s in ipairs(M.list) do
     local info = is_object(s.server_info) and s.server_info or {}
+    local own = s -- a tenant sees its own instance of a perTenant server
+    if s.instances then own = s.instances[tenant or "default"] or { state = "idle" } end
+    local inflight = 0
+    if s.instances then for _, x in pairs(s.instances) do inflight = inflight + x.inflight end end
     out[s.name] = brief and {
-      state = s.state, transport = s.spec.transport, server = info.name, version = info.version,
+      state = own.state, per_tenant = s.instances and true or nil, transport = s.spec.transport, server = info.name, version = info.version,
       protocol = s.protocol, tools = #s.tools, callable_tools = s.callable,
     } or {
       state = s.state, transport = s.spec.transport, pid = s.pid,
       server = info.name, version = info.version, protocol = s.protocol,
       tools = #s.tools, callable_tools = s.callable, calls = s.calls, failed_calls = s.errors,
       tool_errors = s.tool_errors, timeouts = s.timeouts, rejected_while_down = s.rejected,
-      in_flight = s.inflight, restarts = s.restarts, last_error = s.last_error,
+      in_flight = s.instances and inflight or s.inflight, restarts = s.restarts, last_error = s.last_error,
+      per_tenant = s.instances and true or nil, instances = s.instances and running(s) or nil,
       mean_call_ms = s.calls > 0 and s.call_ms / s.calls or 0,
       ready_for_s = s.state == "ready" and math.floor((mb.now_ms() - s.ready_since) / 1000) or nil,
       next_attempt_in_ms = s.state == "backoff" and math.max(0, math.floor(s.retry_at - mb.now_ms())) or nil,
@@ -915,7 +1050,7 @@ local function label(v) return (tostring(v):gsub("[\\\"\n]", function(c) return 
 
 function M.metrics_text()
   if #M.list == 0 then return "" end
-  local up, calls, restarts = {}, {}, {}
+  local up, calls, restarts, instances = {}, {}, {}, {}
   for _, s in ipairs(M.list) do
     local l = label(s.name)
     up[#up + 1] = sfmt('moonbox_upstream_up{server="%s"} %d', l, s.state == "ready" and 1 or 0)
@@ -925,14 +1060,24 @@ function M.metrics_text()
     calls[#calls + 1] = sfmt('moonbox_upstream_calls_total{server="%s",outcome="failed"} %d', l, s.errors)
     calls[#calls + 1] = sfmt('moonbox_upstream_calls_total{server="%s",outcome="rejected"} %d', l, s.rejected)
     restarts[#restarts + 1] = sfmt('moonbox_upstream_restarts_total{server="%s"} %d', l, s.restarts)
+    if s.instances then
+      instances[#instances + 1] = sfmt('moonbox_upstream_instances{server="%s"} %d', l, running(s))
+    end
   end
-  return table.concat({
+  local lines = {
     "# HELP moonbox_upstream_up 1 when the upstream MCP server is initialized and serving.",
     "# TYPE moonbox_upstream_up gauge", table.concat(up, "\n"),
     "# HELP moonbox_upstream_calls_total Tool calls to upstream servers by outcome.",
     "# TYPE moonbox_upstream_calls_total counter", table.concat(calls, "\n"),
     "# HELP moonbox_upstream_restarts_total Restarts of upstream servers after failures.",
-    "# TYPE moonbox_upstream_restarts_total counter", table.concat(restarts, "\n"), "" }, "\n")
+    "# TYPE moonbox_upstream_restarts_total counter", table.concat(restarts, "\n") }
+  if #instances > 0 then
+    lines[#lines + 1] = "# HELP moonbox_upstream_instances Running instances of a perTenant upstream server (one per tenant)."
+    lines[#lines + 1] = "# TYPE moonbox_upstream_instances gauge"
+    lines[#lines + 1] = table.concat(instances, "\n")
+  end
+  lines[#lines + 1] = ""
+  return table.concat(lines, "\n")
 end
 
 -- The server instructions, with a line about the configured upstream servers when there are any.
@@ -954,7 +1099,7 @@ function M.instructions(base)
 end
 
 function M.shutdown()
-  for _, s in ipairs(M.list) do
+  each_client(function(s)
     s.generation = s.generation + 1
     s.state = "stopped"
     if s.restart_timer then s.restart_timer:stop() end
@@ -963,7 +1108,7 @@ function M.shutdown()
     local t = s.t
     s.t = nil
     if t then t:close(cfg.upstream_shutdown_grace_ms) end
-  end
+  end)
 end
 
 function M.init(t)
@@ -973,15 +1118,13 @@ function M.init(t)
   text = require("mcp.catalog_text")
   M.progress_seq = 0
   local specs = ucfg.load(cfg.mcp_servers) -- raises: the server does not start
+  local per_tenant = false
   for _, spec in ipairs(specs) do
-    local s = setmetatable({
-      name = spec.name, ident = spec.ident, spec = spec, state = spec.disabled and "disabled" or "starting",
-      generation = 0, next_id = 0, pending = {}, progress = {}, waiters = {}, resend = {},
-      tools = {}, tool_by_name = {}, tool_by_ident = {}, callable = 0,
-      calls = 0, errors = 0, tool_errors = 0, timeouts = 0, rejected = 0, inflight = 0, call_ms = 0,
-      restarts = 0, failures = 0, retry_at = 0, ready_since = 0,
-      log_windows = {},
-    }, S)
+    local s = new_client(spec, spec.per_tenant and "default" or nil)
+    if spec.per_tenant then
+      s.instances = { default = s }
+      per_tenant = true
+    end
     M.list[#M.list + 1] = s
     M.by_name[s.name] = s
     M.by_ident[s.ident] = M.by_ident[s.ident] or s
@@ -997,15 +1140,32 @@ function M.init(t)
     local out = {}
     if a.server == nil then
       for _, s in ipairs(M.list) do
-        out[#out + 1] = { name = s.name, lua_name = s.ident, state = s.state, tools = s.callable }
+        local st = s.state
+        if s.instances then -- the caller's own instance; idle: not running, starts at a call
+          local x = s.instances[request.tenant or "default"]
+          st = x and x.state or "idle"
+        end
+        out[#out + 1] = { name = s.name, lua_name = s.ident, state = st, tools = s.callable }
       end
       return mb.array(out)
     end
     local s, err = resolve_server(a.server)
     if not s then return nil, "mcp.tools: " .. err end
+    local known = false -- a perTenant server: the caller's instance, else the list one listed
+    if s.instances then
+      local own = s.instances[request.tenant or "default"]
+      if own and own.state == "ready" then s = own
+      elseif s.refresh_done then known = true
+      else
+        s, err = client_for(s, request.tenant)
+        if not s then return nil, "mcp.tools: " .. err end
+      end
+    end
     -- a starting server has no tools yet: wait for it rather than answer [] ("no tools")
     if s.state == "starting" then s:wait_ready(M.time_left(request)) end
-    if s.state ~= "ready" then return nil, "mcp.tools: " .. s:unavailable(true) end
+    if s.state ~= "ready" and not known then
+      return nil, "mcp.tools: " .. s:unavailable(true)
+    end
     for _, t in ipairs(s.tools) do
       if not ucfg.refusal(s.spec, t) then
         local ann = is_object(t.annotations) and t.annotations or {}
@@ -1027,7 +1187,15 @@ function M.init(t)
     end
     return M.batch(request, calls)
   end
-  tools.stats_providers.upstreams = function(tenant) return M.stats(tenant ~= "default") end
+  tools.stats_providers.upstreams = function(tenant) return M.stats(tenant ~= "default", tenant) end
+  if per_tenant and cfg.upstream_idle_ms > 0 then
+    local every = math.max(100, math.min(60000, cfg.upstream_idle_ms // 4))
+    local function tick()
+      sweep_idle()
+      mb.timer(every, tick)
+    end
+    mb.timer(every, tick)
+  end
   tools.upstream = M
   -- Start after the first turn of the loop, so `initialize` from our own client is not delayed.
   if #M.list > 0 then

@@ -9,6 +9,14 @@
 -- The policy for tools not marked read-only (annotations.readOnlyHint) is `allowWrites`: true
 -- (the default) calls them, false refuses them (they are not even listed), "ask" calls them only
 -- after the person behind the client approved (mcp/upstream_approval.lua asks).
+--
+-- Placeholders in args, env, cwd, url and headers are replaced when a server (or, with
+-- `"perTenant": true`, one tenant's instance of it) starts, never earlier: `${env:NAME}` (the
+-- variable of moonbox's environment), and for perTenant servers `${tenant}`, `${tenant_dir}` (the
+-- instance's own directory, DATA_DIR/tenants/TENANT/upstreams/SERVER, also its default cwd) and
+-- `${secret:NAME}` (env and headers only: the file TENANT_SECRETS_DIR/TENANT/NAME). The values
+-- live only in this process's Lua state and the child's environment or request headers: never in
+-- the store, the log, the catalog or a sandbox (docs/tenants.md).
 
 local mb = mb
 local null = mb.null
@@ -22,7 +30,7 @@ local FOREIGN = { autoApprove = true, alwaysAllow = true, transportType = true, 
 
 local KNOWN = { command = true, args = true, env = true, cwd = true, url = true, headers = true,
                 type = true, allowedTools = true, deniedTools = true, allowWrites = true,
-                timeoutMs = true, maxCalls = true, disabled = true }
+                timeoutMs = true, maxCalls = true, disabled = true, perTenant = true }
 
 local function typename(v)
   if v == null then return "null" end
@@ -119,7 +127,7 @@ local function one(name, spec)
     if not KNOWN[k] then
       if FOREIGN[k] == nil then
         error(sfmt("%s: unknown key %q (known: command, args, env, cwd, url, headers, type, "
-          .. "allowedTools, deniedTools, allowWrites, timeoutMs, maxCalls, disabled)", where, k), 0)
+          .. "allowedTools, deniedTools, allowWrites, timeoutMs, maxCalls, disabled, perTenant)", where, k), 0)
       end
       mb.log("warning", sfmt("%s: key %q is not used by moonbox; ignored", where, k))
     end
@@ -170,7 +178,111 @@ local function one(name, spec)
   s.timeout_ms = integer(spec.timeoutMs, where .. ".timeoutMs", 1, 3600000) or mb.config.upstream_timeout_ms
   s.max_calls = integer(spec.maxCalls, where .. ".maxCalls", 0, 100000000)
   s.disabled = boolean(spec.disabled, where .. ".disabled", false)
+  s.per_tenant = boolean(spec.perTenant, where .. ".perTenant", false)
+  M.check_placeholders(s, where)
   return s
+end
+
+---------------------------------------------------------------------------------------------
+-- placeholders
+
+local NAME = "^[%w_.%-]+$" -- a secret's or variable's name (a file name: no "/", not "." or "..")
+local SECRET_FIELDS = { env = true, headers = true }
+
+-- Calls fn(field, where, text) for every string of a spec that may hold placeholders; a string
+-- fn returns replaces the text.
+local function each_text(s, where, fn)
+  local function list(field, t)
+    for i, v in ipairs(t or {}) do t[i] = fn(field, sfmt("%s.%s[%d]", where, field, i), v) or v end
+  end
+  local function map(field, t)
+    for k, v in pairs(t or {}) do t[k] = fn(field, sfmt("%s.%s.%s", where, field, k), v) or v end
+  end
+  list("args", s.args)
+  map("env", s.env)
+  map("headers", s.headers)
+  if s.cwd then s.cwd = fn("cwd", where .. ".cwd", s.cwd) or s.cwd end
+  if s.url then s.url = fn("url", where .. ".url", s.url) or s.url end
+end
+
+-- At parse time: every ${...} is one moonbox knows, allowed where it stands.
+function M.check_placeholders(s, where)
+  each_text(s, where, function(field, at, v)
+    for body in v:gmatch("%${([^}]*)}") do
+      s.placeholders = true
+      local kind, name = body:match("^(%a+):(.*)$")
+      if body == "tenant" or body == "tenant_dir" or kind == "secret" then
+        if not s.per_tenant then
+          error(sfmt('%s: ${%s} needs "perTenant": true (there is one instance for every tenant)', at, body), 0)
+        end
+      end
+      if kind == "secret" and not SECRET_FIELDS[field] then
+        error(sfmt("%s: ${secret:...} is allowed in env and headers only (arguments show in process "
+          .. "lists, URLs in logs)", at), 0)
+      end
+      if kind == "secret" or kind == "env" then
+        if not name:find(NAME) or name == "." or name == ".." then
+          error(sfmt("%s: ${%s:%s}: the name must be letters, digits, _ . or -", at, kind, name:sub(1, 40)), 0)
+        end
+      elseif body ~= "tenant" and body ~= "tenant_dir" then
+        error(sfmt("%s: unknown placeholder ${%s} (known: ${tenant}, ${tenant_dir}, ${secret:NAME}, "
+          .. "${env:NAME})", at, body:sub(1, 40)), 0)
+      end
+    end
+  end)
+end
+
+local function copy(v)
+  if type(v) ~= "table" then return v end
+  local out = setmetatable({}, getmetatable(v))
+  for k, x in pairs(v) do out[k] = copy(x) end
+  return out
+end
+
+-- The directory of tenant's instance of a perTenant server.
+function M.tenant_dir(s, tenant)
+  return sfmt("%s/tenants/%s/upstreams/%s", mb.config.data_dir, tenant, s.ident)
+end
+
+-- The spec with its placeholders replaced for tenant (nil: a server shared by all tenants).
+-- Returns the new spec | nil, message (a missing secret or variable; never its value).
+function M.expand(s, tenant)
+  if not s.per_tenant and not s.placeholders then return s end
+  local out, failure = copy(s), nil
+  local dir = tenant and M.tenant_dir(s, tenant)
+  local secrets = mb.config.tenant_secrets_dir ~= "" and mb.config.tenant_secrets_dir
+    or (mb.config.data_dir .. "/secrets")
+  each_text(out, "mcpServers." .. s.name, function(field, at, v)
+    if not v:find("${", 1, true) then return nil end
+    return (v:gsub("%${([^}]*)}", function(body)
+      if failure then return "" end
+      if body == "tenant" then return tenant end
+      if body == "tenant_dir" then return dir end
+      local kind, name = body:match("^(%a+):(.*)$")
+      if kind == "env" then
+        local x = os.getenv(name)
+        if x == nil then failure = sfmt("%s: ${env:%s}: moonbox's environment has no %s", at, name, name) end
+        return x or ""
+      end
+      local path = sfmt("%s/%s/%s", secrets, tenant, name)
+      local data, err = mb.fs.read(path, 65536)
+      if not data then
+        failure = sfmt("%s: the secret %q of tenant %q cannot be read (%s): put it in %s", at, name,
+          tenant, tostring(err), path)
+        return ""
+      end
+      data = data:gsub("\r?\n$", "")
+      if field == "headers" and data:find("[\r\n%z]") then
+        failure = sfmt("%s: the secret %q of tenant %q has a line break or NUL byte, which a header cannot hold", at, name, tenant)
+        return ""
+      end
+      return data
+    end))
+  end)
+  if failure then return nil, failure end
+  if tenant and out.transport == "stdio" and not out.cwd then out.cwd = dir end
+  out.tenant_dir = dir
+  return out
 end
 
 -- Why a tool may not be called from code, or nil when it may.

@@ -1196,7 +1196,7 @@ describe("gateway: configuration errors stop the server at start", () => {
 
   it("an unknown key, the deprecated SSE type, both command and url", T, () => {
     for (const [server, text] of [
-      [{ command: "x", autoStart: true }, 'mcpServers.a: unknown key "autoStart" (known: command, args, env, cwd, url, headers, type, allowedTools, deniedTools, allowWrites, timeoutMs, maxCalls, disabled)'],
+      [{ command: "x", autoStart: true }, 'mcpServers.a: unknown key "autoStart" (known: command, args, env, cwd, url, headers, type, allowedTools, deniedTools, allowWrites, timeoutMs, maxCalls, disabled, perTenant)'],
       [{ type: "sse", url: "http://127.0.0.1:1/sse" }, 'mcpServers.a.type "sse" is the deprecated HTTP+SSE transport, which moonbox does not speak; use a Streamable HTTP endpoint ("type": "http")'],
       [{ command: "x", url: "http://127.0.0.1:1/mcp" }, 'mcpServers.a has both "command" (stdio) and "url" (HTTP); give one'],
       [{ command: "x", timeoutMs: 0 }, "mcpServers.a.timeoutMs must be an integer in [1, 3600000], got 0"],
