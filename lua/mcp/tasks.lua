@@ -82,7 +82,7 @@ function M.create(request, timeout_ms)
   next_seq = next_seq + 1
   local now = mb.wall_ms()
   local sealed = mb.seal(string.format("task|%d|%d|%d|%s", next_seq, now, math.random(0, 0x7fffffff), request.tenant))
-  local id = "mbt-" .. mb.hash(sealed):sub(1, 40)
+  local id = "mbt-" .. mb.hash(sealed):sub(1, 32) -- 128 bits
   local task = { id = id, tenant = request.tenant, principal = request.principal or "", status = "working",
                  created = now, updated = now, expires = now + timeout_ms + cfg.task_result_ttl_ms,
                  poll = cfg.task_poll_interval_ms }
