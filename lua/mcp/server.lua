@@ -26,7 +26,10 @@ local ctext = require("mcp.catalog_text")
 local modern = require("mcp.modern")
 local auth = require("mcp.auth")
 local tasks = require("mcp.tasks")
-tasks.recover() -- tasks a process that died left unfinished are failed, with that reason
+do -- tasks a process that died left unfinished are failed, with that reason
+  local ok, err = pcall(tasks.recover)
+  if not ok then mb.log("error", "tasks: recovering unfinished tasks: " .. tostring(err)) end
+end
 local clip = ctext.clip
 
 -- the revisions served (src/protocol.h, newest first): initialize answers the client's when it

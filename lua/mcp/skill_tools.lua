@@ -297,7 +297,7 @@ return f(__args)
   local res, err = request:execute({
     code = code, context_json = ctx, context_internal = true, -- not the client's context_vars
     -- a task (the tasks extension, docs/tasks.md) may run up to task_max_timeout_ms
-    timeout_ms = request.entry.task and request.entry.task.timeout_ms or cfg.default_timeout_ms,
+    timeout_ms = request.entry and request.entry.task and request.entry.task.timeout_ms or cfg.default_timeout_ms,
     memory_bytes = cfg.default_memory_mb * 1048576, instruction_limit = cfg.default_instruction_limit,
     tool = name,
   })
