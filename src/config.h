@@ -62,6 +62,7 @@ typedef struct mb_config {
 	int64_t json_max_depth;     /* nesting of JSON in and out, protocol and sandbox */
 	int64_t tools_page_size;    /* tools/list page size */
 	int64_t cache_ttl_ms;       /* 2026-07-28 ttlMs of list and read results */
+	int64_t task_max_timeout_ms, task_result_ttl_ms, task_max_per_tenant, task_poll_interval_ms;
 	int64_t mrtr_hold_ms;       /* an execution held for client input waits this long */
 	int64_t mrtr_max_held;
 	int64_t mrtr_max_held_per_tenant;

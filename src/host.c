@@ -556,7 +556,8 @@ static void push_config(lua_State *L, const mb_config *c)
 	CI(upstream_timeout_ms); CI(upstream_init_timeout_ms); CI(upstream_max_calls);
 	CI(upstream_max_parallel); CI(upstream_restart_max_ms); CI(upstream_shutdown_grace_ms);
 	CI(upstream_ask_args_bytes); CI(upstream_idle_ms); CI(upstream_max_instances);
-	CI(cache_ttl_ms); CI(mrtr_hold_ms); CI(mrtr_max_held); CI(max_resource_subscriptions);
+	CI(cache_ttl_ms); CI(mrtr_hold_ms); CI(task_max_timeout_ms); CI(task_result_ttl_ms);
+	CI(task_max_per_tenant); CI(task_poll_interval_ms); CI(mrtr_max_held); CI(max_resource_subscriptions);
 	CI(max_listeners); CI(max_listeners_per_tenant); CI(mrtr_max_held_per_tenant);
 	CI(max_client_requests_per_tenant); CI(max_queue_per_tenant); CI(max_queue_bytes_per_tenant);
 	CI(inferred_shape_max_nodes); CI(inferred_shape_total_nodes);

@@ -423,13 +423,44 @@ static int sb_client_capabilities(lua_State *L)
 	return 1;
 }
 
+/* mcp.task([message]): run on as a task of the tasks extension (true), or set its statusMessage
+ * when it is one already; false when the client did not declare the extension */
+static int sb_task(lua_State *L)
+{
+	lua_settop(L, 1);
+	if (!lua_isnoneornil(L, 1))
+		luaL_checktype(L, 1, LUA_TSTRING);
+	lua_createtable(L, 0, 1);
+	lua_insert(L, 1);
+	if (!lua_isnil(L, 2))
+		lua_setfield(L, 1, "message");
+	else
+		lua_settop(L, 1);
+	mb_sandbox_host_call(L, "task");
+	return 1;
+}
+
+/* mcp.sleep(ms): waits without using the CPU (bounded by the execution's deadline) */
+static int sb_sleep(lua_State *L)
+{
+	lua_Integer ms = luaL_checkinteger(L, 1);
+	luaL_argcheck(L, ms >= 0, 1, "must be a number of milliseconds >= 0");
+	lua_settop(L, 0);
+	lua_createtable(L, 0, 1);
+	lua_pushinteger(L, ms);
+	lua_setfield(L, 1, "ms");
+	mb_sandbox_host_call(L, "sleep");
+	return 1;
+}
+
 void mb_sandbox_host_mcp(lua_State *L)
 {
 	/* mcp.sample, mcp.elicit, mcp.roots, mcp.ask, mcp.client_capabilities next to mcp.log and
 	 * mcp.progress: the mcp table is at the top of the stack */
 	static const luaL_Reg fns[] = {
 		{ "sample", sb_sample }, { "elicit", sb_elicit }, { "roots", sb_roots },
-		{ "ask", sb_ask }, { "client_capabilities", sb_client_capabilities }, { NULL, NULL },
+		{ "ask", sb_ask }, { "client_capabilities", sb_client_capabilities },
+		{ "task", sb_task }, { "sleep", sb_sleep }, { NULL, NULL },
 	};
 	luaL_setfuncs(L, fns, 0);
 }

@@ -463,6 +463,27 @@ return {
             .. 'requestedSchema = { type = "object", properties = { ok = { type = "boolean" } } } } },\n'
             .. '  where = { method = "roots/list" },\n})\nreturn { a.ok.action, #a.where.roots }',
         },
+        ["mcp.task"] = {
+          signature = "mcp.task([message])",
+          description = "Go on as a task of the MCP tasks extension: the request is answered now "
+            .. "with a task id the client polls (tasks/get) while the code keeps running; message "
+            .. "becomes its statusMessage. Returns false when the client did not declare "
+            .. "io.modelcontextprotocol/tasks (the code then runs on as an ordinary call).",
+          parameters = { P("message", "string", "the task's statusMessage (at most 1024 bytes)", true) },
+          returns = "true when the execution runs as a task, false otherwise",
+          use_cases = { "turn a long crawl into a task after asking the user what to crawl",
+                        "report a long job's phase" },
+          example = 'mcp.task("fetching page 1 of 200")\nfor i = 1, 200 do\n  mcp.task("page " .. i)\nend',
+        },
+        ["mcp.sleep"] = {
+          signature = "mcp.sleep(ms)",
+          description = "Wait ms milliseconds without using the CPU (a timer on the server), at most "
+            .. "until the execution's own deadline (timeout_ms).",
+          parameters = { P("ms", "integer", "milliseconds to wait, >= 0") },
+          returns = "true",
+          use_cases = { "poll an upstream job every few seconds", "back off before a retry" },
+          example = 'for i = 1, 10 do\n  if servers.jobs.status{ id = 1 }.done then break end\n  mcp.sleep(2000)\nend',
+        },
         ["mcp.client_capabilities"] = {
           signature = "mcp.client_capabilities()",
           description = "The capabilities the client declared (sampling, elicitation, roots, ...), "

@@ -47,6 +47,9 @@ M.REMOVED = { initialize = true, ping = true, ["logging/setLevel"] = true,
               ["resources/subscribe"] = true, ["resources/unsubscribe"] = true }
 -- Methods whose Mcp-Name header carries params.name or params.uri.
 local NAMED = { ["tools/call"] = "name", ["prompts/get"] = "name", ["resources/read"] = "uri" }
+-- The tasks extension's requests: Mcp-Name carries params.taskId (for routing to the replica
+-- that runs the task, docs/deploy.md); optional, but when sent it must match.
+local NAMED_OPTIONAL = { ["tasks/get"] = "taskId", ["tasks/update"] = "taskId", ["tasks/cancel"] = "taskId" }
 -- Results that say how long they may be cached.
 local CACHED = { ["tools/list"] = true, ["prompts/list"] = true, ["resources/list"] = true,
                  ["resources/templates/list"] = true, ["resources/read"] = true,
@@ -110,6 +113,7 @@ function M.check(method, params, hdr)
                          hdr.method:sub(1, 128), method:sub(1, 128)))
     end
     local field = NAMED[method]
+    if not field and NAMED_OPTIONAL[method] and hdr.name ~= nil then field = NAMED_OPTIONAL[method] end
     if field and hdr.name ~= params[field] then
       return nil, err(HEADER_MISMATCH, hdr.name == nil
         and "Header mismatch: the Mcp-Name header is required for " .. method
@@ -267,7 +271,21 @@ function M.listen_filter(params)
     end
     honored.resourceSubscriptions = subs
   end
-  return { kinds = kinds, uris = uris, honored = honored }
+  -- the tasks extension: notifications/tasks for these task ids (the caller's own tasks only)
+  local ids, task_ids = n.taskIds, nil
+  if ids ~= nil and ids ~= null then
+    if type(ids) ~= "table" or getmetatable(ids) ~= "json.array" or #ids > mb.config.max_resource_subscriptions then
+      return nil, string.format("subscriptions/listen: notifications.taskIds must be an array of at most "
+        .. "max_resource_subscriptions=%d task ids", mb.config.max_resource_subscriptions)
+    end
+    task_ids = {}
+    for _, id in ipairs(ids) do
+      if type(id) ~= "string" then return nil, "subscriptions/listen: notifications.taskIds must hold strings" end
+      task_ids[id] = true
+    end
+    honored.taskIds = ids
+  end
+  return { kinds = kinds, uris = uris, honored = honored, task_ids = task_ids }
 end
 
 local next_listener, nlisteners = 0, 0

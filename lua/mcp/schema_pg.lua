@@ -168,4 +168,27 @@ return {
   CREATE INDEX audit_by_tenant ON audit (tenant, id);
   CREATE INDEX audit_by_at ON audit (at);
   ]],
+
+  -- 5: tasks of the tasks extension (as SQLite's migration 9): one row per task, written
+  -- before its CreateTaskResult is sent; deleted once expires_at has passed
+  [[
+  CREATE TABLE tasks (
+    id               TEXT PRIMARY KEY,  -- unguessable (mcp/tasks.lua)
+    tenant           TEXT NOT NULL,
+    principal        TEXT NOT NULL,     -- the OAuth token's sub; '' without one
+    status           TEXT NOT NULL,     -- working, input_required, completed, failed, cancelled
+    status_message   TEXT,
+    input_requests   TEXT,              -- JSON object: the inputRequests while input_required
+    result           TEXT,              -- JSON: the tool result (completed)
+    error            TEXT,              -- JSON {code, message, data} (failed)
+    created_at       BIGINT NOT NULL,  -- ms since the epoch
+    updated_at       BIGINT NOT NULL,
+    expires_at       BIGINT NOT NULL,
+    poll_ms          BIGINT NOT NULL,
+    heartbeat_at     BIGINT NOT NULL,  -- the running process refreshes it (a dead one stops)
+    cancel_requested BIGINT NOT NULL DEFAULT 0
+  );
+  CREATE INDEX tasks_by_tenant ON tasks (tenant, status);
+  CREATE INDEX tasks_by_expiry ON tasks (expires_at);
+  ]],
 }

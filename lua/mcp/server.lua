@@ -25,6 +25,11 @@ local tools = require("mcp.tools")
 local ctext = require("mcp.catalog_text")
 local modern = require("mcp.modern")
 local auth = require("mcp.auth")
+local tasks = require("mcp.tasks")
+do -- tasks a process that died left unfinished are failed, with that reason
+  local ok, err = pcall(tasks.recover)
+  if not ok then mb.log("error", "tasks: recovering unfinished tasks: " .. tostring(err)) end
+end
 local clip = ctext.clip
 
 -- the revisions served (src/protocol.h, newest first): initialize answers the client's when it
@@ -67,6 +72,8 @@ local client_request_peer = {}
 local by_exchange = {} -- sessionless (2026-07-28 HTTP) exchange -> inflight entry: a disconnect cancels
 local DEFERRED = {}    -- a handler's answer comes later, from another coroutine
 local release          -- (request, entry): forgets what request registered for entry
+local become_task      -- (entry, timeout_ms): answers the request with a CreateTaskResult
+local answer_pending   -- (entry, key, msg): an input the execution waits for is answered
 local next_client_request = 0
 local by_job = {}     -- job id -> inflight entry (jobs are unique across sessions)
 
@@ -135,7 +142,8 @@ end
 -- methods
 
 local methods = {}
-local MODERN_ONLY = { ["server/discover"] = true, ["subscriptions/listen"] = true }
+local MODERN_ONLY = { ["server/discover"] = true, ["subscriptions/listen"] = true,
+                      ["tasks/get"] = true, ["tasks/update"] = true, ["tasks/cancel"] = true }
 
 local CAPABILITIES = { tools = { listChanged = true }, logging = {},
                        resources = { listChanged = true, subscribe = true },
@@ -161,7 +169,10 @@ end
 
 -- 2026-07-28: what initialize said, asked for without a handshake.
 methods["server/discover"] = function()
-  return modern.discover(tools.upstream.instructions(INSTRUCTIONS), CAPABILITIES)
+  local caps = {}
+  for k, v in pairs(CAPABILITIES) do caps[k] = v end
+  caps.extensions = { [tasks.EXT] = {} } -- the tasks extension (2026-07-28 only; docs/tasks.md)
+  return modern.discover(tools.upstream.instructions(INSTRUCTIONS), caps)
 end
 
 function methods.ping()
@@ -247,6 +258,39 @@ local OTHER_SERVERS_TOOLS = {
     .. "servers.<server>.<tool>{...} (search_tools finds them).",
 }
 
+-- Whether a tools/call runs as a task (docs/tasks.md): "required" (a skill's @task required),
+-- "optional" (a skill's @task optional; execute_code asking for a timeout_ms above
+-- max_timeout_ms; a call whose _meta says "moonbox/task": true), or nil.
+local TASKABLE = { execute_code = true, run_workflow = true }
+local function task_wanted(tool, args, params, request)
+  local ex = tool.definition.execution
+  local support = is_object(ex) and ex.taskSupport
+  if support == "required" then return "required" end
+  local meta = params._meta
+  local asked = is_object(meta) and meta["moonbox/task"] == true
+  if support == "optional" then return "optional" end
+  if not (TASKABLE[tool.definition.name] or tool.skill) then return nil end
+  if asked then return "optional" end
+  if tool.definition.name == "execute_code" then
+    local t = args.timeout_ms
+    local s = args.timeout_seconds
+    if (math.type(t) == "integer" and t > mb.config.max_timeout_ms)
+        or (type(s) == "number" and s * 1000 > mb.config.max_timeout_ms) then
+      return "optional"
+    end
+  end
+end
+local function task_timeout(tool, args)
+  if tool.definition.name == "execute_code" then
+    local t = args.timeout_ms
+    if math.type(t) == "integer" and t > 0 then return math.min(t, mb.config.task_max_timeout_ms) end
+    local s = args.timeout_seconds
+    if type(s) == "number" and s > 0 then return math.min(math.ceil(s * 1000), mb.config.task_max_timeout_ms) end
+    return mb.config.default_timeout_ms
+  end
+  return mb.config.task_max_timeout_ms
+end
+
 methods["tools/call"] = function(params, request)
   local name = params.name
   if type(name) ~= "string" then
@@ -279,6 +323,14 @@ methods["tools/call"] = function(params, request)
     args = {}
   elseif not is_object(args) then
     error(rpc_error(INVALID_PARAMS, "tools/call: params.arguments must be an object"))
+  end
+  local want = task_wanted(tool, args, params, request)
+  if want == "required" and not tasks.declared(request) then
+    error(rpc_error(tasks.missing_capability("the tool " .. clip(name) .. " runs only as a task")))
+  end
+  if want and tasks.declared(request) then
+    local ok, code, msg = become_task(request.entry, task_timeout(tool, args))
+    if not ok then error(rpc_error(code, msg)) end
   end
   return tool.handler(args, request)
 end
@@ -353,6 +405,36 @@ tools.host_calls.client_capabilities = function(_, request)
   return is_object(caps) and next(caps) ~= nil and caps or mb.json_decode("{}")
 end
 
+-- mcp.task([message]): from here on the execution is a task (the request is answered with a
+-- CreateTaskResult) when its client declared the tasks extension; message is its statusMessage.
+tools.host_calls.task = function(a, request)
+  local entry = request.entry
+  if a.message ~= nil and type(a.message) ~= "string" then return nil, "mcp.task: message must be a string" end
+  if not entry.task then
+    if entry.method ~= "tools/call" or not tasks.declared(entry.request or request) then return false end
+    local timeout = math.max(1, (entry.deadline or mb.now_ms()) - mb.now_ms())
+    local ok, _, msg = become_task(entry, timeout)
+    if not ok then return nil, "mcp.task: " .. tostring(msg) end
+  end
+  if a.message then tasks.set_message(entry.task, a.message) end
+  return true
+end
+
+-- mcp.sleep(ms): a timer, not the CPU; never past the execution's own deadline
+tools.host_calls.sleep = function(a, request)
+  local ms = math.tointeger(a.ms)
+  if not ms or ms < 0 then return nil, "mcp.sleep: ms must be a whole number >= 0" end
+  local entry = request.entry
+  if entry.deadline then ms = math.max(0, math.min(ms, entry.deadline - mb.now_ms())) end
+  local co = coroutine.running()
+  mb.timer(ms, function()
+    local ok, err = coroutine.resume(co)
+    if not ok then mb.log("error", "mcp.sleep: " .. tostring(err)) end
+  end)
+  coroutine.yield()
+  return true
+end
+
 -- 2026-07-28 listeners (subscriptions/listen): each notification is tagged with the
 -- subscription's id and goes on the listen request's own stream.
 local function send_listener(l, method, params, final)
@@ -393,6 +475,9 @@ end
 methods["subscriptions/listen"] = function(params, request)
   local filter, err = modern.listen_filter(params)
   if not filter then error(rpc_error(INVALID_PARAMS, err)) end
+  if filter.task_ids and not tasks.declared(request) then
+    error(rpc_error(tasks.missing_capability("notifications.taskIds asks for task notifications")))
+  end
   local l, lerr = modern.add_listener({ filter = filter, tenant = request.tenant, session = request.session,
                                         exchange = request.exchange, co = coroutine.running(),
                                         entry = request.entry })
@@ -430,12 +515,88 @@ end
 
 notifications["notifications/initialized"] = function(params, sess) sess.initialized = true end
 
+---------------------------------------------------------------------------------------------
+-- the tasks extension (mcp/tasks.lua, docs/tasks.md): tasks/get, tasks/update, tasks/cancel
+
+-- The task params.taskId names, when the client declared the extension and owns the task.
+local function own_task(method, params, request)
+  if not tasks.declared(request) then
+    error(rpc_error(tasks.missing_capability(method .. " is part of it")))
+  end
+  local task, why = tasks.find(request, params.taskId)
+  if not task then error(rpc_error(INVALID_PARAMS, why, { taskId = type(params.taskId) == "string" and params.taskId or null })) end
+  return task
+end
+
+methods["tasks/get"] = function(params, request)
+  return tasks.detailed(own_task("tasks/get", params, request))
+end
+
+-- Answers to the task's inputRequests, by key; keys it does not wait for are ignored. The
+-- task is input_required until every one is answered (tasks/get shows those still open).
+methods["tasks/update"] = function(params, request)
+  local task = own_task("tasks/update", params, request)
+  local responses = params.inputResponses
+  if not is_object(responses) then
+    error(rpc_error(INVALID_PARAMS, "Invalid params: tasks/update: params.inputResponses must be an object"))
+  end
+  if tasks.TERMINAL[task.status] then return {} end
+  local entry = task.entry
+  if not entry then
+    error(rpc_error(INVALID_PARAMS, "Invalid params: tasks/update: this task runs in another moonbox process "
+      .. "(replica): send tasks/update there (route on the Mcp-Name header, docs/deploy.md)"))
+  end
+  local answered = false
+  for key, r in pairs(responses) do
+    if entry.pending and entry.pending[key] and is_object(r) then
+      answer_pending(entry, key, { result = r })
+      answered = true
+    end
+  end
+  if answered and not tasks.TERMINAL[task.status] then
+    local open = {}
+    for key, p in pairs(entry.pending or {}) do open[key] = { method = p.method, params = p.params } end
+    tasks.set_inputs(task, open)
+  end
+  return {}
+end
+
+-- Cooperative: the execution is stopped and the task ends cancelled (a finished task stays as
+-- it is). notifications/cancelled is never the way to stop a task.
+methods["tasks/cancel"] = function(params, request)
+  local task = own_task("tasks/cancel", params, request)
+  if tasks.TERMINAL[task.status] then return {} end
+  if task.entry then tasks.cancel_live(task) else tasks.request_cancel(task) end
+  return {}
+end
+
 notifications["notifications/cancelled"] = function(params, sess)
   local rid = params.requestId
   if rid == nil or (type(rid) ~= "string" and math.type(rid) ~= "integer") then return end
   local entry = sess.inflight[rid]
   if not entry or entry.method == "initialize" then return end
   cancel_entry(entry)
+end
+
+tasks.cancel_live = function(task)
+  task.cancelling = true
+  local entry = task.entry
+  if not entry then return end
+  if entry.pending then
+    for key in pairs(entry.pending) do
+      answer_pending(entry, key, { error = { code = -32800, message = "the task was cancelled" } })
+    end
+  end
+  cancel_entry(entry)
+end
+
+-- notifications/tasks (a DetailedTask) to the listens that asked for the task's id
+tasks.on_change = function(task)
+  for _, l in pairs(modern.listeners) do
+    if l.filter.task_ids and l.filter.task_ids[task.id] and l.tenant == task.tenant then
+      send_listener(l, "notifications/tasks", tasks.detailed(task))
+    end
+  end
 end
 
 ---------------------------------------------------------------------------------------------
@@ -575,7 +736,29 @@ release = function(request, entry)
   if request.session == 0 and by_exchange[request.exchange] == entry then by_exchange[request.exchange] = nil end
 end
 
-local function answer_pending(entry, key, msg)
+-- The request entry stands for is answered now with a CreateTaskResult (its record written
+-- first, so tasks/get resolves at once, from any replica); the execution goes on as the task,
+-- answered by tasks/get. Its id and exchange are the client's again: closing the response or
+-- notifications/cancelled no longer stop it (tasks/cancel does).
+become_task = function(entry, timeout_ms)
+  local target = entry.request
+  if entry.task then return true end
+  local task, code, msg = tasks.create(target, timeout_ms)
+  if not task then return nil, code, msg end
+  task.entry = entry
+  task.timeout_ms = timeout_ms
+  entry.task = task
+  release(target, entry)
+  send_result(target, target.id, modern.decorate("tools/call", tasks.create_result(task)))
+  -- host calls still need a request: one on no exchange (nothing is sent to the client)
+  entry.request = setmetatable({ id = target.id, entry = entry, tenant = target.tenant, sess = target.sess,
+                                 modern = true, session = target.session, exchange = 0,
+                                 rights = target.rights, principal = target.principal, task = task },
+                               request_mt)
+  return true
+end
+
+answer_pending = function(entry, key, msg)
   local p = entry.pending[key]
   entry.pending[key] = nil
   p.done(msg)
@@ -586,6 +769,9 @@ local function ask_inputs(entry)
   if not target or not next(entry.pending or {}) then return end
   local inputs = {}
   for key, p in pairs(entry.pending) do inputs[key] = { method = p.method, params = p.params } end
+  if entry.task then -- a task: tasks/get shows them, tasks/update answers them
+    return tasks.set_inputs(entry.task, inputs)
+  end
   if entry.hold then modern.drop(entry.hold) end
   local hold, state = modern.hold(entry, target.tenant, entry.hold_name, inputs, function()
     -- nobody came back within mrtr_hold_ms: stop the execution
@@ -729,6 +915,7 @@ end
 
 -- 2026-07-28: only for requests whose _meta named a logLevel
 function request_mt:log(level, data, logger)
+  if self.entry.task then return end -- nobody listens on a task's closed request
   local min = self.sess.log_level
   if min and LEVELS[level] and LEVELS[level] >= LEVELS[min] then
     notify(self, "notifications/message", { level = level, logger = logger, data = data })
@@ -736,6 +923,11 @@ function request_mt:log(level, data, logger)
 end
 
 function request_mt:progress(progress, total, message)
+  local task = self.entry.task
+  if task then -- a task's progress is its statusMessage (tasks/get)
+    return tasks.set_message(task, type(message) == "string" and message
+      or (total and string.format("%s of %s", tostring(progress), tostring(total))) or ("progress " .. tostring(progress)))
+  end
   local token = self.entry.progress_token
   if token == nil then return end
   notify(self, "notifications/progress",
@@ -940,6 +1132,21 @@ local function dispatch(msg, t0, ctx)
   local target = entry.request
   release(request, entry)
   if target and target ~= request then release(target, entry) end
+  if entry.task then -- answered with a CreateTaskResult: the outcome is the task's
+    local outcome
+    if entry.task.cancelling or (ok and result == nil) then
+      outcome = { cancelled = true }
+    elseif ok then
+      outcome = { result = result }
+    elseif getmetatable(result) == rpc_error_mt then
+      outcome = { error = { code = result.code, message = clip(tostring(result.message), 1024), data = result.data } }
+    else
+      mb.log("error", "internal error in task " .. entry.task.id .. ": " .. tostring(result))
+      outcome = { error = { code = INTERNAL_ERROR, message = "Internal error: " .. clip(tostring(result), 1024) } }
+    end
+    tasks.finish(entry.task, outcome)
+    return
+  end
   if entry.hold then -- answered input_required, and the execution ended before the retry came
     modern.hold_ended(entry.hold) -- its place is free at once; only the outcome waits for the retry
     local o_ok, o_result = ok, result

@@ -95,6 +95,13 @@ function M.parse_header(code, json_decode)
         end
         meta.resource = { uri = uri, mimeType = mime ~= "" and mime or nil,
                           template = uri:find("{", 1, true) ~= nil }
+      elseif tag == "task" then
+        -- @task optional|required: a published tool that runs as a task of the tasks extension
+        if rest ~= "optional" and rest ~= "required" then
+          return nil, string.format("line %d: @task must be optional or required", i)
+        end
+        meta.tool = meta.tool or {}
+        meta.tool.task = rest
       elseif tag == "input_schema" or tag == "output_schema" then
         local v, err = json_decode(rest)
         if type(v) ~= "table" then
@@ -236,6 +243,7 @@ function M.make_header(meta, json_encode)
   if meta.returns and meta.returns ~= "" then out[#out + 1] = "-- @return " .. one_line(meta.returns) end
   if meta.tool then
     out[#out + 1] = "-- @tool" .. (meta.tool.title and (" " .. one_line(meta.tool.title)) or "")
+    if meta.tool.task then out[#out + 1] = "-- @task " .. meta.tool.task end
     if meta.tool.input_schema then out[#out + 1] = "-- @input_schema " .. json_encode(meta.tool.input_schema) end
     if meta.tool.output_schema then out[#out + 1] = "-- @output_schema " .. json_encode(meta.tool.output_schema) end
   end

@@ -296,7 +296,8 @@ return f(__args)
   local ctx = mb.json_encode({ __mb_tool_args = args })
   local res, err = request:execute({
     code = code, context_json = ctx, context_internal = true, -- not the client's context_vars
-    timeout_ms = cfg.default_timeout_ms,
+    -- a task (the tasks extension, docs/tasks.md) may run up to task_max_timeout_ms
+    timeout_ms = request.entry and request.entry.task and request.entry.task.timeout_ms or cfg.default_timeout_ms,
     memory_bytes = cfg.default_memory_mb * 1048576, instruction_limit = cfg.default_instruction_limit,
     tool = name,
   })
@@ -327,6 +328,8 @@ function M.tool_entry(tools, e)
     inputSchema = input_schema,
     outputSchema = output_schema,
     annotations = { title = e.tool.title or e.name, readOnlyHint = false, openWorldHint = false },
+    -- @task optional|required: run as a task when the client declared the tasks extension
+    execution = e.tool.task and { taskSupport = e.tool.task } or nil,
   }
   local function handler(args, request)
     local bad = validate(input_schema, args)

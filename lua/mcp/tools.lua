@@ -130,7 +130,8 @@ local function over_max(name, shown, max_name, max, unit)
 end
 
 -- Reads an optional integer argument within [1, max]; returns value or nil, message.
-local function int_arg(args, name, default, max, unit)
+local function int_arg(args, name, default, max, unit, max_name)
+  max_name = max_name or ("max_" .. name)
   local v = args[name]
   if v == nil or v == null then return default end
   if type(v) ~= "number" or v ~= v or v ~= math.floor(v) then
@@ -141,11 +142,11 @@ local function int_arg(args, name, default, max, unit)
   end
   local iv = math.tointeger(v)
   if not iv then -- integral but beyond 64 bits
-    return nil, over_max(name, string.format("%g", v), "max_" .. name, max)
+    return nil, over_max(name, string.format("%g", v), max_name, max)
   end
   v = iv
   if v > max then
-    return nil, over_max(name, tostring(v), "max_" .. name, max)
+    return nil, over_max(name, tostring(v), max_name, max)
   end
   return v
 end
@@ -162,7 +163,7 @@ local EXECUTE_ARGS = { code = true, context_vars = true, timeout_ms = true, memo
 -- timeout_seconds: the name other code-execution servers use, accepted as an alias of
 -- timeout_ms (a number of seconds, fractions allowed). Returns milliseconds, or nil (not given),
 -- or false and an error.
-local function timeout_seconds_arg(args)
+local function timeout_seconds_arg(args, max, max_name)
   local s = args.timeout_seconds
   if s == nil or s == null then return nil end
   if args.timeout_ms ~= nil and args.timeout_ms ~= null then
@@ -172,9 +173,9 @@ local function timeout_seconds_arg(args)
     return false, "invalid arguments: timeout_seconds must be a positive number of seconds"
   end
   local ms = math.ceil(s * 1000)
-  if ms > cfg.max_timeout_ms then
-    return false, over_max("timeout_seconds", string.format("%g", s), "max_timeout_ms",
-      cfg.max_timeout_ms, string.format(" (%g s)", cfg.max_timeout_ms / 1000))
+  if ms > max then
+    return false, over_max("timeout_seconds", string.format("%g", s), max_name,
+      max, string.format(" (%g s)", max / 1000))
   end
   return math.tointeger(ms)
 end
@@ -310,9 +311,14 @@ register({
     end
     context_json = mb.json_encode(context) -- a message the fast decoder declined
   end
-  local timeout_ms, e1 = timeout_seconds_arg(args)
+  -- run as a task (the tasks extension, docs/tasks.md), an execution may take up to
+  -- task_max_timeout_ms; interactively up to max_timeout_ms
+  local as_task = request.entry and request.entry.task
+  local tmax = as_task and cfg.task_max_timeout_ms or cfg.max_timeout_ms
+  local tname = as_task and "task_max_timeout_ms" or "max_timeout_ms"
+  local timeout_ms, e1 = timeout_seconds_arg(args, tmax, tname)
   if timeout_ms == nil then
-    timeout_ms, e1 = int_arg(args, "timeout_ms", cfg.default_timeout_ms, cfg.max_timeout_ms)
+    timeout_ms, e1 = int_arg(args, "timeout_ms", cfg.default_timeout_ms, tmax, nil, tname)
   end
   if not timeout_ms then return tool_error(e1) end
   local memory_mb, e2 = int_arg(args, "memory_mb", cfg.default_memory_mb, cfg.max_memory_mb)

@@ -78,6 +78,12 @@ if (fs.existsSync(process.argv[3])) {
   const re = /- scenario: (\S+)\s+leg: server\s+reason: (\S+)/g;
   for (let m; (m = re.exec(y));) notScored[m[1]] = m[2];
 }
+// extensions moonbox serves are scored like the rest (their failures fail the run):
+// io.modelcontextprotocol/tasks (docs/tasks.md), whose scenarios are tasks-*
+const SERVED = [/^tasks-/];
+for (const s of Object.keys(notScored)) {
+  if (notScored[s] === "extension" && SERVED.some(r => r.test(s))) delete notScored[s];
+}
 let pass = 0, fail = 0, unscored = 0;
 const rows = [];
 for (const d of fs.readdirSync(dir).sort()) {
@@ -99,8 +105,14 @@ for (const d of fs.readdirSync(dir).sort()) {
 }
 console.log(rows.join("\n"));
 console.log(`scenarios: ${pass} passed, ${fail} failed` + (unscored ? `, ${unscored} not scored` : ""));
+process.exit(fail ? 1 : 0); // (the suite's own status ignores the extensions' scenarios)
 JS
+SCORED=$?
 grep -E '^(Total|Scored|Summary)' "$TMP/suite.out" || tail -n 5 "$TMP/suite.out"
+if [ "$STATUS" -eq 0 ] && [ "$SCORED" -ne 0 ]; then
+  echo "conformance: a scored scenario failed (the extensions' scenarios count here)"
+  STATUS=1
+fi
 if [ "$STATUS" -ne 0 ]; then
   echo "conformance: suite exited with $STATUS (full output: KEEP=1 and see suite.out)"
 fi

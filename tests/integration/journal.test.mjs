@@ -259,7 +259,7 @@ describe("list_executions and rerun_id (stdio, SDK client)", () => {
         const [fresh] = await listed(client, { query: "new" });
         assert.equal(ok(await list(client, { id: fresh.id })).result, "new");
       });
-      assert.equal(sqlite3Cli(db, "PRAGMA user_version").stdout.trim(), "8");
+      assert.equal(sqlite3Cli(db, "PRAGMA user_version").stdout.trim(), "9");
     });
   });
 

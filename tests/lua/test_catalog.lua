@@ -602,7 +602,7 @@ do
     "re.gmatch", "re.gsub", "re.split", "read_file", "write_file", "list_files", "delete_file",
     "file_exists", "json.read_file", "json.write_file", "require", "save_skill", "load_skill",
     "list_skills", "tokenize_pii", "detokenize_pii", "pii.scan", "mcp.log", "mcp.progress",
-    "mcp.sample", "mcp.elicit", "mcp.roots", "mcp.ask", "mcp.client_capabilities", "mcp.call",
+    "mcp.sample", "mcp.elicit", "mcp.roots", "mcp.ask", "mcp.client_capabilities", "mcp.task", "mcp.sleep", "mcp.call",
     "mcp.parallel", "mcp.tools", "run_workflow",
     "filter_by_field", "summarize_list", "aggregate_stats", "format_output", "group_by", "sort_by",
     "pluck", "count_by", "unique", "take" }

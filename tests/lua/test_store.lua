@@ -36,7 +36,7 @@ end
 check("tables and indexes", tables, { "audit", "audit_by_at", "audit_by_tenant", "catalog_categories", "catalog_fts", "catalog_sources", "catalog_tools",
   "catalog_tools_by_name", "catalog_tools_by_source", "executions", "executions_by_ref", "executions_by_tenant",
   "executions_code_bytes",
-  "pii_vault", "skill_versions", "skills" })
+  "pii_vault", "skill_versions", "skills", "tasks", "tasks_by_expiry", "tasks_by_tenant" })
 check("migration 4 added publish", { db.row("SELECT count(*) AS n FROM pragma_table_info('skills') WHERE name = 'publish'").n,
   db.row("SELECT count(*) AS n FROM pragma_table_info('skill_versions') WHERE name = 'publish'").n }, { 1, 1 })
 db.migrate(migrations)
