@@ -16,6 +16,8 @@ local fmt = require("mcp.skill_format")
 
 local M = {}
 
+local lint_mod = require("mcp.skill_lint")
+
 local function obj(props, required)
   return { type = "object", properties = props, required = required and mb.array(required) or nil,
            additionalProperties = false }
@@ -86,7 +88,17 @@ function M.init(tools)
     returns = true, tool = true, title = true, input_schema = true, output_schema = true,
     prompt = true, resource = true, mime_type = true, examples = true },
     function(args, tenant, request)
-      return skills.save(tenant, args, nil, function(spec) return request:execute(spec) end)
+      local res, err, line = skills.save(tenant, args, nil, function(spec) return request:execute(spec) end)
+      if not res then return nil, err, line end
+      -- luacheck's warnings on the file as written (its line numbers): only here, not for saves
+      -- from sandbox code (mcp/skill_lint.lua says why)
+      local saved = skills.load(tenant, res.name)
+      local lint = saved and saved.code and lint_mod.check(saved.path or (res.name .. ".lua"), saved.code)
+      if lint then
+        res.warnings = mb.array(lint.warnings or {})
+        res.warnings_note = lint.note
+      end
+      return res
     end))
 
   tools.register({

@@ -323,7 +323,7 @@ local function check_examples(t, name, e, prev)
   local meta = e.code and fmt.parse_header(e.code, decode)
   if not (meta and meta.examples) or not tools_mod().background_execute then return end
   local hash, version = e.hash, e.version
-  coroutine.wrap(function()
+  mb.go(function() -- a request coroutine of its own: it waits for the execution (and the store)
     local okr, failed = pcall(tests.run_examples, function(spec)
       return tools_mod().background_execute(t.tenant, spec)
     end, name, nil, meta.examples)
@@ -346,7 +346,7 @@ local function check_examples(t, name, e, prev)
     pcall(load_entry, t, name)
     announce(t, name)
     check_published()
-  end)()
+  end)
 end
 
 local function scan(t, force_names)

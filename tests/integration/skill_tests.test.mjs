@@ -3,11 +3,13 @@
 // prints TAP (exit 1 on a failure); save_skill runs a skill's examples before it writes anything
 // and keeps the version in use when one fails; an edited file whose examples fail puts the
 // previous version back in service and shows the failed example. The shipped skills pass their own.
+// save_skill answers with luacheck's warnings (a child process the loop does not wait on), with a
+// note when luacheck is missing or stopped past luacheck_timeout_ms.
 // Run: cd tests && MOONBOX=../build/moonbox node run-node.mjs integration/skill_tests.test.mjs
 import { describe, it, after } from "node:test";
 import assert from "node:assert/strict";
 import { spawn } from "node:child_process";
-import { mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { chmodSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import path from "node:path";
 import { setTimeout as sleep } from "node:timers/promises";
@@ -165,6 +167,56 @@ describe("save_skill runs the examples", () => {
       }
       assert.equal(d.status, "ok", JSON.stringify(d));
       assert.equal(d.version, 3);
+    });
+  });
+});
+
+describe("save_skill answers with luacheck's warnings", () => {
+  it("a misspelt global and a global write are reported with their lines; clean code has none", T, async () => {
+    await useServer(await connectWithSkills(), async (s) => {
+      const r = toolOk(await s.client.callTool({ name: "save_skill", arguments: {
+        name: "typo", description: "Has a typo.",
+        code: "return function(t)\n  result = tabel.concat(t, \",\")\n  return result\nend\n",
+      } }));
+      assert.equal(r.saved_version, 1);
+      assert.equal(r.warnings_note, undefined);
+      // the file has a one-line header above the code: the lines are the file's
+      assert.deepEqual(r.warnings, [
+        "skills/typo.lua:3:3: (W111) setting non-standard global variable 'result'",
+        "skills/typo.lua:3:12: (W113) accessing undefined variable 'tabel'",
+        "skills/typo.lua:4:10: (W113) accessing undefined variable 'result'",
+      ]);
+      const clean = toolOk(await s.client.callTool({ name: "save_skill", arguments: {
+        name: "fine", description: "Clean.", code: "return function(t) return table.concat(t, json.encode(1)) end",
+      } }));
+      assert.deepEqual(clean.warnings, []);
+      // saves from sandbox code are not linted (a loop of saves would pay a process each)
+      const fromCode = await execute(s.client, { code: 'return save_skill("c", "return function() return tabel end", "From code.")' });
+      assert.equal(fromCode.structuredContent.success, true, fromCode.structuredContent.error);
+      assert.equal(fromCode.structuredContent.result.warnings, undefined);
+    });
+  });
+
+  it("without luacheck the answer says so; one that hangs is stopped at luacheck_timeout_ms and the loop serves others meanwhile", T, async () => {
+    const bin = tmp();
+    await useServer(await connectWithSkills({ env: { PATH: bin } }), async (s) => {
+      const r = toolOk(await s.client.callTool({ name: "save_skill", arguments: {
+        name: "x", description: "X.", code: "return 1" } }));
+      assert.deepEqual(r.warnings, []);
+      assert.match(r.warnings_note, /^luacheck is not installed, so there are no lint warnings \(install Debian's lua-check/);
+    });
+    writeFileSync(path.join(bin, "luacheck"), "#!/bin/sh\nexec sleep 60\n");
+    chmodSync(path.join(bin, "luacheck"), 0o755);
+    await useServer(await connectWithSkills({ env: { PATH: `${bin}:/usr/bin:/bin` }, args: ["--luacheck-timeout-ms", "3000"] }), async (s) => {
+      let saved = false;
+      const save = s.client.callTool({ name: "save_skill", arguments: { name: "x", description: "X.", code: "return 1" } })
+        .then((res) => { saved = true; return res; });
+      const other = await execute(s.client, { code: "return 6 * 7" });
+      assert.equal(other.structuredContent.result, 42);
+      assert.equal(saved, false, "execute_code answered while save_skill waited for luacheck");
+      const r = toolOk(await save);
+      assert.equal(r.saved_version, 1);
+      assert.equal(r.warnings_note, "luacheck did not answer within luacheck_timeout_ms=3000 and was stopped");
     });
   });
 });
