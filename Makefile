@@ -262,7 +262,7 @@ test-integration: $(BUILD)/moonbox
 # (MOONBOX_TEST_STORE=pg, tests/lib/moonbox.mjs), then the replica tests (three replicas behind
 # nginx, tests/replicas). Until the binary keeps its store in PostgreSQL for store_url
 # (tests/lib/pg_probe.mjs says), only the replica tests run, their PostgreSQL part skipped.
-PG_TEST_FILES := integration/skills.test.mjs integration/skill_publish.test.mjs integration/catalog.test.mjs \
+PG_TEST_FILES := integration/skills.test.mjs integration/skill_tests.test.mjs integration/skill_publish.test.mjs integration/catalog.test.mjs \
                  integration/search_quality.test.mjs integration/pii.test.mjs integration/journal.test.mjs \
                  integration/workspace.test.mjs integration/oauth.test.mjs integration/audit.test.mjs
 test-pg: $(BUILD)/moonbox

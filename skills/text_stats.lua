@@ -4,6 +4,8 @@
 -- @param top integer? how many frequent words to return (default 10)
 -- @return table {lines, words, characters, top_words = {{word, count}, ...}}
 -- @tool Text statistics
+-- @example {"text": "one two two"} -> {"lines": 1, "words": 3, "characters": 11, "top_words": [{"word": "two", "count": 2}, {"word": "one", "count": 1}]}
+-- @example {"text": "The cat and the hat\n", "top": 1} -> {"lines": 1, "words": 5, "characters": 20, "top_words": [{"word": "cat", "count": 1}]}
 
 local STOP = { the = true, a = true, an = true, ["and"] = true, ["or"] = true, of = true,
                to = true, ["in"] = true, is = true, it = true, on = true, ["for"] = true }

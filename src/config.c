@@ -98,6 +98,7 @@ static const option options[] = {
 	S(workspace_dir, "", "workspace directory, one subdirectory per tenant (default DATA_DIR/workspaces; replicas share one)"),
 	S(pii_key_file, "", "the PII token key (default DATA_DIR/pii.key; replicas point it at one shared file, created through a temporary file in its directory; docs/pii.md)"),
 	I(max_skill_bytes, 262144, 64, 16777216, "size of one skill's source"),
+	I(luacheck_timeout_ms, 5000, 0, 600000, "how long the save_skill tool waits for luacheck's warnings on the saved skill (0 = do not run luacheck; docs/skills.md)"),
 	I(workspace_max_file_bytes, 10485760, 1, (int64_t)1 << 40, "largest workspace file"),
 	I(workspace_max_bytes, 104857600, 1, (int64_t)1 << 50, "total workspace bytes per tenant"),
 	I(workspace_max_files, 10000, 1, 100000000, "workspace files per tenant"),

@@ -90,6 +90,7 @@ typedef struct mb_config {
 	char workspace_dir[4096];       /* default DATA_DIR/workspaces; shared by replicas */
 	char pii_key_file[4096];        /* default DATA_DIR/pii.key; one file for every replica */
 	int64_t max_skill_bytes;        /* one skill's source */
+	int64_t luacheck_timeout_ms;    /* save_skill's luacheck run (0 = none) */
 	int64_t workspace_max_file_bytes;
 	int64_t workspace_max_bytes;    /* per tenant */
 	int64_t workspace_max_files;    /* per tenant */

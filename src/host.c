@@ -549,7 +549,7 @@ static void push_config(lua_State *L, const mb_config *c)
 	CI(max_queue); CI(timeout_grace_ms); CI(max_message_bytes); CI(json_max_depth);
 	CI(tools_page_size); CI(regex_match_limit); CI(regex_heap_limit_kb);
 	CI(regex_max_pattern_bytes); CI(regex_max_subject_bytes); CI(store_busy_timeout_ms);
-	CI(max_skill_bytes); CI(workspace_max_file_bytes); CI(workspace_max_bytes);
+	CI(max_skill_bytes); CI(luacheck_timeout_ms); CI(workspace_max_file_bytes); CI(workspace_max_bytes);
 	CI(workspace_max_files); CI(history_max_rows); CI(journal_max_rows);
 	CI(journal_max_age_s); CI(journal_max_code_bytes); CI(journal_head_bytes); CI(journal_search_bytes); CI(max_host_calls); CI(max_queue_bytes);
 	CI(max_abandoned); CI(pii_policy); CI(pii_restore); CI(max_backlog_bytes); CI(max_backlog_tenant_bytes);

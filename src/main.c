@@ -98,7 +98,7 @@ int main(int argc, char **argv)
 	}
 	if (argc >= 2 && strcmp(argv[1], "check") == 0)
 		return mb_check_main(argc, argv);
-	if (argc >= 2 && strcmp(argv[1], "run") == 0)
+	if (argc >= 2 && (strcmp(argv[1], "run") == 0 || strcmp(argv[1], "test") == 0))
 		return mb_run_main(argc, argv);
 	if (argc >= 2 && strcmp(argv[1], "types") == 0) {
 		if (argc != 3) {

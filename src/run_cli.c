@@ -11,6 +11,13 @@
  * pretty JSON, the captured output, the error, the limits used and the context saved. The exit
  * status: 0 success, 1 an error in the code, 3 a limit tripped (time, memory, instructions,
  * output), 2 a bad argument, 4 the server could not start or answer.
+ *
+ *   moonbox test [SERVER OPTIONS] [NAME...]
+ *
+ * runs the examples (-- @example) and tests (skills/tests/NAME_test.lua) of the named skills, or
+ * of every skill, the same way: the chunk is lua/mcp/skill_tests.lua's RUNNER (read from the
+ * embedded module in a plain Lua state), the names go in as context_vars; it prints TAP on stdout
+ * and exits 1 when a test or an example failed.
  */
 #include "run_cli.h"
 
@@ -24,6 +31,12 @@
 #include <string.h>
 #include <sys/wait.h>
 #include <unistd.h>
+
+#include <lauxlib.h>
+#include <lua.h>
+#include <lualib.h>
+
+#include "embedded.h"
 
 extern char **environ;
 
@@ -181,17 +194,59 @@ static int report(json_t *resp)
 	return ok ? 0 : is_limit(type) ? 3 : 1;
 }
 
+/* The test runner chunk (mcp.skill_tests.RUNNER), or NULL after a message. */
+static char *test_runner(void)
+{
+	lua_State *L = luaL_newstate();
+	if (!L)
+		return NULL;
+	luaL_openlibs(L);
+	lua_getglobal(L, "package");
+	lua_getfield(L, -1, "searchers");
+	lua_pushcfunction(L, mb_embedded_searcher);
+	lua_rawseti(L, -2, 1);
+	lua_pop(L, 2);
+	char *out = NULL;
+	if (luaL_dostring(L, "return require('mcp.skill_tests').RUNNER") == LUA_OK && lua_isstring(L, -1))
+		out = strdup(lua_tostring(L, -1));
+	else
+		fprintf(stderr, "moonbox test: %s\n", lua_tostring(L, -1));
+	lua_close(L);
+	return out;
+}
+
+/* moonbox test: the TAP the runner made on stdout; 0 when everything passed, 1 when not. */
+static int report_tap(json_t *resp)
+{
+	json_t *sc = json_object_get(json_object_get(resp, "result"), "structuredContent");
+	json_t *r = json_object_get(sc, "result");
+	const char *tap = json_string_value(json_object_get(r, "tap"));
+	if (!json_is_true(json_object_get(sc, "success")) || !tap) {
+		int st = report(resp); /* the runner itself failed: its error */
+		return st == 0 ? 1 : st;
+	}
+	fputs(tap, stdout);
+	const char *out = json_string_value(json_object_get(sc, "output"));
+	if (out && *out)
+		fprintf(stderr, "--- output\n%s%s", out, out[strlen(out) - 1] == '\n' ? "" : "\n");
+	return json_integer_value(json_object_get(r, "failed")) > 0 ? 1 : 0;
+}
+
 static void usage(void)
 {
 	fprintf(stderr, "usage: moonbox run [SERVER OPTIONS] FILE.lua | -e CODE | --skill NAME [--args JSON|@FILE]\n"
 			"                   [--context-vars JSON|@FILE]\n"
 			"  runs one chunk in the sandbox with the server's configuration; exit 0 success,\n"
-			"  1 error, 3 a limit tripped, 2 bad arguments, 4 the server did not answer\n");
+			"  1 error, 3 a limit tripped, 2 bad arguments, 4 the server did not answer\n"
+			"usage: moonbox test [SERVER OPTIONS] [NAME...]\n"
+			"  runs the skills' examples and tests, prints TAP; exit 1 when one failed\n");
 }
 
 int mb_run_main(int argc, char **argv)
 {
 	const char *file = NULL, *code_arg = NULL, *skill = NULL, *args_arg = NULL, *ctx_arg = NULL;
+	int test = strcmp(argv[1], "test") == 0;
+	json_t *names = json_array();
 	char **srv = calloc((size_t)argc + 4, sizeof *srv);
 	if (!srv)
 		return 4;
@@ -199,7 +254,7 @@ int mb_run_main(int argc, char **argv)
 	srv[ns++] = (char *)"moonbox";
 	for (int i = 2; i < argc; i++) {
 		const char *a = argv[i];
-		const char **slot = strcmp(a, "-e") == 0 ? &code_arg : strcmp(a, "--skill") == 0 ? &skill
+		const char **slot = test ? NULL : strcmp(a, "-e") == 0 ? &code_arg : strcmp(a, "--skill") == 0 ? &skill
 			: strcmp(a, "--args") == 0 ? &args_arg : strcmp(a, "--context-vars") == 0 ? &ctx_arg : NULL;
 		if (slot) {
 			if (i + 1 >= argc) {
@@ -217,6 +272,15 @@ int mb_run_main(int argc, char **argv)
 			fprintf(stderr, "moonbox run: --http does not apply (the run is its own client)\n");
 			free(srv);
 			return 2;
+		} else if (test) {
+			size_t k = strspn(a, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_");
+			if (a[k] || !*a || (*a >= '0' && *a <= '9')) {
+				fprintf(stderr, "moonbox test: %s is not a skill name (letters, digits and _)\n", a);
+				free(srv);
+				json_decref(names);
+				return 2;
+			}
+			json_array_append_new(names, json_string(a));
 		} else if (!file) {
 			file = a;
 		} else {
@@ -225,9 +289,10 @@ int mb_run_main(int argc, char **argv)
 			return 2;
 		}
 	}
-	if (!!file + !!code_arg + !!skill != 1 || (args_arg && !skill)) {
+	if (!test && (!!file + !!code_arg + !!skill != 1 || (args_arg && !skill))) {
 		usage();
 		free(srv);
+		json_decref(names);
 		return 2;
 	}
 	int has_level = 0;
@@ -253,8 +318,16 @@ int mb_run_main(int argc, char **argv)
 		json_object_set_new(arguments, "code", json_stringn(code, len));
 	} else if (code_arg) {
 		json_object_set_new(arguments, "code", json_string(code_arg));
+	} else if (test) {
+		char *runner = test_runner();
+		if (runner)
+			json_object_set_new(arguments, "code", json_string(runner));
+		free(runner);
 	}
 	json_t *ctx = ctx_arg ? json_arg("--context-vars", ctx_arg) : json_object();
+	if (test && ctx)
+		json_object_set(ctx, "__mb_test_names", names);
+	json_decref(names);
 	int bad = !ctx || !json_is_object(ctx);
 	if (ctx && !json_is_object(ctx))
 		fprintf(stderr, "moonbox run: --context-vars must be a JSON object\n");
@@ -315,7 +388,7 @@ int mb_run_main(int argc, char **argv)
 		json_t *r1 = await(in, 1);
 		if (r1 && json_object_get(r1, "result") && send_json(out, inited) == 0 &&
 		    send_json(out, call) == 0 && (resp = await(in, 2)) != NULL)
-			status = report(resp);
+			status = test ? report_tap(resp) : report(resp);
 		else
 			fprintf(stderr, "moonbox run: the server did not answer (its log above says why)\n");
 		json_decref(r1);

@@ -196,6 +196,9 @@ function M.env(api)
   return env
 end
 
+-- The globals of a skill's test file, skills/tests/NAME_test.lua (mcp/skill_tests.lua).
+M.TEST_HELPERS = { "assert_eq", "assert_error", "assert_true", "test" }
+
 -- A luacheck configuration (Debian's lua-check) that knows the sandbox: its globals read-only,
 -- fields of its libraries checked (string.dump, os.execute and io are "undefined"), servers and
 -- its subtables open, and no global may be set (a skill returns its value; globals of one
@@ -223,6 +226,10 @@ function M.luacheckrc(api)
   out[#out + 1] = "allow_defined = false"
   out[#out + 1] = "allow_defined_top = false"
   out[#out + 1] = "max_line_length = false"
+  out[#out + 1] = "-- a skill's tests (moonbox test) also have the assertion helpers of mcp/skill_tests.lua"
+  local th = {}
+  for _, n in ipairs(M.TEST_HELPERS) do th[#th + 1] = sfmt("%q", n) end
+  out[#out + 1] = 'files["/**/tests/*_test.lua"] = { read_globals = { ' .. concat(th, ", ") .. " } }"
   out[#out + 1] = ""
   return concat(out, "\n")
 end
@@ -236,6 +243,7 @@ function M.luarc(api)
   for _, e in ipairs(entries(api)) do
     if not e.name:find("%.") then globals[#globals + 1] = e.name end
   end
+  for _, n in ipairs(M.TEST_HELPERS) do globals[#globals + 1] = n end -- in tests/*_test.lua
   table.sort(globals)
   local q = {}
   for _, g in ipairs(globals) do q[#q + 1] = '"' .. g .. '"' end

@@ -666,6 +666,27 @@ function request_mt:execute(spec)
   return res
 end
 
+-- Runs an execution that no client asked for (a skill's examples after the watcher saw an edit):
+-- a request of its own with no session (its logs go nowhere, it cannot ask a client), so that
+-- the execution's host calls (require of other skills) are served; not journaled. Call it from
+-- a coroutine. Returns the result table, or nil and the error when it could not start.
+function tools.background_execute(tenant, spec)
+  local entry = { method = "background", cancelled = false }
+  local request = setmetatable({ id = 0, entry = entry, tenant = tenant, sess = { inflight = {} } },
+                               request_mt)
+  entry.request, entry.origin = request, request
+  spec.tenant = tenant
+  local job, err = mb.submit(spec)
+  if not job then return nil, err end
+  entry.job = job
+  by_job[job] = entry
+  local res = mb.wait(job)
+  by_job[job] = nil
+  request:abandon_client_requests()
+  tools.upstream.abandon(entry)
+  return res
+end
+
 -- Asks the client something (sampling/createMessage, elicitation/create, roots/list) for this
 -- request's execution and waits (yields) for the answer. Returns result or nil, error. 2025-11-25:
 -- a request to the client on this request's session and exchange. 2026-07-28: input_required

@@ -13,7 +13,8 @@
 -- `@tool` (or `tool: true`) publishes the skill as an MCP tool; its input schema is generated
 -- from the @param lines unless `@input_schema {json}` gives one. This module parses both forms
 -- into one metadata table, generates the header that save_skill writes, and compiles source to
--- report syntax errors with their line.
+-- report syntax errors with their line. `-- @example` lines are examples the skill must pass
+-- (M.parse_example; run by mcp/skill_tests.lua).
 
 local M = {}
 
@@ -55,6 +56,35 @@ local function parse_param(rest)
   if ptype:sub(-1) == "?" then ptype, optional = ptype:sub(1, -2), true end
   if desc:match("^%(optional%)") then optional = true end
   return { name = name, type = ptype, description = desc, optional = optional }
+end
+
+-- Parses "@example [FIELD] INPUT -> EXPECTED": INPUT and EXPECTED are JSON (on one line). Without
+-- FIELD the skill (a function, or its run) is called with INPUT; with FIELD (an identifier) its
+-- field FIELD is called with the elements of INPUT, a JSON array, as arguments. The split is
+-- at the first " -> " where both sides are JSON (a string may hold "->" itself).
+-- Returns {call?, input, output} or nil, message.
+function M.parse_example(rest, json_decode)
+  local call, body = rest:match("^([%a_][%w_]*)%s+(.*)$")
+  if not call or body:match("^%-%>") then call, body = nil, rest end
+  local from = 1
+  while true do
+    local a, b = body:find("%s*%->%s*", from)
+    if not a then break end
+    local left, right = body:sub(1, a - 1), body:sub(b + 1)
+    local input = left:match("%S") and json_decode(left)
+    local output, oerr = nil, nil
+    if input ~= nil then output, oerr = json_decode(right) end
+    if input ~= nil and output ~= nil and not oerr then
+      if call and (type(input) ~= "table" or (next(input) ~= nil and input[1] == nil)) then
+        return nil, "@example " .. call .. " needs its arguments as a JSON array: @example "
+          .. call .. ' ["a,b"] -> ...'
+      end
+      return { call = call, input = input, output = output }
+    end
+    from = b + 1
+  end
+  return nil, '@example needs INPUT -> EXPECTED, both JSON on one line: @example {"text": "a b"} -> {"words": 2}'
+    .. ' (or FIELD [ARGS...] -> EXPECTED for a table of functions)'
 end
 
 -- Parses the leading comment block of Lua source. Returns meta, or nil and a message with the
@@ -102,6 +132,12 @@ function M.parse_header(code, json_decode)
         end
         meta.tool = meta.tool or {}
         meta.tool.task = rest
+      elseif tag == "example" then
+        local ex, eerr = M.parse_example(rest, json_decode)
+        if not ex then return nil, string.format("line %d: %s", i, eerr) end
+        ex.line = i
+        meta.examples = meta.examples or {}
+        meta.examples[#meta.examples + 1] = ex
       elseif tag == "input_schema" or tag == "output_schema" then
         local v, err = json_decode(rest)
         if type(v) ~= "table" then
@@ -193,7 +229,7 @@ end
 
 -- The tags parse_header reads as metadata.
 local META_TAGS = { param = true, ["return"] = true, returns = true, tool = true, prompt = true,
-                    resource = true, input_schema = true, output_schema = true }
+                    resource = true, input_schema = true, output_schema = true, example = true }
 
 local function comment_line(line)
   return line:match("^%s*%-%-") and not line:match("^%s*%-%-%[=*%[")
@@ -246,6 +282,10 @@ function M.make_header(meta, json_encode)
     if meta.tool.task then out[#out + 1] = "-- @task " .. meta.tool.task end
     if meta.tool.input_schema then out[#out + 1] = "-- @input_schema " .. json_encode(meta.tool.input_schema) end
     if meta.tool.output_schema then out[#out + 1] = "-- @output_schema " .. json_encode(meta.tool.output_schema) end
+  end
+  for _, ex in ipairs(meta.examples or {}) do
+    out[#out + 1] = "-- @example " .. (ex.call and (ex.call .. " ") or "") .. json_encode(ex.input)
+      .. " -> " .. json_encode(ex.output)
   end
   if meta.prompt then
     out[#out + 1] = "-- @prompt" .. (meta.prompt.title and (" " .. one_line(meta.prompt.title)) or "")

@@ -16,6 +16,8 @@ local fmt = require("mcp.skill_format")
 
 local M = {}
 
+local lint_mod = require("mcp.skill_lint")
+
 local function obj(props, required)
   return { type = "object", properties = props, required = required and mb.array(required) or nil,
            additionalProperties = false }
@@ -40,7 +42,7 @@ function M.init(tools)
     return function(args, request)
       local bad = check_args(args, allowed, name)
       if bad then return tool_error(bad) end
-      local res, err, line = fn(args, request.tenant or "default")
+      local res, err, line = fn(args, request.tenant or "default", request)
       if res == nil then
         local sc = { error = err }
         if line then sc.error_line = line end
@@ -73,13 +75,31 @@ function M.init(tools)
       prompt = { type = "boolean", description = "Publish as an MCP prompt (params are its arguments)" },
       resource = { type = "string", description = "Publish as an MCP resource with this URI ({name} placeholders make a template)" },
       mime_type = { type = "string", description = "MIME type of the resource" },
+      examples = { type = "array", description = "Examples the skill must pass before it is saved "
+        .. "(also -- @example lines of the code's header): {input, output} calls the skill with input; "
+        .. "{call = \"field\", input = [args...], output} calls that function of a table skill",
+        items = obj({ input = { description = "the argument (with call: the array of arguments)" },
+                      output = { description = "the value the skill must return (compared as JSON)" },
+                      call = { type = "string" } }, { "input", "output" }) },
     }, { "name", "code", "description" }),
     annotations = { title = "Save a skill", readOnlyHint = false, destructiveHint = false,
                     idempotentHint = true, openWorldHint = false },
   }, wrap("save_skill", { name = true, code = true, description = true, params = true,
     returns = true, tool = true, title = true, input_schema = true, output_schema = true,
-    prompt = true, resource = true, mime_type = true },
-    function(args, tenant) return skills.save(tenant, args) end))
+    prompt = true, resource = true, mime_type = true, examples = true },
+    function(args, tenant, request)
+      local res, err, line = skills.save(tenant, args, nil, function(spec) return request:execute(spec) end)
+      if not res then return nil, err, line end
+      -- luacheck's warnings on the file as written (its line numbers): only here, not for saves
+      -- from sandbox code (mcp/skill_lint.lua says why)
+      local saved = skills.load(tenant, res.name)
+      local lint = saved and saved.code and lint_mod.check(saved.path or (res.name .. ".lua"), saved.code)
+      if lint then
+        res.warnings = mb.array(lint.warnings or {})
+        res.warnings_note = lint.note
+      end
+      return res
+    end))
 
   tools.register({
     name = "load_skill",

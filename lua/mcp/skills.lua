@@ -19,6 +19,8 @@ local cfg = mb.config
 local db = mb.db
 local fs = mb.fs
 local fmt = require("mcp.skill_format")
+local tests = require("mcp.skill_tests")
+local function tools_mod() return require("mcp.tools") end
 local clip = require("mcp.catalog_text").clip
 
 local M = {}
@@ -313,6 +315,40 @@ end
 
 local watch_subdirs
 
+-- After an edit on disk compiled into version e.version: its examples run (in the background);
+-- when one fails, the version before it (prev, nil for a new skill) is back in service and the
+-- skill shows status "error" with the failed example, in list_skills, load_skill and the log.
+-- Between the edit and the examples' answer (one execution) the new version is in use.
+local function check_examples(t, name, e, prev)
+  local meta = e.code and fmt.parse_header(e.code, decode)
+  if not (meta and meta.examples) or not tools_mod().background_execute then return end
+  local hash, version = e.hash, e.version
+  mb.go(function() -- a request coroutine of its own: it waits for the execution (and the store)
+    local okr, failed = pcall(tests.run_examples, function(spec)
+      return tools_mod().background_execute(t.tenant, spec)
+    end, name, nil, meta.examples)
+    if not okr then
+      mb.log("error", "skill " .. name .. ": running its examples: " .. tostring(failed))
+      return
+    end
+    if not failed then return end
+    local msg = tests.describe_failure(name, failed)
+    local okd, derr = pcall(db.run, [[UPDATE skills SET status = 'error', error = ?, error_line = ?,
+        good_version = ? WHERE tenant = ? AND name = ? AND hash = ? AND good_version = ?]],
+      msg, failed.line, prev, t.tenant, name, hash, version)
+    if not okd then
+      mb.log("error", "skill " .. name .. ": recording its failed example: " .. tostring(derr))
+      return
+    end
+    mb.log("warning", string.format("%s; %s", msg, prev and string.format("version %d stays in use", prev)
+      or "the skill has no earlier version to use"))
+    t.skills[name] = nil
+    pcall(load_entry, t, name)
+    announce(t, name)
+    check_published()
+  end)
+end
+
 local function scan(t, force_names)
   watch_subdirs(t) -- first, so a file written while we index is not missed
   local names, bad = skill_names_on_disk(t)
@@ -325,8 +361,14 @@ local function scan(t, force_names)
   for n in pairs(names) do sorted[#sorted + 1] = n end
   table.sort(sorted)
   for _, n in ipairs(sorted) do
-    local ok, err = pcall(index_skill, t, n, "file", force_names and force_names[n])
+    local edited = force_names and force_names[n]
+    local before = edited and db.row("SELECT good_version FROM skills WHERE tenant = ? AND name = ? AND status <> 'deleted'",
+      t.tenant, n)
+    local ok, err, version = pcall(index_skill, t, n, "file", edited)
     if not ok then mb.log("error", "indexing skill " .. n .. ": " .. tostring(err)) end
+    if ok and edited and version and err and err.version == version then
+      check_examples(t, n, err, before and before.good_version)
+    end
   end
   t.invalid = bad
   check_published()
@@ -411,7 +453,7 @@ local function public_params(params)
   return mb.array(out)
 end
 
-local function describe(e, with_code)
+local function describe(e, with_code, t)
   local d = {
     name = e.name, description = e.description or "", params = public_params(e.params),
     returns = e.returns, version = e.version or null, status = e.status, path = e.path,
@@ -425,6 +467,20 @@ local function describe(e, with_code)
   if with_code then
     d.code = e.code or ""
     d.skill_md = e.skill_md
+    local meta = e.code and fmt.parse_header(e.code, decode)
+    if meta and meta.examples then
+      local ex = {}
+      for i, x in ipairs(meta.examples) do ex[i] = { call = x.call, input = x.input, output = x.output, line = x.line } end
+      d.examples = mb.array(ex)
+    end
+    local tpath = t and (t.dir .. "/tests/" .. e.name .. "_test.lua")
+    if tpath and fs.stat(tpath) then
+      local src = fs.read(tpath, cfg.max_skill_bytes)
+      if src then
+        d.tests = src
+        d.tests_path = "skills/tests/" .. e.name .. "_test.lua"
+      end
+    end
   end
   return d
 end
@@ -477,9 +533,38 @@ local function with_header(header, body)
   return header .. body
 end
 
+-- A skill's examples: the @example lines of code's leading comment block and those given to
+-- save_skill as `examples` ([{input, output, call?}]). Returns the list, or nil and a message.
+function M.examples_of(code, given)
+  local out = {}
+  local meta = fmt.parse_header(code, decode)
+  for _, ex in ipairs(meta and meta.examples or {}) do out[#out + 1] = ex end
+  if given == nil or given == null then return out end
+  if type(given) ~= "table" or (next(given) ~= nil and given[1] == nil) then
+    return nil, 'examples must be an array of {input = ..., output = ..., call = "field"?}'
+  end
+  for i, ex in ipairs(given) do
+    if type(ex) ~= "table" or ex.input == nil or ex.output == nil then
+      return nil, string.format("examples[%d] needs input and output (the expected value)", i)
+    end
+    if ex.call ~= nil and ex.call ~= null and (type(ex.call) ~= "string" or not ex.call:match("^[%a_][%w_]*$")) then
+      return nil, string.format("examples[%d].call must be the name of the skill's function to call", i)
+    end
+    local call = ex.call ~= null and ex.call or nil
+    if call and (type(ex.input) ~= "table" or (next(ex.input) ~= nil and ex.input[1] == nil)) then
+      return nil, string.format("examples[%d].input must be an array of arguments for %s", i, call)
+    end
+    out[#out + 1] = { call = call, input = ex.input, output = ex.output }
+  end
+  return out
+end
+
 -- save(tenant, args): args = {name, code, description, params?, tool?, title?, input_schema?,
--- output_schema?}. Returns the description of the saved skill or nil, message.
-function M.save(tenant, args, source)
+-- output_schema?, examples?}. execute (the save_skill tool's request:execute) runs the examples
+-- first; saves from sandbox code pass none and run no examples (a second execution while the
+-- first waits for this answer; `moonbox test` runs them). Returns the description of the saved
+-- skill or nil, message.
+function M.save(tenant, args, source, execute)
   local name, err = check_name(args.name)
   if not name then return nil, err end
   local code = args.code
@@ -500,8 +585,11 @@ function M.save(tenant, args, source)
   if not ok then
     return nil, string.format("the code does not compile (nothing was saved): %s", cerr), cline
   end
+  local examples, xerr = M.examples_of(code, args.examples)
+  if not examples then return nil, xerr end
   local body = fmt.strip_header(code)
-  local meta = { description = description, params = params, returns = type(args.returns) == "string" and args.returns or nil }
+  local meta = { description = description, params = params, returns = type(args.returns) == "string" and args.returns or nil,
+                 examples = #examples > 0 and examples or nil }
   local publish = args.tool
   if publish ~= nil and publish ~= null and type(publish) ~= "boolean" then
     return nil, "tool must be a boolean (true publishes the skill as an MCP tool)"
@@ -536,12 +624,20 @@ function M.save(tenant, args, source)
                       template = args.resource:find("{", 1, true) ~= nil }
   end
   local t = get_tenant(tenant)
+  if execute and #examples > 0 then -- before anything is written: a failure keeps what is in use
+    local failed = tests.run_examples(execute, name, code, examples)
+    if failed then
+      local cur = t.skills[name]
+      return nil, tests.describe_failure(name, failed) .. "; nothing was saved"
+        .. (cur and cur.version and string.format(" (version %d stays in use)", cur.version) or ""), failed.line
+    end
+  end
   local existing = read_source(t, name)
   local files -- { {path, content}, ... } written in this order
   if existing and existing.form == "dir" then
     local fm = fmt.parse_front_matter(existing.md, decode)
-    local header = #params > 0 and fmt.make_header({ description = description, params = params,
-      returns = meta.returns }, encode) or ""
+    local header = (#params > 0 or meta.examples) and fmt.make_header({ description = description,
+      params = params, returns = meta.returns, examples = meta.examples }, encode) or ""
     files = { { t.dir .. "/" .. name .. "/init.lua", with_header(header, body) },
               { t.dir .. "/" .. name .. "/SKILL.md", fmt.make_skill_md(name, meta, fm and fm.body or "\n", encode) } }
   else
@@ -597,7 +693,7 @@ function M.load(tenant, name)
   local t = get_tenant(tenant)
   local e = fresh(t, n)
   if not e then return nil, M.not_found(t, n) end
-  return describe(e, true)
+  return describe(e, true, t)
 end
 
 function M.not_found(t, name)

@@ -1,6 +1,9 @@
 --- Parse and write CSV (RFC 4180: quoted fields, "" inside quotes, CRLF or LF line ends).
 -- @param text string CSV text (for parse)
 -- @return table the module: parse(text, opts), encode(rows, columns, opts)
+-- @example parse ["id,status\n1,paid\n2,\"due, late\""] -> [{"id": "1", "status": "paid"}, {"id": "2", "status": "due, late"}]
+-- @example parse ["a;b\n1;2", {"separator": ";", "header": false}] -> [["a", "b"], ["1", "2"]]
+-- @example encode [[{"a": "1", "b": "x,y"}], ["a", "b"]] -> "a,b\n1,\"x,y\"\n"
 
 local M = {}
 

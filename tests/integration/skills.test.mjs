@@ -119,7 +119,7 @@ describe("skill tools are listed and the capabilities advertised", () => {
         assert.ok(t.description.length > 20, `${name} has a description`);
       }
       assert.deepEqual(Object.keys(byName.save_skill.inputSchema.properties).sort(),
-        ["code", "description", "input_schema", "mime_type", "name", "output_schema", "params", "prompt", "resource", "returns", "title", "tool"]);
+        ["code", "description", "examples", "input_schema", "mime_type", "name", "output_schema", "params", "prompt", "resource", "returns", "title", "tool"]);
       assert.equal(byName.save_skill.inputSchema.properties.name.pattern, "^[A-Za-z_][A-Za-z0-9_]*$");
       assert.equal(byName.save_skill.inputSchema.properties.params.type, "array");
       assert.equal(byName.skill_history.inputSchema.properties.version.type, "integer");
@@ -254,7 +254,7 @@ describe("save_skill", () => {
       assert.equal(errText(await call(s, "save_skill", { name: "d", code: "return 1", description: "x", params: [{ type: "number" }] })),
         "params[1] needs a name (an identifier)");
       assert.equal(errText(await call(s, "save_skill", { name: "d", code: "return 1", description: "x", bogus: 1 })),
-        'invalid arguments: save_skill has no argument "bogus" (expected code, description, input_schema, mime_type, name, output_schema, params, prompt, resource, returns, title, tool)');
+        'invalid arguments: save_skill has no argument "bogus" (expected code, description, examples, input_schema, mime_type, name, output_schema, params, prompt, resource, returns, title, tool)');
       assert.deepEqual(readdirSync(s.skillsDir), []);
     });
   });
@@ -1150,7 +1150,7 @@ describe("skills published as MCP tools", () => {
     for (const rel of ["text_stats.lua", "csv/SKILL.md", "csv/init.lua"]) {
       files[rel] = readFileSync(path.join(SHIPPED_SKILLS, rel), "utf8");
     }
-    assert.deepEqual(readdirSync(SHIPPED_SKILLS).sort(), ["csv", "text_stats.lua"]);
+    assert.deepEqual(readdirSync(SHIPPED_SKILLS).sort(), ["csv", "tests", "text_stats.lua"]);
     {
       await withServer({ skills: files }, async (s) => {
         const l = await listSkills(s);

@@ -315,7 +315,7 @@ H.CONFIG = {
   history_max_rows = 100000, journal_max_rows = 1000, journal_max_age_s = 2592000,
   journal_max_code_bytes = 65536, journal_head_bytes = 1024, journal_search_bytes = 4194304, workflows_dir = "", data_dir = "/data", skills_dir = "/data/skills",
   catalog_dir = "", max_output_bytes = 1048576, max_result_bytes = 4194304, max_code_bytes = 1048576,
-  max_notifications = 1000, max_host_calls = 10000, max_skill_bytes = 262144,
+  max_notifications = 1000, max_host_calls = 10000, max_skill_bytes = 262144, luacheck_timeout_ms = 5000,
   workspace_max_file_bytes = 10485760, workspace_max_bytes = 104857600, workspace_max_files = 10000,
   workers = 2, max_queue = 256, upstream_max_calls = 1000, upstream_max_parallel = 16,
   inferred_shape_max_nodes = 200, inferred_shape_total_nodes = 200000, upstream_ask_args_bytes = 2048,

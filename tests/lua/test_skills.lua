@@ -117,6 +117,22 @@ bad, err = fmt.parse_header('--- S\n-- @output_schema 5\n', jd)
 check("@output_schema not an object", { bad, err }, { nil, "line 2: @output_schema must be a JSON object on one line" })
 
 ---------------------------------------------------------------------------------------------
+-- @example lines
+
+meta = fmt.parse_header('--- D\n-- @example {"text": "a -> b"} -> {"n": 2}\n-- @example add [1, 2] -> 3\n'
+  .. '-- @example "x->y"->"y"\nreturn 1', jd)
+check("example: input and expected as JSON, split at the arrow outside strings", meta.examples[1],
+  { input = { text = "a -> b" }, output = { n = 2 }, line = 2 })
+check("example: a field called with an array of arguments", meta.examples[2],
+  { call = "add", input = arr({ 1, 2 }), output = 3, line = 3 })
+check("example: strings on both sides", meta.examples[3], { input = "x->y", output = "y", line = 4 })
+local _, xerr = fmt.parse_header("--- D\n-- @example {\"a\": 1}\nreturn 1", jd)
+check_match("example without an expected value", xerr, "^line 2: @example needs INPUT %-> EXPECTED")
+_, xerr = fmt.parse_header('--- D\n-- @example f {"a": 1} -> 1\nreturn 1', jd)
+check_match("example of a field needs an array", xerr, "@example f needs its arguments as a JSON array")
+check("strip_header removes @example lines", fmt.strip_header("-- @example 1 -> 2\nreturn 1\n"), "return 1\n")
+
+---------------------------------------------------------------------------------------------
 -- make_header: what save_skill writes reads back the same
 
 local function roundtrip(meta_in)
@@ -128,8 +144,10 @@ local src = { description = "Line one.\n@not_a_tag here\n\nLine three.",
               params = { { name = "rows", type = "array", description = "the rows\nto read" },
                          { name = "limit", type = "integer", optional = true } },
               returns = "a table\nof counts", tool = { title = "Counter", input_schema = { type = "object" } },
-              prompt = { title = "P" }, resource = { uri = "test://c/{x}", mimeType = "text/plain" } }
+              prompt = { title = "P" }, resource = { uri = "test://c/{x}", mimeType = "text/plain" },
+              examples = { { input = { rows = arr({}) }, output = 0 }, { call = "f", input = arr({ "a" }), output = "A" } } }
 local back, header = roundtrip(src)
+check("roundtrip examples", { back.examples[1].output, back.examples[2].call, back.examples[2].input[1] }, { 0, "f", "a" })
 check("roundtrip description (with a line starting with @)", back.description, src.description)
 check("header escapes the @ line", header:match("\n(%-%-[^\n]*not_a_tag[^\n]*)"), "--  @not_a_tag here")
 check("roundtrip params (descriptions on one line)", back.params, {
@@ -247,7 +265,7 @@ local function text_of(r) return r and r.content and r.content[1] and r.content[
 local r = tools.by_name.save_skill.handler({ name = "x", code = "return 1", description = "d", bogus = 1 }, H.request())
 check("save_skill unknown argument", r.isError, true)
 check_has("save_skill unknown argument names it and the allowed ones", text_of(r),
-  'invalid arguments: save_skill has no argument "bogus" (expected code, description, input_schema, mime_type, name, '
+  'invalid arguments: save_skill has no argument "bogus" (expected code, description, examples, input_schema, mime_type, name, '
   .. "output_schema, params, prompt, resource, returns, title, tool)")
 check("save_skill refused before the index is touched", #S.saved, 0)
 
