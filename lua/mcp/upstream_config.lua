@@ -178,7 +178,7 @@ local function one(name, spec)
   s.timeout_ms = integer(spec.timeoutMs, where .. ".timeoutMs", 1, 3600000) or mb.config.upstream_timeout_ms
   s.max_calls = integer(spec.maxCalls, where .. ".maxCalls", 0, 100000000)
   s.disabled = boolean(spec.disabled, where .. ".disabled", false)
-  s.per_tenant = boolean(spec.perTenant, where .. ".perTenant", false)
+  s.per_tenant = boolean(spec.perTenant, where .. ".perTenant", false) or nil
   M.check_placeholders(s, where)
   return s
 end

@@ -67,7 +67,7 @@ check("a string", refused('"x"'), "mcpServers must be a JSON object of servers, 
 check("server not an object", refused({ s = H.arr({}) }), "mcpServers.s must be an object, got array")
 check("server null", refused('{"s":null}'), "mcpServers.s must be an object, got null")
 check("unknown key", refused1({ command = "x", comand = "y" }), 'mcpServers.s: unknown key "comand" (known: command, args, env, '
-  .. "cwd, url, headers, type, allowedTools, deniedTools, allowWrites, timeoutMs, maxCalls, disabled)")
+  .. "cwd, url, headers, type, allowedTools, deniedTools, allowWrites, timeoutMs, maxCalls, disabled, perTenant)")
 check("neither command nor url", refused1({ args = {} }),
   'mcpServers.s needs "command" (a stdio server) or "url" (a Streamable HTTP server)')
 check("both command and url", refused1({ command = "x", url = "http://h" }),
