@@ -240,7 +240,7 @@ describe("list_executions and rerun_id (stdio, SDK client)", () => {
         await run(client, { code: "return 1" });
       });
       // back to the schema of user_version 4, with a row as the old writer made it
-      const down = sqlite3Cli(db, ["DROP TABLE audit", "DROP INDEX executions_by_ref", "DROP INDEX executions_code_bytes",
+      const down = sqlite3Cli(db, ["DROP TABLE tasks", "DROP TABLE audit", "DROP INDEX executions_by_ref", "DROP INDEX executions_code_bytes",
         ...["ref", "code", "code_bytes", "context_bytes", "result_head", "result_bytes", "output_head",
           "output_bytes", "error", "tools_called", "rerun_of", "principal"].map((c) => `ALTER TABLE executions DROP COLUMN ${c}`),
         "DELETE FROM executions",
