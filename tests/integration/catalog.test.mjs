@@ -346,13 +346,13 @@ describe(`tool catalog (${engine})`, { skip }, () => {
       assert.equal(by["sandbox.data"].tools, 10);
       assert.equal(by["sandbox.regex"].tools, 5);
       assert.equal(sc.total_tools, sc.categories.reduce((n, c) => n + c.tools, 0));
-      assert.equal(sc.total_tools, 17 + 6 + 8 + 9 + 24 + 44); // 44 sandbox API entries
+      assert.equal(sc.total_tools, 17 + 6 + 8 + 9 + 24 + 46); // 46 sandbox API entries
       assert.equal(sc.problems, undefined);
     });
 
     it("get_execution_stats reports catalog counts", T, async () => {
       const st = ok(await call(client, "get_execution_stats", {}));
-      assert.equal(st.catalog.tools, 108);
+      assert.equal(st.catalog.tools, 110);
       assert.equal(st.catalog.categories, 16);
       assert.equal(st.catalog.sources, 6);
       assert.equal(st.catalog.source_errors, 0);
