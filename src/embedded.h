@@ -23,4 +23,8 @@ const mb_embedded_file *mb_embedded_find(const char *name);
 struct lua_State;
 int mb_embedded_searcher(struct lua_State *L);
 
+/* Puts mb_embedded_searcher into package.searchers of a state with the standard libraries,
+ * before the file searchers (the embedded modules win over files of the same name). */
+void mb_embedded_install(struct lua_State *L);
+
 #endif

@@ -107,6 +107,15 @@ int mb_embedded_searcher(lua_State *L)
 	return 2;
 }
 
+void mb_embedded_install(lua_State *L)
+{
+	lua_getglobal(L, "package");
+	lua_getfield(L, -1, "searchers");
+	lua_pushcfunction(L, mb_embedded_searcher);
+	lua_rawseti(L, -2, 2); /* before the file searchers: ours win */
+	lua_pop(L, 2);
+}
+
 /* Encodes the message at idx and hands it to the transport. @returns 0, or -ENOBUFS (err set:
  * the client is behind on reading), or -ENOMEM / -EINVAL (logged) */
 static int send_value(mb_host *h, lua_State *L, int idx, uint64_t session, uint64_t exchange,
@@ -985,11 +994,7 @@ mb_host *mb_host_new(const mb_config *cfg, const mb_host_io *io, const mb_host_d
 	luaL_openlibs(L);
 
 	/* embedded modules via require */
-	lua_getglobal(L, "package");
-	lua_getfield(L, -1, "searchers");
-	lua_pushcfunction(L, mb_embedded_searcher);
-	lua_rawseti(L, -2, 2); /* before the file searchers: ours win */
-	lua_pop(L, 2);
+	mb_embedded_install(L);
 
 	lua_createtable(L, 0, 16);
 	static const luaL_Reg fns[] = {

@@ -201,11 +201,7 @@ static char *test_runner(void)
 	if (!L)
 		return NULL;
 	luaL_openlibs(L);
-	lua_getglobal(L, "package");
-	lua_getfield(L, -1, "searchers");
-	lua_pushcfunction(L, mb_embedded_searcher);
-	lua_rawseti(L, -2, 1);
-	lua_pop(L, 2);
+	mb_embedded_install(L);
 	char *out = NULL;
 	if (luaL_dostring(L, "return require('mcp.skill_tests').RUNNER") == LUA_OK && lua_isstring(L, -1))
 		out = strdup(lua_tostring(L, -1));

@@ -53,11 +53,7 @@ static int run_lua(const char *what, const char *script, size_t len, const char 
 		return 1;
 	}
 	luaL_openlibs(L);
-	lua_getglobal(L, "package");
-	lua_getfield(L, -1, "searchers");
-	lua_pushcfunction(L, mb_embedded_searcher);
-	lua_rawseti(L, -2, 2);
-	lua_pop(L, 2);
+	mb_embedded_install(L);
 	int rc = 0;
 	if (luaL_loadbuffer(L, script, len, "=moonbox") != LUA_OK ||
 	    (lua_pushstring(L, arg), lua_pcall(L, 1, 0, 0)) != LUA_OK) {

@@ -800,9 +800,8 @@ function M.availability(sname, tname)
 end
 
 -- Waits (yields) while server sname is starting, at most max_ms (nil: the init timeout).
-function M.wait_starting(sname, max_ms, tenant)
+function M.wait_starting(sname, max_ms)
   local s = M.by_name[sname] or M.by_ident[sname]
-  if s and s.instances then s = s.instances[tenant or "default"] end
   if s and s.state == "starting" then s:wait_ready(max_ms) end
 end
 

@@ -185,4 +185,52 @@ check("ask: a read-only tool is never asked about", uc.needs_approval(ask, ro("r
 check("ask: read_only()", { uc.read_only(ro("r")), uc.read_only({ name = "w" }) }, { true, false })
 check("ask: deniedTools still refuse", uc.refusal(ask, { name = "drop_table" }), 'tool "drop_table" of server "s" is in its deniedTools')
 
+---------------------------------------------------------------------------------------------
+-- placeholders (expand): real files in a temporary secrets directory, read through a stand-in
+-- for mb.fs.read with its (data | nil, message) contract
+
+local dir = os.tmpname()
+os.remove(dir)
+os.execute("mkdir -p " .. dir .. "/secrets/alice")
+local function put(name, data)
+  local f = assert(io.open(dir .. "/secrets/alice/" .. name, "wb"))
+  f:write(data)
+  f:close()
+end
+put("token", "s3cret\n")
+put("two_lines", "a\nb\n")
+m.config.data_dir, m.config.tenant_secrets_dir = "/data", dir .. "/secrets"
+m.fs = { read = function(path)
+  local f, err = io.open(path, "rb")
+  if not f then return nil, err end
+  local d = f:read("a")
+  f:close()
+  return d
+end }
+local pt = servers({ perTenant = true, url = "https://crm.example.com/${tenant}/mcp",
+  headers = { Authorization = "Bearer ${secret:token}", ["X-Team"] = "${tenant}" } })[1]
+local x = assert(uc.expand(pt, "alice"))
+check("expand: ${tenant} in the url", x.url, "https://crm.example.com/alice/mcp")
+check("expand: ${secret:} in a header, one trailing newline removed", x.headers.Authorization, "Bearer s3cret")
+check("expand: the parsed spec keeps its placeholders", pt.headers.Authorization, "Bearer ${secret:token}")
+local _, missing = uc.expand(pt, "bob")
+check("expand: a missing secret names the file, not a value", missing:gsub(" %(.-%)", ""),
+  'mcpServers.s.headers.Authorization: the secret "token" of tenant "bob" cannot be read: put it in '
+  .. dir .. "/secrets/bob/token")
+local ml = servers({ perTenant = true, url = "https://x.example/mcp", headers = { A = "${secret:two_lines}" } })[1]
+local _, broken = uc.expand(ml, "alice")
+check("expand: a secret with a line break cannot go into a header", broken,
+  'mcpServers.s.headers.A: the secret "two_lines" of tenant "alice" has a line break or NUL byte, which a header cannot hold')
+local sd = servers({ perTenant = true, command = "srv", args = { "--who=${tenant}" } })[1]
+local y = assert(uc.expand(sd, "alice"))
+check("expand: a stdio instance's cwd is its tenant_dir", { y.cwd, y.args[1] },
+  { "/data/tenants/alice/upstreams/s", "--who=alice" })
+local shared = servers({ command = "srv", env = { HOME_COPY = "${env:HOME}", NOPE = "${env:MOONBOX_TEST_UNSET_VAR}" } })[1]
+local _, unset = uc.expand(shared, nil)
+check("expand: a missing ${env:} variable is named", unset,
+  "mcpServers.s.env.NOPE: ${env:MOONBOX_TEST_UNSET_VAR}: moonbox's environment has no MOONBOX_TEST_UNSET_VAR")
+local plain = servers({ command = "srv", args = { "a" } })[1]
+check("expand: a server without placeholders is used as it is", uc.expand(plain, nil) == plain, true)
+os.execute("rm -rf " .. dir)
+
 H.done()
